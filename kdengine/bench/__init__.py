@@ -1,0 +1,1 @@
+"""Measurement core shared by asv (benchmarks/), pytest-benchmark (tests/perf) and the CLI."""

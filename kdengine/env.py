@@ -1,0 +1,58 @@
+"""The one module that reads environment variables. Everything else asks this module.
+
+Variables:
+  KDENGINE_NSPLIT      `auto` or a positive integer: overrides the default KV split count of the
+                       split-KV verify backends without a rebuild (an explicit `nsplit=` argument wins).
+  KDENGINE_CACHE_DIR   where JIT builds and measured machine ceilings are cached
+                       (default ~/.cache/kdengine).
+  KDENGINE_BACKEND     default backend for `verify_attention(backend="auto")` callers that want to
+                       pin one (e.g. `triton`), mostly for A/B runs of the engine.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+NSPLIT_VAR = "KDENGINE_NSPLIT"
+CACHE_DIR_VAR = "KDENGINE_CACHE_DIR"
+BACKEND_VAR = "KDENGINE_BACKEND"
+
+
+def nsplit_override() -> int | str | None:
+    """The KDENGINE_NSPLIT value: None (unset/empty), "auto", or a positive int.
+
+    Raises ValueError naming the variable for anything else (zero, negative, not an integer).
+    """
+    raw = os.environ.get(NSPLIT_VAR, "").strip()
+    if not raw:
+        return None
+    if raw.lower() == "auto":
+        return "auto"
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(
+            f"{NSPLIT_VAR}: expected 'auto' or a positive integer, got {raw!r}"
+        ) from None
+    if value < 1:
+        raise ValueError(f"{NSPLIT_VAR}: expected 'auto' or an integer >= 1, got {value}")
+    return value
+
+
+def cache_dir() -> Path:
+    """Directory for JIT builds and cached measurements (created on demand)."""
+    raw = os.environ.get(CACHE_DIR_VAR, "").strip()
+    path = Path(raw).expanduser() if raw else Path.home() / ".cache" / "kdengine"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def backend_override() -> str | None:
+    raw = os.environ.get(BACKEND_VAR, "").strip()
+    return raw or None
+
+
+def triton_interpret() -> bool:
+    """True when Triton runs in its CPU interpreter (TRITON_INTERPRET=1)."""
+    return os.environ.get("TRITON_INTERPRET", "") == "1"

@@ -1,0 +1,80 @@
+"""Split-KV scheduling, computed apart from the run call (FlashMLA's get_mla_metadata, flashinfer's
+plan()): the KV split count is a host integer that fixes the grid, so it depends only on host-known
+sizes (SM count, T, H, batch and the page-table capacity), never on device lengths. One CUDA graph
+therefore replays at any prefix length up to the capacity.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import torch
+
+from kdengine import env
+
+# The seed's value. The default stays 64 for a backend until its automatic mode has been measured at
+# least as fast as 64 at every benchmarked size (perf_history/records/verify_kernel_cudagraph.txt);
+# then that backend's default becomes "auto".
+SEED_NSPLIT = 64
+DEFAULT_NSPLIT: dict[str, int | str] = {"triton": "auto", "cuda": SEED_NSPLIT}
+
+# A split shorter than this many KV tokens costs more in partial-result traffic and merge work than
+# it gains in parallelism.
+MIN_TOKENS_PER_SPLIT = 256
+# Waves of thread blocks to aim for: more than one keeps SMs busy while the slowest split finishes.
+TARGET_WAVES = 2
+MAX_NSPLIT = 1024
+
+
+@lru_cache(maxsize=8)
+def sm_count(device_index: int | None = None) -> int:
+    if not torch.cuda.is_available():
+        return 1
+    return torch.cuda.get_device_properties(device_index or 0).multi_processor_count
+
+
+def auto_nsplit(*, capacity: int, batch: int, row_tiles: int, num_sms: int) -> int:
+    """NSPLIT from the SM count and the host-known sizes.
+
+    capacity: KV tokens the page table can address (max_pages * page_size), the upper bound of
+    prefix_len + T; batch: sequences; row_tiles: blocks of query rows per (sequence, split).
+    """
+    blocks_per_split = max(1, batch * row_tiles)
+    want = math.ceil(TARGET_WAVES * num_sms / blocks_per_split)
+    most = max(1, capacity // MIN_TOKENS_PER_SPLIT)
+    return int(max(1, min(want, most, MAX_NSPLIT)))
+
+
+def check_nsplit(nsplit, name: str = "nsplit") -> int | str | None:
+    """Validate an nsplit value: None, 'auto', or an int >= 1 (bool rejected)."""
+    if nsplit is None:
+        return None
+    if isinstance(nsplit, str):
+        if nsplit.strip().lower() == "auto":
+            return "auto"
+        raise ValueError(f"{name}: expected None, 'auto' or an integer >= 1, got {nsplit!r}")
+    if isinstance(nsplit, bool) or not isinstance(nsplit, int):
+        raise ValueError(f"{name}: expected None, 'auto' or an integer >= 1, got {type(nsplit).__name__} {nsplit!r}")
+    if nsplit < 1:
+        raise ValueError(f"{name}: expected an integer >= 1, got {nsplit}")
+    return nsplit
+
+
+def resolve_nsplit(
+    nsplit, *, backend: str, capacity: int, batch: int, row_tiles: int, device: torch.device
+) -> int:
+    """The split count a call runs with: the argument, else KDENGINE_NSPLIT, else the backend default.
+
+    A forced value is used as given: kernels must (and do) handle splits that hold no tokens, since
+    the per-sequence lengths live on the device and vary across the batch.
+    """
+    choice = check_nsplit(nsplit)
+    if choice is None:
+        choice = env.nsplit_override()
+    if choice is None:
+        choice = DEFAULT_NSPLIT.get(backend, SEED_NSPLIT)
+    if choice == "auto":
+        sms = sm_count(device.index) if device.type == "cuda" else 4
+        choice = auto_nsplit(capacity=capacity, batch=batch, row_tiles=row_tiles, num_sms=sms)
+    return int(choice)
