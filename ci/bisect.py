@@ -1,0 +1,134 @@
+"""Find the commit that slowed one benchmark: measure the good commit's distribution, then drive
+`git bisect run` (in a temporary worktree, so the caller's checkout is untouched) with a step that builds,
+runs the benchmark --runs times and calls the commit bad when it is significantly worse than the good
+distribution (one-sided Mann-Whitney U) by at least the benchmark's threshold. Prints the culprit and how
+many benchmark runs it took.
+
+`python -m ci bisect --good SHA --bad SHA --benchmark NAME [--runs N] [--cmd CMD] [--build CMD]`
+--cmd is a shell command run in the checkout under test that prints the benchmark's value(s) (one float a
+line); by default it is `python -m kdengine bench run NAME --samples` style via asv (see README).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from ci import gate
+
+ROOT = Path(__file__).resolve().parents[1]
+FLOAT = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def default_cmd(benchmark: str) -> str:
+    """Run one asv benchmark of the checkout and print its samples (needs the sidecar JSONL)."""
+    return (f"{shlex.quote(sys.executable)} -m ci perf --no-record --results-dir .bisect-empty "
+            f"--bench-filter {shlex.quote(benchmark)} --json .bisect.json >/dev/null && "
+            f"{shlex.quote(sys.executable)} -c \"import json; d=json.load(open('.bisect.json'));"
+            f"[print(b['head']) for b in d['benchmarks']]\"")
+
+
+def measure(tree: Path, cmd: str, runs: int, build: str | None) -> list[float] | None:
+    """runs x cmd in tree -> every float printed; None when the build fails (bisect skips it)."""
+    env = {**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    if build and subprocess.run(build, shell=True, cwd=tree, env=env).returncode != 0:
+        return None
+    values: list[float] = []
+    for _ in range(runs):
+        proc = subprocess.run(cmd, shell=True, cwd=tree, env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            return None
+        values += [float(x) for x in FLOAT.findall(proc.stdout)]
+    return values
+
+
+def is_bad(good: list[float], values: list[float], direction: str, threshold: float, alpha: float) -> bool:
+    worse = gate.worse_fraction(statistics.median(good), statistics.median(values), direction)
+    p_worse, _, _ = gate.test_samples(good, values, direction)
+    return worse >= threshold and p_worse < alpha
+
+
+def step(state_path: Path) -> int:
+    """One `git bisect run` step: exit 0 good, 1 bad, 125 skip (build or run failed)."""
+    state = json.loads(state_path.read_text())
+    values = measure(Path.cwd(), state["cmd"], state["runs"], state["build"])
+    state["runs_done"] += state["runs"]
+    state_path.write_text(json.dumps(state))
+    if not values:
+        return 125
+    bad = is_bad(state["good"], values, state["direction"], state["threshold"], state["alpha"])
+    sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    print(f"[bisect] {sha}: median {statistics.median(values):.4g} vs good {statistics.median(state['good']):.4g}"
+          f" -> {'bad' if bad else 'good'}", flush=True)
+    return 1 if bad else 0
+
+
+def git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=check)
+
+
+def bisect(repo: Path, good: str, bad: str, benchmark: str, runs: int, cmd: str | None, build: str | None,
+           direction: str, threshold: float | None, alpha: float) -> dict:
+    config = gate.load_thresholds()
+    thr = threshold if threshold is not None else gate.threshold_for(benchmark, config)
+    cmd = cmd or default_cmd(benchmark)
+    with tempfile.TemporaryDirectory(prefix="kdengine-bisect-") as tmp_name:
+        tmp = Path(tmp_name)
+        tree = tmp / "tree"
+        git(repo, "worktree", "add", "--detach", str(tree), good)
+        try:
+            good_values = measure(tree, cmd, runs * 2, build)
+            if not good_values:
+                raise RuntimeError(f"--good: the benchmark did not run at {good} (cmd: {cmd})")
+            state_path = tmp / "state.json"
+            state_path.write_text(json.dumps({"good": good_values, "cmd": cmd, "runs": runs, "build": build,
+                                              "direction": direction, "threshold": thr, "alpha": alpha,
+                                              "runs_done": runs * 2}))
+            git(tree, "bisect", "start", bad, good)
+            step_cmd = [sys.executable, "-c", "import sys; from ci.bisect import step; "
+                        f"sys.exit(step(__import__('pathlib').Path({str(state_path)!r})))"]
+            env = {**os.environ, "PYTHONPATH": str(ROOT)}
+            proc = subprocess.run(["git", "bisect", "run", *step_cmd], cwd=tree, env=env,
+                                  capture_output=True, text=True)
+            print(proc.stdout[-4000:], end="")
+            found = re.search(r"([0-9a-f]{40}) is the first bad commit", proc.stdout)
+            git(tree, "bisect", "reset", check=False)
+            state = json.loads(state_path.read_text())
+        finally:
+            git(repo, "worktree", "remove", "--force", str(tree), check=False)
+    if not found:
+        raise RuntimeError(f"git bisect did not name a culprit: {proc.stdout[-400:]}{proc.stderr[-400:]}")
+    subject = git(repo, "log", "-1", "--format=%s", found.group(1)).stdout.strip()
+    return {"culprit": found.group(1), "subject": subject, "runs": state["runs_done"], "threshold": thr}
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("bisect", help="git bisect run over one benchmark between good and bad")
+    p.add_argument("--good", required=True)
+    p.add_argument("--bad", required=True)
+    p.add_argument("--benchmark", required=True, help="workload name (threshold lookup, default cmd)")
+    p.add_argument("--runs", type=int, default=5, help="benchmark runs per bisect step (default 5)")
+    p.add_argument("--cmd", default=None, help="shell command printing the benchmark value(s)")
+    p.add_argument("--build", default=None, help="shell command to build each checkout (e.g. kdengine build)")
+    p.add_argument("--direction", choices=("lower", "higher"), default="lower")
+    p.add_argument("--threshold", type=float, default=None, help="default: from ci/thresholds.toml")
+    p.add_argument("--alpha", type=float, default=0.01)
+    p.add_argument("--repo", default=".")
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    if args.runs < 1:
+        raise ValueError(f"--runs: expected >= 1, got {args.runs}")
+    out = bisect(Path(args.repo), args.good, args.bad, args.benchmark, args.runs, args.cmd, args.build,
+                 args.direction, args.threshold, args.alpha)
+    print(f"[bisect] culprit: {out['culprit']} {out['subject']}")
+    print(f"[bisect] benchmark runs: {out['runs']} (threshold {out['threshold']:.0%})")
+    return 0
