@@ -1,13 +1,92 @@
-"""Backend adapter for the CUDA C++ verify kernel in csrc/ (JIT-built on first use)."""
+"""Backend adapter for the CUDA C++ verify kernel in csrc/ (JIT-built on first use, see
+kdengine.ops.build), registered as the torch custom op `kdengine::verify_cuda` with a fake
+implementation so torch.compile and CUDA graphs see it.
+
+    run(q, kv_cache, page_table, prefix_len, mask_bits, *, sm_scale, nsplit, return_lse)
+      q [B, T, H, 576] bf16 -> out [B, T, H, 512] bf16, lse [B, T, H] fp32 (natural log) or None
+"""
 
 from __future__ import annotations
 
 import torch
 
+from kdengine.ops import build
+from kdengine.ops.schedule import resolve_nsplit
+
+DV = 512
+_REASON: dict[str, str | None] = {}
+
+
+def row_tiles(R: int) -> int:
+    """Query-row tiles per (sequence, split) for R = T * H rows (mirrors csrc row_tiles)."""
+    block_m = 16 if R <= 16 else (32 if R <= 32 else 64)
+    return -(-R // block_m)
+
 
 def available(device: torch.device) -> str | None:
-    return "the cuda backend is not built yet (csrc/ kernel pending); use backend='triton' or 'reference'"
+    """None when the kernel can run on `device`, else a one-line reason. Never raises; the build
+    outcome is cached per process."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return f"no CUDA device ({device.type} tensors)"
+    if not torch.cuda.is_available():
+        return "no CUDA device visible to torch"
+    if "build" not in _REASON:
+        try:
+            build.load_extension()
+            _REASON["build"] = None
+        except Exception as exc:  # noqa: BLE001 - any build failure becomes the reason
+            lines = str(exc).strip().splitlines()
+            _REASON["build"] = f"the CUDA extension did not build: {lines[0] if lines else type(exc).__name__}"
+    return _REASON["build"]
+
+
+def launch(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_scale, nsplit, scalar_loads=False):
+    """Run the kernels into caller-given out/lse (tests poison them first)."""
+    B, T, H, _ = q.shape
+    part_out = torch.empty(B, nsplit, T * H, DV, dtype=torch.float32, device=q.device)
+    part_lse = torch.empty(B, nsplit, T * H, dtype=torch.float32, device=q.device)
+    module = build.load_extension(scalar_loads=scalar_loads)
+    module.launch(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, part_out, part_lse, sm_scale, nsplit)
+
+
+@torch.library.custom_op("kdengine::verify_cuda", mutates_args=())
+def verify_cuda(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    page_table: torch.Tensor,
+    prefix_len: torch.Tensor,
+    mask_bits: torch.Tensor,
+    sm_scale: float,
+    nsplit: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    B, T, H, _ = q.shape
+    out = torch.empty(B, T, H, DV, dtype=q.dtype, device=q.device)
+    lse = torch.empty(B, T, H, dtype=torch.float32, device=q.device)
+    launch(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, sm_scale=sm_scale, nsplit=nsplit)
+    return out, lse
+
+
+@verify_cuda.register_fake
+def _verify_cuda_fake(q, kv_cache, page_table, prefix_len, mask_bits, sm_scale, nsplit):
+    B, T, H, _ = q.shape
+    return q.new_empty(B, T, H, DV), q.new_empty(B, T, H, dtype=torch.float32)
+
+
+def plan_nsplit(q, kv_cache, page_table, nsplit) -> int:
+    """The split count from host-known sizes only (graph safe)."""
+    B, T, H, _ = q.shape
+    return resolve_nsplit(
+        nsplit,
+        backend="cuda",
+        capacity=page_table.shape[1] * kv_cache.shape[1],
+        batch=B,
+        row_tiles=row_tiles(T * H),
+        device=q.device,
+    )
 
 
 def run(q, kv_cache, page_table, prefix_len, mask_bits, *, sm_scale, nsplit, return_lse):
-    raise RuntimeError(available(q.device))
+    splits = plan_nsplit(q, kv_cache, page_table, nsplit)
+    out, lse = verify_cuda(q, kv_cache, page_table, prefix_len, mask_bits, float(sm_scale), splits)
+    return out, (lse if return_lse else None)

@@ -1,0 +1,61 @@
+// pybind11 binding: torch tensors in, one launch of the split kernel and the merge on the current
+// stream. Shapes were validated in Python (kdengine.ops.validate); this file only checks what the
+// kernels need to be memory safe. The torch custom op is registered in kdengine/ops/cuda_backend.py.
+#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/extension.h>
+
+#include <cmath>
+#include <initializer_list>
+
+#include "verify_launch.h"
+
+namespace {
+
+template <typename T>
+T* ptr(const at::Tensor& t) {
+  return reinterpret_cast<T*>(t.data_ptr());
+}
+
+// out [B, T, H, 512] bf16, lse [B, T, H] fp32, part_out [B, nsplit, T*H, 512] fp32, part_lse [B, nsplit, T*H].
+void launch(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& page_table, const at::Tensor& prefix_len,
+            const at::Tensor& mask_bits, at::Tensor& out, at::Tensor& lse, at::Tensor& part_out, at::Tensor& part_lse,
+            double sm_scale, int64_t nsplit) {
+  for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&q, &kv, &page_table, &prefix_len, &mask_bits, &out, &lse, &part_out, &part_lse}) {
+    TORCH_CHECK(t->is_cuda() && t->is_contiguous(), "kdengine verify: every tensor must be contiguous on the GPU");
+  }
+  const int page_size = static_cast<int>(kv.size(1));
+  TORCH_CHECK(page_size > 0 && (page_size & (page_size - 1)) == 0, "page_size must be a power of two");
+  TORCH_CHECK(part_out.size(1) == nsplit && part_lse.size(1) == nsplit, "partials must hold nsplit splits");
+  const c10::cuda::CUDAGuard guard(q.device());
+  kdengine::VerifyParams p{};
+  p.q = ptr<const __nv_bfloat16>(q);
+  p.kv = ptr<const __nv_bfloat16>(kv);
+  p.page_table = ptr<const int>(page_table);
+  p.prefix_len = ptr<const int>(prefix_len);
+  p.mask_bits = ptr<const int>(mask_bits);
+  p.part_out = ptr<float>(part_out);
+  p.part_lse = ptr<float>(part_lse);
+  p.out = ptr<__nv_bfloat16>(out);
+  p.lse = ptr<float>(lse);
+  p.B = static_cast<int>(q.size(0));
+  p.T = static_cast<int>(q.size(1));
+  p.H = static_cast<int>(q.size(2));
+  p.R = p.T * p.H;
+  p.W = static_cast<int>(mask_bits.size(2));
+  p.page_size = page_size;
+  p.page_shift = __builtin_ctz(page_size);
+  p.max_pages = static_cast<int>(page_table.size(1));
+  p.nsplit = static_cast<int>(nsplit);
+  p.scale_log2 = static_cast<float>(sm_scale * 1.4426950408889634);
+  const cudaError_t err = kdengine::launch_verify(p, c10::cuda::getCurrentCUDAStream());
+  TORCH_CHECK(err == cudaSuccess, "kdengine verify launch failed: ", cudaGetErrorString(err));
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "kdengine MLA tree-verify attention (split-KV, mma.sync)";
+  m.def("launch", &launch, "split kernel + log-sum-exp merge into out/lse");
+  m.def("row_tiles", &kdengine::row_tiles, "query-row tiles per (sequence, split) for R = T * H rows");
+}

@@ -1,0 +1,32 @@
+// The torch-free launch entry point of the verify kernels (implemented in verify_kernel.cu).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+namespace kdengine {
+
+// Device pointers and sizes of one call (R = T * H query rows per sequence, W = ceil(T / 32)).
+struct VerifyParams {
+  const __nv_bfloat16* q;  // [B, R, 576]
+  const __nv_bfloat16* kv;  // [P, page_size, 576]
+  const int* page_table;  // [B, max_pages]
+  const int* prefix_len;  // [B], read on the device only
+  const int* mask_bits;  // [B, T, W]
+  float* part_out;  // [B, nsplit, R, 512] split partials, normalised
+  float* part_lse;  // [B, nsplit, R] natural log, -inf for an empty split
+  __nv_bfloat16* out;  // [B, R, 512]
+  float* lse;  // [B, R] natural log
+  int B, T, H, R, W;
+  int page_size, page_shift, max_pages, nsplit;
+  float scale_log2;  // sm_scale * log2(e)
+};
+
+// Query rows per block follow R = T * H: 16, 32 or 64 rows (1, 2 or 4 warp pairs).
+int row_groups(int R);
+int row_tiles(int R);
+
+// Split kernel then log-sum-exp merge, both on `stream`; fills p.out and p.lse.
+cudaError_t launch_verify(const VerifyParams& p, cudaStream_t stream);
+
+}  // namespace kdengine

@@ -1,0 +1,147 @@
+"""JIT build of the CUDA verify kernel (csrc/) through torch.utils.cpp_extension (ninja), cached
+under kdengine.env.cache_dir(), and the `kdengine build` subcommand that compiles it ahead of time.
+
+The nvcc flags live here and only here (`nvcc_flags`). `--arch all` targets sm_80, sm_90, sm_100,
+sm_120 plus PTX of the newest; `--arch native` only the local GPU (fast, for a runner). The arch list
+a `kdengine build` chose is remembered, so the JIT load on first use picks the same build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+from kdengine import env
+
+CSRC = Path(__file__).resolve().parents[2] / "csrc"
+SOURCES = ("verify_api.cpp", "verify_kernel.cu")
+HEADERS = ("verify_kernel.cuh", "verify_launch.h", "static_switch.h")
+ALL_ARCHS = ("80", "90", "100", "120")
+SCALAR_LOADS_MACRO = "KDENGINE_SCALAR_LOADS"
+
+
+# --- flags ------------------------------------------------------------------------------------------
+
+
+def native_arch() -> str:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("--arch native needs a CUDA device; none is visible")
+    major, minor = torch.cuda.get_device_capability()
+    return f"{major}{minor}"
+
+
+def resolve_archs(spec: str) -> tuple[str, ...]:
+    """'all' -> every target arch; 'native' -> the local GPU's; '90,120' -> those (validated)."""
+    spec = spec.strip().lower()
+    if spec == "all":
+        return ALL_ARCHS
+    if spec == "native":
+        return (native_arch(),)
+    archs = tuple(a.strip().removeprefix("sm_") for a in spec.split(",") if a.strip())
+    if not archs or not all(a.isdigit() and len(a) in (2, 3) for a in archs):
+        raise ValueError(f"arch: expected 'all', 'native' or a list like '90,120', got {spec!r}")
+    return archs
+
+
+def gencode_flags(archs: tuple[str, ...], ptx: bool = True) -> list[str]:
+    """SASS for every arch, plus PTX of the newest so later GPUs can JIT it."""
+    flags = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
+    if ptx:
+        newest = max(archs, key=int)
+        flags.append(f"-gencode=arch=compute_{newest},code=compute_{newest}")
+    return flags
+
+
+def nvcc_flags(archs: tuple[str, ...], *, scalar_loads: bool = False, ptx: bool = True) -> list[str]:
+    """Every nvcc flag of the kernel build (the one place they are written)."""
+    flags = ["-O3", "-std=c++17", "-lineinfo", "--expt-relaxed-constexpr", *gencode_flags(archs, ptx)]
+    if scalar_loads:
+        flags.append(f"-D{SCALAR_LOADS_MACRO}")
+    return flags
+
+
+def extension_name(archs: tuple[str, ...], scalar_loads: bool) -> str:
+    """A name per flag set and source content, so variants and edits never share a build dir."""
+    digest = hashlib.sha1(" ".join(nvcc_flags(archs, scalar_loads=scalar_loads)).encode())
+    for name in (*SOURCES, *HEADERS):
+        digest.update((CSRC / name).read_bytes())
+    variant = "scalar" if scalar_loads else "vec"
+    return f"kdengine_verify_{variant}_{digest.hexdigest()[:10]}"
+
+
+# --- build and load ---------------------------------------------------------------------------------
+
+_LOADED: dict[tuple, object] = {}
+
+
+def _arch_marker() -> Path:
+    return env.cache_dir() / "verify_arch.txt"
+
+
+def default_arch_spec() -> str:
+    """The arch list of the last `kdengine build` on this machine, else 'all'."""
+    marker = _arch_marker()
+    return marker.read_text().strip() if marker.exists() else "all"
+
+
+def missing_toolchain() -> str | None:
+    """None when nvcc and ninja are usable, else the reason."""
+    if shutil.which("nvcc") is None:
+        return "nvcc not found on PATH (install the CUDA toolkit or use backend='triton')"
+    try:
+        from torch.utils.cpp_extension import verify_ninja_availability
+
+        verify_ninja_availability()
+    except RuntimeError:
+        return "ninja not found (pip install ninja)"
+    return None
+
+
+def load_extension(arch: str | None = None, *, scalar_loads: bool = False, verbose: bool = False):
+    """Build (first time) and import the extension module; cached per process and on disk."""
+    archs = resolve_archs(arch or default_arch_spec())
+    key = (archs, scalar_loads)
+    if key in _LOADED:
+        return _LOADED[key]
+    reason = missing_toolchain()
+    if reason is not None:
+        raise RuntimeError(reason)
+    from torch.utils.cpp_extension import load
+
+    name = extension_name(archs, scalar_loads)
+    build_dir = env.cache_dir() / "build" / name
+    build_dir.mkdir(parents=True, exist_ok=True)
+    module = load(
+        name=name,
+        sources=[str(CSRC / s) for s in SOURCES],
+        extra_cflags=["-O3", "-std=c++17"],
+        extra_cuda_cflags=nvcc_flags(archs, scalar_loads=scalar_loads),
+        extra_include_paths=[str(CSRC)],
+        build_directory=str(build_dir),
+        verbose=verbose,
+    )
+    _LOADED[key] = module
+    return module
+
+
+# --- `kdengine build` -------------------------------------------------------------------------------
+
+
+def _run_build(args) -> int:
+    spec = ",".join(resolve_archs(args.arch)) if args.arch != "all" else "all"
+    load_extension(spec, scalar_loads=args.scalar_loads, verbose=args.verbose)
+    if not args.scalar_loads:
+        _arch_marker().write_text(spec)
+    print(f"built {extension_name(resolve_archs(spec), args.scalar_loads)} for sm_{', sm_'.join(resolve_archs(spec))}")
+    return 0
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser("build", help="compile the CUDA verify kernel ahead of time (JIT cache)")
+    parser.add_argument("--arch", default="all", help="'all' (sm_80,90,100,120 + PTX), 'native', or e.g. '90,120'")
+    parser.add_argument("--scalar-loads", action="store_true", help="the 4-byte KV load ablation build")
+    parser.add_argument("--verbose", action="store_true", help="show the ninja/nvcc output")
+    parser.set_defaults(func=_run_build)

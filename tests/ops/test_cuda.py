@@ -1,0 +1,197 @@
+"""The CUDA verify kernel (csrc/) against the fp32 reference, plus the CPU-side pieces: the
+availability reason, the nvcc flag assembly and the `kdengine build` parser.
+
+GPU tests (marked gpu) poison every output first, use fresh random inputs, and require relative L2
+error < 1e-2 on out and |lse - ref| < 1e-2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from kdengine.ops import build, cuda_backend
+from kdengine.ops.inputs import make_verify_inputs, rel_l2
+from kdengine.ops.mask import pack_tree_mask
+from kdengine.ops.reference import verify_attention_reference
+
+TOL = 1e-2
+
+# --- CPU: availability, flags, CLI ------------------------------------------------------------------
+
+
+def test_available_gives_a_reason_without_a_gpu():
+    reason = cuda_backend.available(torch.device("cpu"))
+    assert isinstance(reason, str) and "no CUDA device" in reason
+
+
+def test_available_never_raises_when_the_build_fails(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(build, "load_extension", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("nvcc not found\nmore")))
+    monkeypatch.setattr(cuda_backend, "_REASON", {})
+    assert cuda_backend.available(torch.device("cuda", 0)) == "the CUDA extension did not build: nvcc not found"
+
+
+def test_missing_nvcc_is_reported(monkeypatch):
+    monkeypatch.setattr(build.shutil, "which", lambda name: None)
+    assert "nvcc not found" in build.missing_toolchain()
+
+
+def test_resolve_archs():
+    assert build.resolve_archs("all") == ("80", "90", "100", "120")
+    assert build.resolve_archs("sm_90, 120") == ("90", "120")
+    with pytest.raises(ValueError, match="arch"):
+        build.resolve_archs("hopper")
+
+
+def test_gencode_flags_cover_every_arch_plus_ptx():
+    flags = build.nvcc_flags(build.resolve_archs("all"))
+    for arch in ("80", "90", "100", "120"):
+        assert f"-gencode=arch=compute_{arch},code=sm_{arch}" in flags
+    assert "-gencode=arch=compute_120,code=compute_120" in flags
+    assert not any("SCALAR" in f for f in flags)
+    assert "-DKDENGINE_SCALAR_LOADS" in build.nvcc_flags(("90",), scalar_loads=True)
+    assert build.gencode_flags(("90",), ptx=False) == ["-gencode=arch=compute_90,code=sm_90"]
+
+
+def test_extension_names_differ_per_variant():
+    names = {build.extension_name(a, s) for a in (("90",), build.ALL_ARCHS) for s in (False, True)}
+    assert len(names) == 4
+
+
+def test_row_tiles_follow_block_rows():
+    assert [cuda_backend.row_tiles(r) for r in (1, 16, 17, 32, 33, 64, 65, 128, 4080)] == [1, 1, 1, 1, 1, 1, 2, 2, 64]
+
+
+def test_build_subcommand_is_registered():
+    from kdengine.cli import build_parser
+
+    args = build_parser().parse_args(["build", "--arch", "native", "--scalar-loads"])
+    assert args.arch == "native" and args.scalar_loads and callable(args.func)
+
+
+# --- GPU: correctness against the reference ----------------------------------------------------------
+
+
+@dataclass
+class TestParam:
+    __test__ = False
+    T: int  # tree tokens
+    prefix: int | list[int]  # committed tokens (one per sequence when a list)
+    H: int = 8  # heads on this rank
+    B: int = 1  # sequences
+    nsplit: int | str | None = None  # None: the backend default
+    page_size: int = 64
+    chain: bool = False  # a chain (causal) mask instead of a random tree
+
+
+CONTRACT = [TestParam(T, ctx - T) for ctx in (4096, 16384, 65536) for T in (16, 64)]
+ODD = [
+    TestParam(1, 0),
+    TestParam(1, 1000, H=16),
+    TestParam(17, 1, H=1),
+    TestParam(255, 63, H=1),
+    TestParam(16, 65, H=16),
+    TestParam(33, 100, page_size=16, chain=True),
+    TestParam(16, [5000, 1, 777], B=3),
+    TestParam(64, [0, 300, 4000], B=3, H=16),
+    TestParam(16, 100, nsplit=256),  # most splits empty
+    TestParam(17, 3000, nsplit=1),
+    TestParam(16, 3000, nsplit=7, page_size=256),
+    TestParam(16, 3000, nsplit="auto"),
+]
+
+
+def _problem(tp: TestParam, seed: int = 0):
+    return make_verify_inputs(
+        B=tp.B, T=tp.T, H=tp.H, prefix=tp.prefix, page_size=tp.page_size, chain=tp.chain, seed=seed, device="cuda"
+    )
+
+
+def _run_poisoned(inp, nsplit, *, scalar_loads: bool = False):
+    B, T, H, _ = inp.q.shape
+    bits = pack_tree_mask(inp.tree_mask)
+    splits = cuda_backend.plan_nsplit(inp.q, inp.kv_cache, inp.page_table, nsplit)
+    out = torch.full((B, T, H, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
+    lse = torch.full((B, T, H), float("nan"), dtype=torch.float32, device="cuda")
+    cuda_backend.launch(inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, bits, out, lse,
+                        sm_scale=inp.sm_scale, nsplit=splits, scalar_loads=scalar_loads)
+    return out, lse
+
+
+def _check(inp, out, lse):
+    ref_out, ref_lse = verify_attention_reference(
+        inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, pack_tree_mask(inp.tree_mask),
+        sm_scale=inp.sm_scale, return_lse=True,
+    )
+    assert torch.isfinite(out.float()).all() and torch.isfinite(lse).all(), "poisoned output left unwritten"
+    err = rel_l2(out, ref_out)
+    assert err < TOL, f"rel L2 {err:.3g}"
+    assert (lse - ref_lse).abs().max().item() < TOL
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tp", CONTRACT + ODD, ids=lambda tp: f"T{tp.T}-p{tp.prefix}-H{tp.H}-B{tp.B}-s{tp.nsplit}")
+def test_cuda_matches_reference(tp):
+    inp = _problem(tp)
+    out, lse = _run_poisoned(inp, tp.nsplit)
+    _check(inp, out, lse)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("nsplit", [16, 32, 64, 128, 256])
+def test_nsplit_variants_agree(nsplit):
+    inp = _problem(TestParam(16, 2000), seed=nsplit)
+    out, lse = _run_poisoned(inp, nsplit)
+    _check(inp, out, lse)
+
+
+@pytest.mark.gpu
+def test_through_verify_attention_and_env_override(monkeypatch):
+    from kdengine.ops.verify import verify_attention
+
+    monkeypatch.setenv("KDENGINE_NSPLIT", "5")
+    inp = _problem(TestParam(16, [900, 40], B=2), seed=3)
+    out, lse = verify_attention(*inp.args(), sm_scale=inp.sm_scale, backend="cuda", return_lse=True)
+    _check(inp, out, lse)
+
+
+@pytest.mark.gpu
+def test_cuda_graph_replays_at_three_prefix_lengths():
+    T, H, capacity = 16, 8, 5000
+    inp = make_verify_inputs(B=2, T=T, H=H, prefix=capacity, seed=7, device="cuda")
+    bits = pack_tree_mask(inp.tree_mask)
+    prefix_len = inp.prefix_len.clone()
+    run = lambda: cuda_backend.run(inp.q, inp.kv_cache, inp.page_table, prefix_len, bits,
+                                   sm_scale=inp.sm_scale, nsplit=None, return_lse=True)
+    run()  # build + warm up outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, lse = run()
+    for lengths in ([capacity, 3], [1234, 4097], [0, capacity - 64]):
+        prefix_len.copy_(torch.tensor(lengths, dtype=torch.int32))
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        graph.replay()
+        inp.prefix_len = prefix_len
+        _check(inp, out, lse)
+
+
+@pytest.mark.gpu
+def test_scalar_load_build_matches_reference():
+    inp = _problem(TestParam(16, 3000), seed=11)
+    out, lse = _run_poisoned(inp, 64, scalar_loads=True)
+    _check(inp, out, lse)
+
+
+@pytest.mark.gpu
+def test_custom_op_fake_shapes():
+    inp = _problem(TestParam(17, 100, H=2), seed=5)
+    with torch._subclasses.fake_tensor.FakeTensorMode() as mode:
+        args = [mode.from_tensor(t) for t in (inp.q, inp.kv_cache, inp.page_table, inp.prefix_len)]
+        bits = mode.from_tensor(pack_tree_mask(inp.tree_mask))
+        out, lse = torch.ops.kdengine.verify_cuda(*args, bits, 0.1, 4)
+    assert out.shape == (1, 17, 2, 512) and lse.shape == (1, 17, 2) and lse.dtype == torch.float32

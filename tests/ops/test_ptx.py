@@ -1,0 +1,68 @@
+"""CI check that needs no GPU: compile the kernel translation unit to PTX for sm_120 and sm_90 and
+assert that the KV tiles move in 128-bit pieces (16-byte cp.async) and that Q*K^T / P*V run on
+tensor cores (mma.sync). The same checker is shown to fail on the scalar-load ablation build."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from functools import cache
+
+import pytest
+
+from kdengine.ops import build
+
+pytestmark = pytest.mark.nvcc
+
+CP_ASYNC = re.compile(r"cp\.async\.(?:ca|cg)\.shared\.global(?:\.\S+)?\s+\[[^\]]+\],\s*\[[^\]]+\],\s*(\d+)")
+LD_V4 = re.compile(r"ld\.global(?:\.\w+)*\.(?:v4\.(?:b32|u32|f32|s32)|v2\.(?:b64|u64))")
+MMA = re.compile(r"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.bf16\.bf16\.f32")
+
+
+@cache
+def compile_ptx(arch: str, scalar_loads: bool = False) -> str:
+    """PTX of csrc/verify_kernel.cu (torch-free) for one arch."""
+    cmd = ["nvcc", "-ptx", "-std=c++17", "-O3", f"-arch=sm_{arch}", "-o", "-", str(build.CSRC / "verify_kernel.cu")]
+    if scalar_loads:
+        cmd.insert(1, f"-D{build.SCALAR_LOADS_MACRO}")
+    return subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=120).stdout
+
+
+def split_kernel_bodies(ptx: str) -> str:
+    """The PTX of the attention (split) kernel entries only: the merge kernel reads fp32 partials
+    and would otherwise count as a wide load."""
+    entries = re.split(r"(?=\.visible \.entry)", ptx)
+    return "\n".join(e for e in entries if e.startswith(".visible .entry") and "verify_split_kernel" in e.split("(")[0])
+
+
+def check_vector_loads(ptx: str) -> list[str]:
+    """Problems found in the split kernels (empty when their tile loads are all 128-bit and they use
+    mma.sync)."""
+    ptx = split_kernel_bodies(ptx)
+    if not ptx:
+        return ["no verify_split_kernel entry in the PTX"]
+    problems = []
+    widths = [int(w) for w in CP_ASYNC.findall(ptx)]
+    wide = sum(w == 16 for w in widths) + len(LD_V4.findall(ptx))
+    if wide == 0:
+        problems.append("no 128-bit global loads (cp.async 16 bytes or ld.global.v4)")
+    narrow = [w for w in widths if w != 16]
+    if narrow:
+        problems.append(f"{len(narrow)} cp.async copies narrower than 16 bytes (widths {sorted(set(narrow))})")
+    if not MMA.search(ptx):
+        problems.append("no mma.sync m16n8k16 bf16 instruction")
+    return problems
+
+
+@pytest.mark.parametrize("arch", ["120", "90"])
+def test_kv_loads_are_128_bit_and_use_mma(arch):
+    ptx = compile_ptx(arch)
+    assert check_vector_loads(ptx) == []
+    assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ptx
+    assert "wgmma" not in ptx and "cp.async.bulk" not in ptx  # portable to sm_120
+
+
+def test_checker_rejects_the_scalar_load_build():
+    problems = check_vector_loads(compile_ptx("120", scalar_loads=True))
+    assert any("no 128-bit" in p for p in problems)
+    assert any("narrower than 16 bytes" in p for p in problems)
