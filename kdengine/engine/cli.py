@@ -1,0 +1,105 @@
+"""`kdengine decode`: measure speculative decoding tok/s on a synthetic context and print tok/s, mean
+accepted length, step time and the per-phase breakdown (rich table, progress bar); --json writes the
+same numbers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+HELP = """Speculative decode benchmark: DFlash-style drafter, DDTree tree of `budget` nodes, target verify
+(MLA via verify_attention + MoE) over a synthetic context whose KV pages are filled with random latent
+rows (no prefill forward). tok/s counts accepted + bonus tokens per second for the --layers layers
+actually run (default 8 for kimi-k2-tp8-rank, 3 for tiny); it is never extrapolated to the full
+61-layer model. With random weights the acceptance is replayed (--acceptance replay, seeded, mean
+--mean-accept tokens per step, full verify cost paid); the policy is printed with every result."""
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("decode", help="speculative decode tok/s at a context length", description=HELP)
+    p.add_argument("--config", default="kimi-k2-tp8-rank", help="model config: kimi-k2-tp8-rank or tiny")
+    p.add_argument("--layers", type=int, default=None, help="layers to run and report (config default: 8 / 3)")
+    p.add_argument("--context", type=int, default=65536, help="synthetic committed context per sequence")
+    p.add_argument("--budget", type=int, default=63, help="draft tree nodes besides the root (T = budget+1)")
+    p.add_argument("--backend", default="auto", help="verify backend: auto, cuda, triton, triton_extend, reference")
+    p.add_argument("--steps", type=int, default=64, help="timed decode steps")
+    p.add_argument("--warmup-steps", type=int, default=4)
+    p.add_argument("--device", default="auto", help="auto (cuda if available), cuda or cpu")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--acceptance", default="replay", choices=("replay", "greedy"))
+    p.add_argument("--mean-accept", type=float, default=5.0, help="replay: mean tokens per step")
+    p.add_argument("--no-cuda-graphs", action="store_true", help="run verify and drafter eagerly")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--json", type=Path, default=None, help="also write the result as JSON here")
+    p.set_defaults(func=run)
+
+
+def settings_from(args):
+    from kdengine.engine.generate import DecodeSettings
+
+    return DecodeSettings(
+        config=args.config, layers=args.layers, context=args.context, budget=args.budget, backend=args.backend,
+        steps=args.steps, warmup_steps=args.warmup_steps, device=args.device, seed=args.seed,
+        acceptance=args.acceptance, mean_accept=args.mean_accept, cuda_graphs=not args.no_cuda_graphs,
+        batch=args.batch,
+    )
+
+
+def run(args) -> int:
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from kdengine.engine.generate import run_decode
+
+    settings = settings_from(args)
+    console = Console()
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task("decode steps", total=settings.warmup_steps + settings.steps)
+        result = run_decode(settings, progress=lambda step, total: bar.update(task, completed=step, total=total))
+    print_result(console, result)
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result.to_dict(), indent=2, default=str))
+        console.print(f"wrote {args.json}")
+    return 0
+
+
+def print_result(console, r) -> None:
+    from rich.table import Table
+
+    d = r.to_dict()
+    s = r.settings
+    head = Table(title=f"kdengine decode: {s.config}, {r.layers} layers run (tok/s for these layers only)")
+    head.add_column("metric")
+    head.add_column("value", justify="right")
+    for key, value in (
+        ("tok/s", f"{r.tok_per_s:.1f}"),
+        ("mean accepted length (tokens/step)", f"{r.mean_accept:.2f}"),
+        ("mean step time (ms)", f"{d['mean_step_ms']:.3f}"),
+        ("acceptance policy", r.policy),
+        ("context / budget (T)", f"{s.context} / {s.budget} ({s.budget + 1})"),
+        ("verify backend", r.backend),
+        ("device / cuda graphs", f"{r.device} / {r.cuda_graphs_used}"),
+        ("MoE expert path", r.expert_impl),
+        ("MoE imbalance (max/mean)", f"{r.moe_imbalance:.2f}"),
+    ):
+        head.add_row(key, value)
+    console.print(head)
+    phases = Table(title="phase breakdown (mean ms per step)")
+    phases.add_column("phase")
+    phases.add_column("ms", justify="right")
+    phases.add_column("% of step", justify="right")
+    step_ms = max(d["mean_step_ms"], 1e-12)
+    for name, ms in r.phase_ms.items():
+        phases.add_row(name, f"{ms:.3f}", f"{100 * ms / step_ms:.1f}")
+    console.print(phases)
+    for note in r.notes:
+        console.print(f"note: {note}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="kdengine")
+    add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["decode", *(argv or [])])
+    return args.func(args)

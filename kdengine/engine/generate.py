@@ -1,0 +1,359 @@
+"""The decode loop: prefill, then per step draft -> tree -> mask -> verify -> accept -> commit, as small
+functions over an Engine; plain greedy decoding (the lossless oracle); run_decode(), the measured
+benchmark entry point. The engine knows nothing about tokenization.
+
+run_decode sets up a synthetic long context quickly: the KV pages (and the drafter's context cache)
+are filled with random latent rows directly, with no prefill forward over the context. tok/s counts
+accepted + bonus tokens over the timed steps for the layers actually run (never extrapolated).
+
+Letters: B batch, T = budget + 1 tree tokens, L drafter block, K top-k per position.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from kdengine.engine.accept import ReplayPolicy, accept_greedy, accept_replay, accepted_tokens
+from kdengine.engine.config import ModelConfig
+from kdengine.engine.drafter import DraftCache, Drafter, append_context, draft_block
+from kdengine.engine.kv_cache import PagedKVCache
+from kdengine.engine.model import Step, Transformer, torch_dtype
+from kdengine.engine.profiler import Profiler
+from kdengine.engine.tree import DraftTree, build_masks, build_tree_device
+from kdengine.engine.weights import materialize
+from kdengine.ops.mask import pack_tree_mask
+from kdengine.ops.verify import select_backend
+
+PREFILL_CHUNK = 128
+
+
+@dataclass
+class Engine:
+    cfg: ModelConfig
+    model: Transformer
+    drafter: Drafter
+    cache: PagedKVCache
+    dcache: DraftCache
+    backend: str
+    root: torch.Tensor  # [B] int64: the last accepted token, not yet in the KV cache
+    host_len: list[int]  # committed tokens per sequence, host mirror of cache.lengths
+    group: object = None  # torch.distributed process group for TP (None: one process)
+    draft_fn: Callable | None = None  # override of the drafter (tests): engine -> (log_probs, ids)
+    verify_fn: Callable | None = None  # set by graphs.py: (tokens, positions, mask_bits) -> outputs
+    draft_graph: Callable | None = None  # set by graphs.py: engine -> (log_probs, ids)
+
+
+def setup_engine(cfg: ModelConfig, device, batch: int, max_tokens: int, backend: str = "auto", seed: int = 0, group=None) -> Engine:
+    """Random weights on `device`, a KV pool for batch sequences of up to max_tokens, drafter cache."""
+    device = torch.device(device)
+    model = materialize(Transformer, cfg, device, seed)
+    drafter = materialize(Drafter, cfg, device, seed + 1)
+    pages = -(-max_tokens // cfg.page_size)
+    cache = PagedKVCache(cfg.n_layers, batch * pages + 1, cfg.page_size, batch, pages, device)
+    dcache = DraftCache(cfg, batch, max_tokens + cfg.draft_block, device, torch_dtype(cfg.dtype))
+    root = torch.zeros(batch, dtype=torch.int64, device=device)
+    return Engine(cfg, model, drafter, cache, dcache, select_backend(backend, device), root, [0] * batch, group)
+
+
+# ---------------------------------------------------------------------------- context
+
+
+def forward(engine: Engine, tokens, positions, mask_bits, timer=None):
+    """Target forward of tokens [B, T] at the cache's current lengths -> (greedy [B, T], features, load)."""
+    step = Step(engine.cfg, engine.cache, mask_bits, engine.backend, engine.group)
+    greedy, feats = engine.model(tokens, positions, step, timer)
+    return greedy, feats, step.expert_load
+
+
+def chain_bits(B: int, T: int, device) -> torch.Tensor:
+    return pack_tree_mask(torch.ones(T, T, dtype=torch.bool, device=device).tril().expand(B, T, T).contiguous())
+
+
+def reserve(engine: Engine, extra: int) -> None:
+    for b, n in enumerate(engine.host_len):
+        engine.cache.ensure_capacity(b, n + extra)
+
+
+def advance(engine: Engine, counts: list[int]) -> None:
+    engine.host_len = [n + c for n, c in zip(engine.host_len, counts, strict=True)]
+
+
+@torch.no_grad()
+def prefill(engine: Engine, prompt: torch.Tensor) -> torch.Tensor:
+    """Run prompt [B, N] through the target in chunks (causal), commit its KV and drafter context;
+    the target's next token becomes the root. Returns the root [B]."""
+    B, N = prompt.shape
+    dev = engine.cache.pool.device
+    for s in range(0, N, PREFILL_CHUNK):
+        chunk = prompt[:, s : s + PREFILL_CHUNK].to(dev)
+        T = chunk.shape[1]
+        reserve(engine, T)
+        positions = engine.cache.lengths[:, None].long() + torch.arange(T, device=dev)
+        greedy, feats, _ = forward(engine, chunk, positions, chain_bits(B, T, dev))
+        count = torch.full((B,), T, dtype=torch.int64, device=dev)
+        append_context(engine.drafter, engine.dcache, feats, count)
+        engine.cache.lengths += T
+        advance(engine, [T] * B)
+    engine.root = greedy[:, -1].clone()
+    return engine.root
+
+
+def fill_synthetic_context(engine: Engine, context: int, seed: int) -> None:
+    """Random latent KV rows and drafter context for `context` tokens per sequence (no forward)."""
+    gen = torch.Generator(device=engine.cache.pool.device).manual_seed(seed)
+    for b in range(len(engine.host_len)):
+        engine.cache.fill_random(b, context, gen)
+    engine.dcache.fill_random(context, gen)
+    engine.host_len = [context] * len(engine.host_len)
+    engine.root = torch.randint(0, engine.cfg.vocab_size, engine.root.shape, generator=gen, device=engine.root.device)
+
+
+# ---------------------------------------------------------------------------- one step
+
+
+def draft(engine: Engine):
+    """Top-K log-probs and ids per block position, [B, L, K] each."""
+    if engine.draft_fn is not None:
+        return engine.draft_fn(engine)
+    if engine.draft_graph is not None:
+        return engine.draft_graph(engine)
+    return draft_block(engine.drafter, engine.dcache, engine.root)
+
+
+def make_tree(engine: Engine, log_probs, ids, budget: int) -> DraftTree:
+    return build_tree_device(log_probs, ids, budget, root_token=engine.root, with_mask=False)
+
+
+def make_mask(tree: DraftTree) -> torch.Tensor:
+    """Packed ancestor mask [B, T, W] of the tree (also stored on tree.mask)."""
+    tree.mask = build_masks(tree.parents)
+    return pack_tree_mask(tree.mask)
+
+
+def verify(engine: Engine, tree: DraftTree, mask_bits, timer=None):
+    """Write tree KV into the pages and run the target over the T tree tokens."""
+    positions = engine.cache.lengths[:, None].long() + tree.depths
+    if engine.verify_fn is not None:
+        return engine.verify_fn(tree.tokens, positions, mask_bits)
+    return forward(engine, tree.tokens, positions, mask_bits, timer)
+
+
+def accept(engine: Engine, tree: DraftTree, target, policy):
+    """(path, count, bonus) by the policy: None = greedy tree walk, else a ReplayPolicy."""
+    if policy is None:
+        return accept_greedy(tree.tokens, tree.parents, target, engine.cfg.draft_block)
+    return accept_replay(target, policy.draw(target.shape[0]), tree.size)
+
+
+def commit(engine: Engine, path, count, bonus, features, counts_host: list[int]) -> None:
+    """Keep the accepted KV rows (compacted after the prefix), extend the drafter context, new root."""
+    engine.cache.compact(path, count)
+    feats = features.gather(1, path[:, :, None].expand(-1, -1, features.shape[-1]))
+    append_context(engine.drafter, engine.dcache, feats, count)
+    engine.root = bonus
+    advance(engine, counts_host)
+
+
+@torch.no_grad()
+def speculative_step(engine: Engine, budget: int, policy=None, prof: Profiler | None = None):
+    """One step; returns (path, count, bonus, tree tokens, tokens per sequence on the host)."""
+    prof = prof or Profiler(engine.cache.pool.device, enabled=False)
+    reserve(engine, budget + 1)
+    with prof.phase("draft"):
+        log_probs, ids = draft(engine)
+    with prof.phase("tree"):
+        tree = make_tree(engine, log_probs, ids, budget)
+    with prof.phase("mask"):
+        bits = make_mask(tree)
+    with prof.phase("verify"):
+        target, feats, load = verify(engine, tree, bits, prof.timer if prof.enabled else None)
+    with prof.phase("accept/commit"):
+        path, count, bonus = accept(engine, tree, target, policy)
+        counts_host = count.tolist() if policy is None else [min(int(c), tree.size) for c in count.tolist()]
+        commit(engine, path, count, bonus, feats, counts_host)
+    prof.end_step(load)
+    return path, count, bonus, tree.tokens, counts_host
+
+
+def generate_speculative(engine: Engine, n_tokens: int, budget: int) -> list[list[int]]:
+    """Greedy speculative decoding (lossless): at least n_tokens per sequence, first = the root."""
+    out = [[t] for t in engine.root.tolist()]
+    while min(len(o) for o in out) < n_tokens:
+        path, count, bonus, tokens, _ = speculative_step(engine, budget)
+        for o, new in zip(out, accepted_tokens(tokens, path, count, bonus), strict=True):
+            o.extend(new)
+    return [o[:n_tokens] for o in out]
+
+
+@torch.no_grad()
+def generate_plain(engine: Engine, n_tokens: int) -> list[list[int]]:
+    """Plain greedy decoding, one token per target forward: the lossless reference."""
+    B, dev = engine.root.shape[0], engine.root.device
+    out = [[t] for t in engine.root.tolist()]
+    bits = chain_bits(B, 1, dev)
+    for _ in range(n_tokens - 1):
+        reserve(engine, 1)
+        greedy, _, _ = forward(engine, engine.root[:, None], engine.cache.lengths[:, None].long(), bits)
+        engine.cache.lengths += 1
+        advance(engine, [1] * B)
+        engine.root = greedy[:, 0]
+        for o, t in zip(out, engine.root.tolist(), strict=True):
+            o.append(t)
+    return out
+
+
+# ---------------------------------------------------------------------------- the benchmark entry point
+
+
+@dataclass
+class DecodeSettings:
+    config: str = "kimi-k2-tp8-rank"
+    layers: int | None = None  # None: the config's default (8 for kimi-k2-tp8-rank)
+    context: int = 65536
+    budget: int = 63
+    backend: str = "auto"
+    steps: int = 64
+    warmup_steps: int = 4
+    device: str = "auto"  # auto = cuda when available, else cpu
+    seed: int = 0
+    acceptance: str = "replay"  # replay | greedy
+    mean_accept: float = 5.0  # replay: mean tokens per step (accepted + bonus)
+    cuda_graphs: bool = True
+    batch: int = 1
+
+
+@dataclass
+class DecodeResult:
+    settings: DecodeSettings
+    tok_per_s: float
+    step_times_s: list[float]
+    tokens_per_step: list[int]
+    mean_accept: float
+    phase_ms: dict[str, float]
+    moe_load: list[float]
+    moe_imbalance: float
+    policy: str
+    layers: int
+    backend: str
+    device: str = ""
+    cuda_graphs_used: bool = False
+    expert_impl: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["mean_step_ms"] = 1e3 * sum(self.step_times_s) / max(len(self.step_times_s), 1)
+        return d
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def check_settings(s: DecodeSettings) -> None:
+    if s.acceptance not in ("replay", "greedy"):
+        raise ValueError(f"acceptance: expected 'replay' or 'greedy', got {s.acceptance!r}")
+    for name in ("context", "steps", "batch", "budget"):
+        if getattr(s, name) < 1:
+            raise ValueError(f"{name}: expected >= 1, got {getattr(s, name)}")
+    if s.warmup_steps < 0:
+        raise ValueError(f"warmup_steps: expected >= 0, got {s.warmup_steps}")
+
+
+def build_engine(s: DecodeSettings):
+    """Config, engine with a synthetic context, and the acceptance policy for run_decode."""
+    from kdengine.engine.graphs import choose_expert_impl
+
+    check_settings(s)
+    overrides = {} if s.layers is None else {"n_layers": s.layers}
+    cfg = ModelConfig.from_name(s.config, **overrides)
+    device = resolve_device(s.device)
+    T = s.budget + 1
+    total_steps = s.warmup_steps + 2 * s.steps + 2
+    engine = setup_engine(cfg, device, s.batch, s.context + total_steps * T + cfg.draft_block, s.backend, s.seed)
+    engine.model.set_expert_impl(choose_expert_impl(cfg, device))
+    fill_synthetic_context(engine, s.context, s.seed)
+    policy = ReplayPolicy(s.mean_accept, s.seed, cfg.draft_block + 1) if s.acceptance == "replay" else None
+    return engine, policy
+
+
+def timed_steps(engine: Engine, s: DecodeSettings, policy, prof: Profiler, n: int, progress=None, offset: int = 0):
+    """n steps; per-step wall times (CUDA events or perf_counter) and tokens per step."""
+    cuda = engine.cache.pool.device.type == "cuda"
+    marks, tokens = [], []
+    for i in range(n):
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+        else:
+            start = time.perf_counter()
+        counts = speculative_step(engine, s.budget, policy, prof)[4]
+        if cuda:
+            end.record()
+        else:
+            end = time.perf_counter()
+        marks.append((start, end))
+        tokens.extend(counts)
+        if progress is not None:
+            progress(offset + i + 1, s.warmup_steps + s.steps)
+    if cuda:
+        torch.cuda.synchronize()
+    times = [(a.elapsed_time(b) / 1e3) if cuda else (b - a) for a, b in marks]
+    return times, tokens
+
+
+def run_decode(s: DecodeSettings, progress=None) -> DecodeResult:
+    """Measure speculative decoding on a synthetic context (see the module docstring)."""
+    from kdengine.engine.graphs import capture_engine
+
+    engine, policy = build_engine(s)
+    notes = [f"synthetic context: {s.context} tokens of random latent KV rows written directly (no prefill forward)"]
+    graphs = capture_engine(engine, s, notes) if s.cuda_graphs else False
+    warm = Profiler(engine.cache.pool.device, enabled=False)
+    timed_steps(engine, s, policy, warm, s.warmup_steps, progress)
+    prof = Profiler(engine.cache.pool.device)
+    times, tokens = timed_steps(engine, s, policy, prof, s.steps, progress, s.warmup_steps)
+    phases = prof.phase_ms()
+    if graphs:
+        phases = split_graph_phases(engine, s, policy, phases)
+        notes.append("verify split (attention/moe/other) measured on eager steps after the timed graph steps")
+    B = s.batch
+    return DecodeResult(
+        settings=s,
+        tok_per_s=sum(tokens) / max(sum(times), 1e-12),
+        step_times_s=times,
+        tokens_per_step=[sum(tokens[i : i + B]) for i in range(0, len(tokens), B)],
+        mean_accept=sum(tokens) / max(len(tokens), 1),
+        phase_ms=phases,
+        moe_load=prof.moe_load(),
+        moe_imbalance=prof.moe_imbalance(),
+        policy=policy.name if policy is not None else "greedy",
+        layers=engine.cfg.n_layers,
+        backend=engine.backend,
+        device=str(engine.cache.pool.device),
+        cuda_graphs_used=bool(graphs),
+        expert_impl=engine.model.layers[-1].mlp.impl if engine.cfg.n_layers > engine.cfg.first_dense else "",
+        notes=notes,
+    )
+
+
+def split_graph_phases(engine: Engine, s: DecodeSettings, policy, graph_phases: dict[str, float]) -> dict[str, float]:
+    """Graph steps time verify as one replay; run a few eager steps with the profiler to split it
+    into attention / MoE / other, scaled to the graph replay's verify time."""
+    from kdengine.engine.graphs import release_graphs
+
+    release_graphs(engine)
+    eager = Profiler(engine.cache.pool.device)
+    timed_steps(engine, s, policy, eager, min(4, s.steps))
+    e = eager.phase_ms()
+    out = dict(graph_phases)
+    share = graph_phases["verify"] / e["verify"] if e["verify"] > 0 else 0.0
+    for k in ("verify-attention", "verify-moe", "other"):
+        out[k] = e[k] * share
+    return out

@@ -1,0 +1,89 @@
+"""Per-phase step timing and the MoE expert-load histogram.
+
+Phases (ms per step): draft, tree, mask, verify (the whole target forward), verify-attention (the
+verify_attention calls), verify-moe (router + experts + shared expert), other (verify minus those
+two: projections, norms, embedding, LM head) and accept/commit. On CUDA each phase is a pair of CUDA
+events resolved once at summary() (no host sync per step); on the CPU, perf_counter. A phase that
+occurs several times in a step (once per layer) is summed. Expert load: tokens routed to each local
+expert per step, summed over MoE layers; imbalance = max / mean per step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import torch
+
+PHASES = ("draft", "tree", "mask", "verify", "verify-attention", "verify-moe", "other", "accept/commit")
+
+
+class Profiler:
+    def __init__(self, device, enabled: bool = True):
+        self.cuda = torch.device(device).type == "cuda"
+        self.enabled = enabled
+        self.steps: list[list[tuple[str, object, object]]] = []
+        self.loads: list[torch.Tensor] = []
+        self.current: list = []
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        if not self.enabled:
+            yield
+            return
+        if self.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            yield
+            end.record()
+        else:
+            start = time.perf_counter()
+            yield
+            end = time.perf_counter()
+        self.current.append((name, start, end))
+
+    def timer(self, name: str):
+        """The callable the model takes to time its inner phases."""
+        return self.phase(name)
+
+    def end_step(self, expert_load: torch.Tensor | None = None) -> None:
+        if self.enabled:
+            self.steps.append(self.current)
+            if expert_load is not None:
+                self.loads.append(expert_load.detach().clone())
+        self.current = []
+
+    def reset(self) -> None:
+        self.steps, self.loads, self.current = [], [], []
+
+    # ------------------------------------------------------------------ results
+
+    def elapsed_ms(self, start, end) -> float:
+        return start.elapsed_time(end) if self.cuda else (end - start) * 1e3
+
+    def phase_ms(self) -> dict[str, float]:
+        """Mean ms per step of each phase (0.0 for a phase never entered)."""
+        if self.cuda:
+            torch.cuda.synchronize()
+        totals = dict.fromkeys(PHASES, 0.0)
+        for step in self.steps:
+            for name, start, end in step:
+                totals[name] = totals.get(name, 0.0) + self.elapsed_ms(start, end)
+        n = max(len(self.steps), 1)
+        means = {k: v / n for k, v in totals.items()}
+        means["other"] = max(means["verify"] - means["verify-attention"] - means["verify-moe"], 0.0)
+        return means
+
+    def moe_load(self) -> list[float]:
+        """Mean tokens per local expert per step."""
+        if not self.loads:
+            return []
+        return torch.stack(self.loads).float().mean(0).tolist()
+
+    def moe_imbalance(self) -> float:
+        """Mean over steps of max/mean expert load (1.0 = perfectly balanced; 0 without MoE)."""
+        if not self.loads:
+            return 0.0
+        loads = torch.stack(self.loads).float()
+        ratio = loads.max(1).values / loads.mean(1).clamp_min(1e-9)
+        return float(ratio.mean())
