@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import sys
 from pathlib import Path
 
 from kdengine import env
@@ -145,3 +146,17 @@ def add_parser(sub) -> None:
     parser.add_argument("--scalar-loads", action="store_true", help="the 4-byte KV load ablation build")
     parser.add_argument("--verbose", action="store_true", help="show the ninja/nvcc output")
     parser.set_defaults(func=_run_build)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m kdengine.ops.build` == `kdengine build` (no other CLI modules imported)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m kdengine.ops.build")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["build", *(sys.argv[1:] if argv is None else argv)])
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
