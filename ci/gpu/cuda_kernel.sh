@@ -42,6 +42,12 @@ if want test; then
   $PY -m pytest -q -m gpu tests/ops -p no:cacheprovider --durations=10 2>&1 | tee "$OUT/pytest_gpu.log" || status=1
 fi
 
+if want bench; then
+  step bench
+  $PY -m kdengine.ops.bench_kernel measure --out "$OUT/verify_kernel.json" 2>&1 | tee "$OUT/bench.log" || status=1
+  $PY -m kdengine.ops.bench_kernel render "$OUT/verify_kernel.json" --out "$OUT/verify_kernel_cudagraph.txt" > /dev/null
+fi
+
 if want sanitize; then
   step sanitize
   compute-sanitizer --tool memcheck --error-exitcode 9 $PY -m kdengine.ops.bench_kernel once --B 3 --T 17 --prefix 130 \
@@ -50,15 +56,9 @@ if want sanitize; then
     2>&1 | tail -20 | tee "$OUT/racecheck.log" || status=1
 fi
 
-if want bench; then
-  step bench
-  $PY -m kdengine.ops.bench_kernel measure --out "$OUT/verify_kernel.json" 2>&1 | tee "$OUT/bench.log" || status=1
-  $PY -m kdengine.ops.bench_kernel render "$OUT/verify_kernel.json" --out "$OUT/verify_kernel_cudagraph.txt" > /dev/null
-fi
-
 if want ncu; then
   step ncu
-  timeout 240 ncu --clock-control none -k regex:verify_split --launch-count 1 --section SpeedOfLight \
+  timeout 120 ncu --clock-control none -k regex:verify_split --launch-count 1 --section SpeedOfLight \
     --section Occupancy --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
     $PY -m kdengine.ops.bench_kernel once --T 16 --prefix 65520 --nsplit 64 2>&1 | tee "$OUT/ncu.txt" || true
 fi
