@@ -26,7 +26,7 @@ from ci.history import DataError, Point, Run
 
 THRESHOLDS_FILE = Path(__file__).with_name("thresholds.toml")
 DEFAULTS = {"threshold": 0.05, "alpha": 0.01, "pool": 5, "window": 300, "sparkline": 20, "min_samples": 5}
-Z_ONE_SIDED_95 = 1.6449
+Z_MARGIN = 2.3263  # one-sided 99%: a true change at the threshold is caught 99% of the time
 MEDIAN_SE = 1.2533 * 1.4826  # standard error of a median from the MAD, for normal-ish noise
 
 
@@ -42,6 +42,7 @@ class Verdict:
     change: float | None = None  # relative change head vs base (signed, raw)
     worse: float | None = None  # relative change in the bad direction (> 0 = worse)
     p_value: float | None = None
+    baseline: float | None = None  # pooled median of the base segment (base + earlier runs, same step)
     threshold: float = 0.05
     reason: str = ""
     history: list[float] = field(default_factory=list)
@@ -89,7 +90,7 @@ def test_samples(base: list[float], head: list[float], direction: str) -> tuple[
     p_worse = float(stats.mannwhitneyu(head, base, alternative=worse_alt).pvalue)
     p_better = float(stats.mannwhitneyu(head, base, alternative=better_alt).pvalue)
     ref = abs(statistics.median(base)) or 1.0
-    margin = Z_ONE_SIDED_95 * math.hypot(mad_se(base), mad_se(head)) / ref
+    margin = Z_MARGIN * math.hypot(mad_se(base), mad_se(head)) / ref
     return p_worse, p_better, margin
 
 
@@ -103,7 +104,7 @@ def test_history(values: list[float], worse: float) -> tuple[float, float, float
     if spread == 0:
         return (0.0, 1.0, 0.0) if worse > 0 else ((1.0, 0.0, 0.0) if worse < 0 else (1.0, 1.0, 0.0))
     z = worse / (spread * math.sqrt(1 + 1 / len(values)))
-    return float(stats.norm.sf(z)), float(stats.norm.cdf(z)), Z_ONE_SIDED_95 * spread
+    return float(stats.norm.sf(z)), float(stats.norm.cdf(z)), Z_MARGIN * spread
 
 
 def change_points(values: list[float], alpha: float) -> list[int]:
@@ -162,6 +163,8 @@ def judge(name: str, machine: str, base_run: Run, head_pt: Point, hist: list[Run
     base_samples = [s for p in pooled for s in (p.samples or [])]
     if head_pt.samples and len(head_pt.samples) >= d["min_samples"] and len(base_samples) >= d["min_samples"]:
         p_worse, p_better, margin = test_samples(base_samples, head_pt.samples, head_pt.direction)
+        v.baseline = statistics.median(base_samples)  # the base segment's pooled median decides
+        worse = v.worse = worse_fraction(v.baseline, statistics.median(head_pt.samples), head_pt.direction)
     else:
         seg = [p.value for p in pooled] if len(pooled) >= 3 else series[-int(d["pool"]) * 4:]
         got = test_history(seg, worse)

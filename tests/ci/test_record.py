@@ -1,0 +1,103 @@
+"""record: two clones of one bare repository record at once and both land; a truncated result file is named
+and nothing is written; records/*.txt are regenerated from the results."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import asvdata  # noqa: E402
+
+from ci import history, record  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def sh(*args, cwd):
+    return subprocess.run(args, cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+
+def make_results(tmp: Path, name: str, commit: str, seed: int) -> Path:
+    rng = np.random.default_rng(seed)
+    out = tmp / name
+    asvdata.write_benchmarks(out)
+    vals = {f"verify/{b}/ctx{c}/T16": list(1e-4 * c / 4096 * (1 + 0.01 * rng.standard_normal(20)))
+            for b in ("triton", "triton_extend") for c in (4096, 16384, 65536)}
+    asvdata.write_run(out, f"gpu-{name}", commit, 1_700_000_000_000 + seed, vals)
+    return out
+
+
+@pytest.fixture
+def bare_and_clones(tmp_path):
+    bare = tmp_path / "origin.git"
+    sh("git", "init", "-q", "--bare", "-b", "main", str(bare), cwd=tmp_path)
+    seed = tmp_path / "seed"
+    sh("git", "clone", "-q", str(bare), str(seed), cwd=tmp_path)
+    for repo in (seed,):
+        sh("git", "config", "user.email", "ci@example.invalid", cwd=repo)
+        sh("git", "config", "user.name", "ci", cwd=repo)
+    (seed / "perf_history").mkdir()
+    (seed / "perf_history" / "README.md").write_text("results\n")
+    sh("git", "add", ".", cwd=seed)
+    sh("git", "commit", "-q", "-m", "init", cwd=seed)
+    sh("git", "push", "-q", "origin", "main", cwd=seed)
+    clones = []
+    for name in ("a", "b"):
+        c = tmp_path / f"clone-{name}"
+        sh("git", "clone", "-q", str(bare), str(c), cwd=tmp_path)
+        sh("git", "config", "user.email", f"{name}@example.invalid", cwd=c)
+        sh("git", "config", "user.name", name, cwd=c)
+        clones.append(c)
+    return bare, clones
+
+
+def test_two_runners_record_at_once_both_land(tmp_path, bare_and_clones):
+    bare, clones = bare_and_clones
+    procs = []
+    for i, (clone, name) in enumerate(zip(clones, ("a", "b"), strict=True)):
+        src = make_results(tmp_path, name, name * 40, i)
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "ci", "record", "--from", str(src), "--results-dir",
+             str(clone / "perf_history"), "--repo", str(clone), "--push", "--branch", "main"],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    check = tmp_path / "check"
+    sh("git", "clone", "-q", str(bare), str(check), cwd=tmp_path)
+    files = sh("git", "ls-files", cwd=check)
+    assert f"perf_history/gpu-a/{'a' * 8}-existing-py.json" in files
+    assert f"perf_history/gpu-b/{'b' * 8}-existing-py.json" in files
+    log = sh("git", "log", "--format=%s", cwd=check)
+    assert log.count("[skip perf]") == 2
+    text = (check / "perf_history" / "records" / record.RECORD_FILE).read_text()
+    assert "## gpu-a" in text and "## gpu-b" in text  # regenerated with both runs after the rebase
+    assert "force" not in " ".join(outs)
+
+
+def test_truncated_file_is_named_and_nothing_written(tmp_path):
+    src = make_results(tmp_path, "a", "7" * 40, 7)
+    dest = tmp_path / "perf_history"
+    (dest / "gpu-a").mkdir(parents=True)
+    existing = dest / "gpu-a" / "machine.json"
+    existing.write_text("old")
+    bad = src / "gpu-a" / f"{'7' * 8}-existing-py.json"
+    bad.write_text(bad.read_text()[:100])
+    with pytest.raises(history.DataError, match=bad.name):
+        record.record(src, dest, None, False, "origin", "main")
+    assert sorted(p.name for p in dest.rglob("*")) == ["gpu-a", "machine.json"]
+    assert existing.read_text() == "old"
+
+
+def test_records_text_from_results(tmp_path):
+    src = make_results(tmp_path, "a", "9" * 40, 9)
+    out = record.record(src, tmp_path / "ph", None, False, "origin", "main")
+    text = (tmp_path / "ph" / "records" / record.RECORD_FILE).read_text()
+    assert any(p.endswith(record.RECORD_FILE) for p in out["written"])
+    lines = [ln for ln in text.splitlines() if "triton " in ln or "triton_extend" in ln]
+    assert len(lines) == 6 and all("x" in ln for ln in lines)  # speedup column filled
+    assert " 4k " in text and "64k" in text and "NVIDIA H200" in text and "9" * 12 in text
