@@ -29,7 +29,7 @@ def accept_greedy(tree_tokens: torch.Tensor, parents: torch.Tensor, target: torc
     cur = torch.zeros(B, dtype=torch.int64, device=dev)
     alive = torch.ones(B, dtype=torch.bool, device=dev)
     count = torch.ones(B, dtype=torch.int64, device=dev)
-    for depth in range(1, max_depth + 1):
+    for depth in range(1, min(max_depth, T - 1) + 1):
         want = target.gather(1, cur[:, None])  # [B, 1]
         match = (parents == cur[:, None]) & (tree_tokens == want) & alive[:, None]
         found = match.any(-1)

@@ -1,0 +1,86 @@
+"""DDTree: budget, order, the most probable prefixes (vs brute force), ancestor masks, host == device."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from kdengine.engine.tree import build_tree, build_tree_device
+from kdengine.ops.mask import is_ancestor_closed
+
+
+def random_draft(L: int, K: int, seed: int, B: int | None = None):
+    gen = torch.Generator().manual_seed(seed)
+    shape = (L, K, 50) if B is None else (B, L, K, 50)
+    logits = torch.randn(shape[:-2] + (50,), generator=gen) * 2
+    top = torch.topk(torch.log_softmax(logits, -1), K, dim=-1)
+    return top.values, top.indices
+
+
+def brute_force(lp: torch.Tensor, budget: int) -> list[float]:
+    """Scores of the `budget` best prefixes over every choice sequence."""
+    L, K = lp.shape
+    scores = []
+    for d in range(1, L + 1):
+        for choice in itertools.product(range(K), repeat=d):
+            scores.append(sum(float(lp[i, k]) for i, k in enumerate(choice)))
+    return sorted(scores, reverse=True)[:budget]
+
+
+def prefix_score(tree, lp, ids, node: int) -> float:
+    score = 0.0
+    while node > 0:
+        pos = int(tree.depths[node]) - 1
+        k = int((ids[pos] == tree.tokens[node]).nonzero()[0, 0])
+        score += float(lp[pos, k])
+        node = int(tree.parents[node])
+    return score
+
+
+@pytest.mark.parametrize("L,K,budget,seed", [(4, 3, 20, 0), (3, 4, 30, 1), (5, 2, 25, 2), (4, 3, 1, 3)])
+def test_tree_is_the_best_prefixes(L, K, budget, seed):
+    lp, ids = random_draft(L, K, seed)
+    tree = build_tree(lp, ids, budget, root_token=7)
+    assert tree.size == budget + 1 and int(tree.tokens[0]) == 7 and int(tree.parents[0]) == -1
+    assert all(int(tree.parents[i]) < i for i in range(1, tree.size)), "a parent follows its child"
+    assert all(int(tree.depths[i]) == int(tree.depths[tree.parents[i]]) + 1 for i in range(1, tree.size))
+    got = sorted((prefix_score(tree, lp, ids, i) for i in range(1, tree.size)), reverse=True)
+    assert got == pytest.approx(brute_force(lp, budget), abs=1e-9)
+    assert bool(is_ancestor_closed(tree.mask[None]).all())
+
+
+@pytest.mark.parametrize("L,K,budget", [(16, 8, 63), (16, 4, 15), (6, 3, 40)])
+def test_device_tree_equals_host_tree(L, K, budget):
+    lp, ids = random_draft(L, K, seed=budget, B=3)
+    root = torch.tensor([1, 2, 3])
+    dev = build_tree_device(lp, ids, budget, root_token=root)
+    assert dev.tokens.shape == (3, budget + 1) and dev.mask.shape == (3, budget + 1, budget + 1)
+    for b in range(3):
+        host = build_tree(lp[b], ids[b], budget, root_token=int(root[b]))
+        assert torch.equal(dev.tokens[b], host.tokens)
+        assert torch.equal(dev.parents[b], host.parents)
+        assert torch.equal(dev.depths[b], host.depths)
+        assert torch.equal(dev.mask[b], host.mask)
+
+
+def test_mask_rows_are_root_paths():
+    lp, ids = random_draft(5, 3, seed=9)
+    tree = build_tree(lp, ids, 30)
+    for i in range(tree.size):
+        ancestors, node = {i}, i
+        while node > 0:
+            node = int(tree.parents[node])
+            ancestors.add(node)
+        assert set(tree.mask[i].nonzero()[:, 0].tolist()) == ancestors
+
+
+def test_bad_inputs_raise():
+    lp, ids = random_draft(3, 2, seed=0)
+    with pytest.raises(ValueError, match="budget"):
+        build_tree(lp, ids, 0)
+    with pytest.raises(ValueError, match="top_log_probs"):
+        build_tree(lp, ids[:, :1], 4)
+    with pytest.raises(ValueError, match="budget"):
+        build_tree_device(lp, ids, 15)  # only 2 + 4 + 8 = 14 prefixes exist
