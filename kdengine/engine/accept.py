@@ -74,11 +74,19 @@ class ReplayPolicy:
         return (1 + self.rng.binomial(n, (self.mean - 1) / n, size=batch)).tolist() if n else [1] * batch
 
 
+def to_device(values: list[int], device) -> torch.Tensor:
+    """int64 tensor on `device` without a host sync (pinned, non-blocking copy on CUDA)."""
+    t = torch.tensor(values, dtype=torch.int64)
+    if torch.device(device).type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
 def accept_replay(target: torch.Tensor, counts: list[int], T: int):
     """Keep tree slots 0..count-1 of each sequence; bonus = the target's token after slot count-1."""
     B = target.shape[0]
     dev = target.device
-    count = torch.tensor([min(c, T) for c in counts], dtype=torch.int64).to(dev)
+    count = to_device([min(c, T) for c in counts], dev)
     path = torch.arange(T, device=dev).repeat(B, 1)
     bonus = target.gather(1, (count - 1)[:, None])[:, 0]
     return path, count, bonus

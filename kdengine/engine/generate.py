@@ -54,7 +54,8 @@ def setup_engine(cfg: ModelConfig, device, batch: int, max_tokens: int, backend:
     drafter = materialize(Drafter, cfg, device, seed + 1)
     pages = -(-max_tokens // cfg.page_size)
     cache = PagedKVCache(cfg.n_layers, batch * pages + 1, cfg.page_size, batch, pages, device)
-    dcache = DraftCache(cfg, batch, max_tokens + cfg.draft_block, device, torch_dtype(cfg.dtype))
+    capacity = -(-(max_tokens + cfg.draft_block) // 64) * 64  # aligned rows suit the fused SDPA kernels
+    dcache = DraftCache(cfg, batch, capacity, device, torch_dtype(cfg.dtype))
     root = torch.zeros(batch, dtype=torch.int64, device=device)
     return Engine(cfg, model, drafter, cache, dcache, select_backend(backend, device), root, [0] * batch, group)
 
@@ -143,10 +144,13 @@ def verify(engine: Engine, tree: DraftTree, mask_bits, timer=None):
 
 
 def accept(engine: Engine, tree: DraftTree, target, policy):
-    """(path, count, bonus) by the policy: None = greedy tree walk, else a ReplayPolicy."""
+    """(path, count, bonus, counts on the host) by the policy: None = greedy tree walk (one host
+    sync for the counts), else a ReplayPolicy (counts known on the host: no sync)."""
     if policy is None:
-        return accept_greedy(tree.tokens, tree.parents, target, engine.cfg.draft_block)
-    return accept_replay(target, policy.draw(target.shape[0]), tree.size)
+        path, count, bonus = accept_greedy(tree.tokens, tree.parents, target, engine.cfg.draft_block)
+        return path, count, bonus, count.tolist()
+    counts = [min(c, tree.size) for c in policy.draw(target.shape[0])]
+    return (*accept_replay(target, counts, tree.size), counts)
 
 
 def commit(engine: Engine, path, count, bonus, features, counts_host: list[int]) -> None:
@@ -172,8 +176,7 @@ def speculative_step(engine: Engine, budget: int, policy=None, prof: Profiler | 
     with prof.phase("verify"):
         target, feats, load = verify(engine, tree, bits, prof.timer if prof.enabled else None)
     with prof.phase("accept/commit"):
-        path, count, bonus = accept(engine, tree, target, policy)
-        counts_host = count.tolist() if policy is None else [min(int(c), tree.size) for c in count.tolist()]
+        path, count, bonus, counts_host = accept(engine, tree, target, policy)
         commit(engine, path, count, bonus, feats, counts_host)
     prof.end_step(load)
     return path, count, bonus, tree.tokens, counts_host

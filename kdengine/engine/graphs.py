@@ -97,8 +97,13 @@ def capture_engine(engine, settings, notes: list[str]) -> bool:
     reserve(engine, max(T, engine.cfg.draft_block))  # warm-up runs write tree rows past the lengths
     tokens = torch.zeros(B, T, dtype=torch.int64, device=dev)
     positions = engine.cache.lengths[:, None].long() + torch.arange(T, device=dev)
-    verify = CapturedFn(lambda t, p, m: forward(engine, t, p, m), [tokens, positions, chain_bits(B, T, dev)])
-    drafter = CapturedFn(lambda r: draft_block(engine.drafter, engine.dcache, r), [engine.root])
+    try:
+        verify = CapturedFn(lambda t, p, m: forward(engine, t, p, m), [tokens, positions, chain_bits(B, T, dev)])
+        drafter = CapturedFn(lambda r: draft_block(engine.drafter, engine.dcache, r), [engine.root])
+    except RuntimeError as exc:  # a backend or op that cannot be captured: measure eagerly, say so
+        notes.append(f"cuda graphs: capture failed, running eagerly ({str(exc).splitlines()[0][:200]})")
+        torch.cuda.synchronize()
+        return False
     engine.verify_fn = verify
     engine.draft_graph = lambda e: drafter(e.root)
     notes.append(f"cuda graphs: verify (T={T}, B={B}) and drafter captured once, replayed at every context length")

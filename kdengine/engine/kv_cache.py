@@ -37,8 +37,15 @@ class PagedKVCache:
         new, self.free = self.free[:n], self.free[n:]
         start = len(self.pages[b])
         self.pages[b].extend(new)
-        self.page_table[b, start : start + n] = torch.tensor(new, dtype=torch.int32).to(self.page_table.device)
+        self.set_pages(b, start, new)
         return new
+
+    def set_pages(self, b: int, start: int, ids: list[int]) -> None:
+        """page_table[b, start:start+len(ids)] = ids; pinned non-blocking copy on CUDA (no host sync)."""
+        t = torch.tensor(ids, dtype=torch.int32)
+        if self.page_table.is_cuda:
+            t = t.pin_memory().to(self.page_table.device, non_blocking=True)
+        self.page_table[b, start : start + len(ids)] = t
 
     def ensure_capacity(self, b: int, n_tokens: int) -> None:
         """Make sequence b hold at least n_tokens slots."""
@@ -126,7 +133,7 @@ class PagedKVCache:
         owned = set(new)
         self.free = sorted((set(self.free) | set(old)) - owned)
         self.pages[b] = new
-        self.page_table[b, : len(new)] = torch.tensor(new, dtype=torch.int32, device=dev)
+        self.set_pages(b, 0, new)
         return True
 
     def is_contiguous(self, b: int) -> bool:

@@ -22,8 +22,8 @@ INDEX = "model.safetensors.index.json"
 def materialize(module_cls, cfg: ModelConfig, device, seed: int = 0) -> nn.Module:
     """Build module_cls(cfg) without a CPU init, on `device` in cfg.dtype, randomly initialized."""
     with torch.device("meta"):
-        module = module_cls(cfg)
-    module = module.to_empty(device=device).to(torch_dtype(cfg.dtype))
+        module = module_cls(cfg).to(torch_dtype(cfg.dtype))  # free on meta: no fp32 copy on the device
+    module = module.to_empty(device=device)
     init_random(module, seed)
     return module.eval().requires_grad_(False)
 
