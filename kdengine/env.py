@@ -7,6 +7,11 @@ Variables:
                        (default ~/.cache/kdengine).
   KDENGINE_BACKEND     default backend for `verify_attention(backend="auto")` callers that want to
                        pin one (e.g. `triton`), mostly for A/B runs of the engine.
+  KDENGINE_SAMPLES_OUT path of a JSONL file the benchmarks append one record per measured workload
+                       to (per-sample values for perf_history/samples/); unset = not written.
+  ASV_COMMIT           set by asv for the benchmarks it runs (the commit being measured); read-only.
+  KDENGINE_BENCH_SAMPLES  positive integer: samples per workload in kdengine.bench (overrides the
+                       workload default; the GPU timer still takes at least its minimum).
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from pathlib import Path
 NSPLIT_VAR = "KDENGINE_NSPLIT"
 CACHE_DIR_VAR = "KDENGINE_CACHE_DIR"
 BACKEND_VAR = "KDENGINE_BACKEND"
+SAMPLES_OUT_VAR = "KDENGINE_SAMPLES_OUT"
+BENCH_SAMPLES_VAR = "KDENGINE_BENCH_SAMPLES"
 
 
 def nsplit_override() -> int | str | None:
@@ -56,3 +63,29 @@ def backend_override() -> str | None:
 def triton_interpret() -> bool:
     """True when Triton runs in its CPU interpreter (TRITON_INTERPRET=1)."""
     return os.environ.get("TRITON_INTERPRET", "") == "1"
+
+
+def samples_out() -> Path | None:
+    """The KDENGINE_SAMPLES_OUT path (JSONL of per-workload samples), or None when unset."""
+    raw = os.environ.get(SAMPLES_OUT_VAR, "").strip()
+    return Path(raw).expanduser() if raw else None
+
+
+def bench_samples() -> int | None:
+    """The KDENGINE_BENCH_SAMPLES value: None (unset) or a positive int; ValueError otherwise."""
+    raw = os.environ.get(BENCH_SAMPLES_VAR, "").strip()
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{BENCH_SAMPLES_VAR}: expected a positive integer, got {raw!r}") from None
+    if value < 1:
+        raise ValueError(f"{BENCH_SAMPLES_VAR}: expected an integer >= 1, got {value}")
+    return value
+
+
+def asv_commit() -> str | None:
+    """The commit asv is benchmarking (ASV_COMMIT, set by asv in benchmark processes), or None."""
+    raw = os.environ.get("ASV_COMMIT", "").strip()
+    return raw or None

@@ -1,10 +1,15 @@
 """The environment fingerprint recorded with every result: software versions, the GPU and its state,
 and the commit. History only compares results whose comparable fields agree.
+
+Clocks and throttle reasons come from nvidia-ml-py (`pynvml`) when importable, else from
+`nvidia-smi --query-gpu`; `throttled(start, end)` says whether a run must not serve as a baseline.
+`machine_name()` names the perf_history machine: `gpu-<gpu name>-sm<cc>` or `cpu-<arch>`.
 """
 
 from __future__ import annotations
 
 import platform
+import re
 import subprocess
 from pathlib import Path
 
@@ -46,7 +51,31 @@ def gpu() -> dict:
         "sm_count": props.multi_processor_count,
         "capability": f"sm_{props.major}{props.minor}",
         "memory_gib": round(props.total_memory / 2**30, 1),
+        "l2_mib": round(getattr(props, "L2_cache_size", 0) / 2**20, 1),
+        "driver": driver_version(),
     }
+
+
+def driver_version() -> str | None:
+    """The NVIDIA driver version (nvml, else nvidia-smi), None when neither answers."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            version = pynvml.nvmlSystemGetDriverVersion()
+        finally:
+            pynvml.nvmlShutdown()
+        return version.decode() if isinstance(version, bytes) else str(version)
+    except Exception:
+        try:
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True, text=True, timeout=20, check=True,
+            ).stdout.strip()
+            return out.splitlines()[0].strip() if out else None
+        except (OSError, subprocess.SubprocessError):
+            return None
 
 
 def commit() -> dict:
@@ -58,3 +87,123 @@ def commit() -> dict:
 def collect() -> dict:
     """A flat dict: software, GPU identity, commit. (Clocks and throttling are added by the timer.)"""
     return {**software(), **gpu(), **commit()}
+
+
+# --- machine name ---------------------------------------------------------------------------------
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def machine_name(info: dict | None = None) -> str:
+    """`gpu-nvidia-h200-sm90` on a GPU, `cpu-x86_64` without one (from `info` = gpu() if given)."""
+    info = gpu() if info is None else info
+    if info.get("sm_count", 0) and info.get("gpu", "cpu") != "cpu":
+        cc = str(info.get("capability", "")).replace("sm_", "")
+        return f"gpu-{_slug(info['gpu'])}-sm{cc}"
+    arch = re.sub(r"[^A-Za-z0-9_]+", "-", platform.machine() or "unknown")
+    return f"cpu-{arch}"
+
+
+# --- clocks and throttle reasons ------------------------------------------------------------------
+
+# Throttle reason bits (NVML) that do not make a measurement suspect: GPU idle, application clocks.
+BENIGN_REASONS = 0x1 | 0x2
+REASON_NAMES = {
+    0x1: "gpu_idle", 0x2: "app_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x10: "sync_boost",
+    0x20: "sw_thermal", 0x40: "hw_thermal", 0x80: "hw_power_brake", 0x100: "display_clocks",
+}
+CLOCK_CHANGE_LIMIT = 0.05  # an SM clock change larger than this fraction marks the run throttled
+
+
+def reason_names(mask: int) -> list[str]:
+    return [name for bit, name in REASON_NAMES.items() if mask & bit] + (
+        [f"0x{mask & ~sum(REASON_NAMES):x}"] if mask & ~sum(REASON_NAMES) else []
+    )
+
+
+def _nvml_clocks(index: int) -> dict:
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        read_reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        mask = int(read_reasons(handle))
+        return {
+            "sm_mhz": int(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)),
+            "mem_mhz": int(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM)),
+            "temp_c": int(pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU)),
+            "power_w": round(pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0, 1),
+            "throttle_mask": mask,
+            "throttle_reasons": reason_names(mask),
+            "source": "nvml",
+        }
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def parse_smi_line(line: str) -> dict:
+    """One `nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw,<reasons>` csv line."""
+    fields = [f.strip() for f in line.split(",")]
+    if len(fields) != 5:
+        raise ValueError(f"nvidia-smi line: expected 5 fields, got {len(fields)} in {line!r}")
+
+    def number(text: str):
+        try:
+            return float(text)
+        except ValueError:
+            return None
+
+    mask = int(fields[4], 16) if fields[4].lower().startswith("0x") else 0
+    sm, mem, temp, power = (number(f) for f in fields[:4])
+    return {
+        "sm_mhz": None if sm is None else int(sm),
+        "mem_mhz": None if mem is None else int(mem),
+        "temp_c": None if temp is None else int(temp),
+        "power_w": power,
+        "throttle_mask": mask,
+        "throttle_reasons": reason_names(mask),
+        "source": "nvidia-smi",
+    }
+
+
+def _smi_clocks(index: int) -> dict:
+    for reasons in ("clocks_event_reasons.active", "clocks_throttle_reasons.active"):
+        query = f"clocks.sm,clocks.mem,temperature.gpu,power.draw,{reasons}"
+        try:
+            out = subprocess.run(
+                ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits", f"--id={index}"],
+                capture_output=True, text=True, timeout=20, check=True,
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if out:
+            return parse_smi_line(out.splitlines()[0])
+    return {"source": "unavailable"}
+
+
+def clocks(index: int | None = None) -> dict:
+    """SM/memory clocks, temperature, power and throttle reasons of GPU `index` ({} without a GPU)."""
+    if not torch.cuda.is_available():
+        return {}
+    index = torch.cuda.current_device() if index is None else index
+    try:
+        return _nvml_clocks(index)
+    except Exception:  # pynvml missing, or NVML not usable in this container
+        return _smi_clocks(index)
+
+
+def throttled(start: dict, end: dict) -> bool:
+    """True when the SM clock moved more than CLOCK_CHANGE_LIMIT, or a non-benign throttle reason
+    was active at the start or the end."""
+    if not start and not end:
+        return False
+    for state in (start, end):
+        if int(state.get("throttle_mask", 0)) & ~BENIGN_REASONS:
+            return True
+    a, b = start.get("sm_mhz"), end.get("sm_mhz")
+    if a and b:
+        return abs(b - a) / max(a, b) > CLOCK_CHANGE_LIMIT
+    return False

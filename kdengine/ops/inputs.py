@@ -68,11 +68,16 @@ def make_verify_inputs(
     for b, n in enumerate(pages_per_seq):
         page_table[b, :n] = order[start : start + n].to(torch.int32)
         start += n
-    q = torch.randn(B, T, H, D_QK, generator=gen).to(torch.bfloat16)
-    kv = torch.randn(total_pages, page_size, D_QK, generator=gen).to(torch.bfloat16)
+    dev = torch.device(device)
+    if dev.type == "cpu":
+        q = torch.randn(B, T, H, D_QK, generator=gen).to(torch.bfloat16)
+        kv = torch.randn(total_pages, page_size, D_QK, generator=gen).to(torch.bfloat16)
+    else:  # fast path: draw q and the (large) KV pool on the device itself (other values than on the CPU)
+        dgen = torch.Generator(device=dev).manual_seed(seed)
+        q = torch.randn(B, T, H, D_QK, generator=dgen, device=dev).to(torch.bfloat16)
+        kv = torch.randn(total_pages, page_size, D_QK, generator=dgen, device=dev).to(torch.bfloat16)
     parents = torch.stack([random_parents(T, gen, chain) for _ in range(B)])
     tree = torch.stack([chain_mask(T) if chain else mask_from_parents(p) for p in parents])
-    dev = torch.device(device)
     return VerifyInputs(
         q=q.to(dev),
         kv_cache=kv.to(dev),

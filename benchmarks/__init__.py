@@ -1,0 +1,1 @@
+"""asv benchmark suites of kdengine (thin: the measuring lives in kdengine.bench)."""

@@ -1,0 +1,55 @@
+"""asv: engine decode throughput. track_tok_per_s is tok/s, HIGHER IS BETTER (direction "higher");
+mean accepted length and the verify phase's share of a step are tracked beside it for context."""
+
+from __future__ import annotations
+
+from benchmarks import common
+from kdengine.bench import workloads as W
+
+
+class Decode:
+    """GPU: decode/<backend>/ctx<N> (kimi-k2-tp8-rank, 8 layers, budget 63, acceptance replay)."""
+
+    params = (list(W.DECODE_BACKENDS), list(W.CONTEXTS))
+    param_names = ["backend", "context"]
+    timeout = 1200
+
+    def setup(self, backend, context):
+        self.workload = common.require(W.decode_workload(backend, context))
+
+    def _record(self, *params):
+        return common.record(self.workload, "bench_decode.Decode.track_tok_per_s", params)
+
+    def track_tok_per_s(self, *params):
+        return self._record(*params)["median"]
+
+    def track_mean_accept(self, *params):
+        return self._record(*params)["extra"]["mean_accept"]
+
+    def track_verify_share(self, *params):
+        return 100.0 * self._record(*params)["extra"]["phase_share"].get("verify", float("nan"))
+
+    common.metric(track_tok_per_s, "tok/s", "higher")
+    common.metric(track_mean_accept, "tokens", "higher")
+    common.metric(track_verify_share, "percent", "info")
+
+
+class CpuDecode:
+    """CPU default (machines without a GPU): cpu-decode/reference/ctx256 on the tiny config."""
+
+    timeout = 300
+
+    def setup(self):
+        self.workload = common.require(W.cpu_decode_workload())
+
+    def _record(self):
+        return common.record(self.workload, "bench_decode.CpuDecode.track_tok_per_s", ())
+
+    def track_tok_per_s(self):
+        return self._record()["median"]
+
+    def track_mean_accept(self):
+        return self._record()["extra"]["mean_accept"]
+
+    common.metric(track_tok_per_s, "tok/s", "higher")
+    common.metric(track_mean_accept, "tokens", "higher")

@@ -1,0 +1,134 @@
+"""Per-sample values on their way to perf_history/samples/<machine>/<sha>.json (perf_history/README.md).
+
+While asv (or `kdengine bench`) runs, each measured workload appends one JSON line to the file named
+by KDENGINE_SAMPLES_OUT (`append_record`). After the run, the CI calls `collect_jsonl(path, commit,
+machine)` to fold those lines into one sidecar dict and `write_sidecar(data, perf_history_dir)` to
+store it atomically (temp file + os.replace).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from kdengine import env
+
+SCHEMA = 1
+RESULT_FIELDS = ("asv_name", "asv_params", "unit", "direction", "median", "samples", "throttled", "extra")
+DIRECTIONS = ("lower", "higher")
+
+
+def make_record(*, name: str, unit: str, direction: str, median: float, samples: list[float],
+                throttled: bool, fingerprint: dict, asv_name: str | None = None,
+                asv_params: list[str] | None = None, extra: dict | None = None, run: str | None = None) -> dict:
+    """One JSONL line: a workload's result plus the fingerprint it was measured under."""
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction: expected one of {DIRECTIONS}, got {direction!r}")
+    if not samples:
+        raise ValueError(f"samples: expected at least one value for {name}, got none")
+    return {
+        "name": name, "asv_name": asv_name, "asv_params": list(asv_params or []), "unit": unit,
+        "direction": direction, "median": float(median), "samples": [float(s) for s in samples],
+        "throttled": bool(throttled), "extra": dict(extra or {}), "fingerprint": dict(fingerprint),
+        "run": run,
+    }
+
+
+def append_record(record: dict, path: Path | str | None = None) -> Path | None:
+    """Append one line to `path` (default: KDENGINE_SAMPLES_OUT); no-op when neither is set."""
+    path = Path(path) if path is not None else env.samples_out()
+    if path is None:
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(record, sort_keys=True) + "\n"
+    with open(path, "a", encoding="utf-8") as fh:  # one write per record: lines never interleave
+        fh.write(line)
+    return path
+
+
+def read_jsonl(path: Path | str) -> list[dict]:
+    """All records of a JSONL file ([] if it does not exist); a malformed line raises ValueError."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    records = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{number}: expected a JSON record, got {line[:80]!r} ({exc})") from None
+    return records
+
+
+def find_record(name: str, run: str, path: Path | str | None = None) -> dict | None:
+    """The last record of workload `name` written by run `run` to the JSONL file, if any."""
+    path = Path(path) if path is not None else env.samples_out()
+    if path is None:
+        return None
+    found = None
+    for record in read_jsonl(path):
+        if record.get("name") == name and record.get("run") == run:
+            found = record
+    return found
+
+
+def _merge_fingerprints(records: list[dict]) -> dict:
+    """The run's fingerprint: the first record's, with clocks from the first and last records and
+    throttled set when any record throttled."""
+    if not records:
+        return {}
+    first, last = records[0].get("fingerprint", {}), records[-1].get("fingerprint", {})
+    merged = dict(first)
+    merged["clocks_start"] = first.get("clocks_start", {})
+    merged["clocks_end"] = last.get("clocks_end", {})
+    merged["throttled"] = any(r.get("throttled") or r.get("fingerprint", {}).get("throttled") for r in records)
+    return merged
+
+
+def collect_jsonl(jsonl_path: Path | str, commit: str, machine: str) -> dict:
+    """The sidecar dict (schema 1) of one run: one entry per workload, the last record winning."""
+    if not commit or not isinstance(commit, str):
+        raise ValueError(f"commit: expected a commit sha, got {commit!r}")
+    if not machine or not isinstance(machine, str):
+        raise ValueError(f"machine: expected a machine name, got {machine!r}")
+    records = read_jsonl(jsonl_path)
+    results = {}
+    for record in records:
+        results[record["name"]] = {k: record.get(k) for k in RESULT_FIELDS}
+    return {
+        "schema": SCHEMA,
+        "commit": commit,
+        "machine": machine,
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "fingerprint": {**_merge_fingerprints(records), "commit": commit},
+        "results": dict(sorted(results.items())),
+    }
+
+
+def sidecar_path(perf_history_dir: Path | str, machine: str, commit: str) -> Path:
+    return Path(perf_history_dir) / "samples" / machine / f"{commit}.json"
+
+
+def write_sidecar(data: dict, perf_history_dir: Path | str) -> Path:
+    """Write `data` to perf_history/samples/<machine>/<commit>.json atomically; return the path."""
+    for key in ("schema", "commit", "machine", "results"):
+        if key not in data:
+            raise ValueError(f"data: expected a sidecar dict with key {key!r}, got keys {sorted(data)}")
+    if data["schema"] != SCHEMA:
+        raise ValueError(f"data['schema']: expected {SCHEMA}, got {data['schema']!r}")
+    path = sidecar_path(perf_history_dir, data["machine"], data["commit"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=1, sort_keys=True)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

@@ -1,0 +1,158 @@
+"""GPU-correct and CPU timers: every sample is the time of one launch, median and all samples kept.
+
+GPU (`time_gpu`): warm-up launches, then the K launches of one sample are captured once in a CUDA
+graph and each sample replays that graph between two CUDA events; no host sync per launch, one sync
+at the end. Optionally an L2 flush (writing a buffer twice the L2 size) runs before each sample, for
+workloads that would be cold in real use. Clocks and throttle reasons are read at the start and the
+end; `throttled` marks a run that must not serve as a baseline. A launch that cannot be captured
+falls back to eager launches between events (method "cuda-events").
+
+CPU (`time_cpu`): perf_counter (or any injected clock) around `inner` calls per sample.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from kdengine.bench import fingerprint
+
+MIN_GPU_SAMPLES = 20
+DEFAULT_GPU_SAMPLES = 50
+
+
+@dataclass
+class Measurement:
+    samples: list[float]  # seconds per launch, one value per sample
+    method: str  # "cuda-graph", "cuda-events" or "perf_counter"
+    launches_per_sample: int
+    warmup: int
+    l2_flush: bool = False
+    clocks_start: dict = field(default_factory=dict)
+    clocks_end: dict = field(default_factory=dict)
+    throttled: bool = False
+    unit: str = "seconds"
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "median": self.median}
+
+
+def _check_counts(samples: int, warmup: int, launches: int) -> None:
+    for name, value, low in (("samples", samples, 1), ("warmup", warmup, 0), ("launches", launches, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name}: expected an integer >= {low}, got {value!r}")
+
+
+# --- CPU ------------------------------------------------------------------------------------------
+
+
+def time_cpu(
+    fn: Callable[[], object],
+    *,
+    samples: int = 20,
+    warmup: int = 1,
+    inner: int = 1,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Measurement:
+    """Call fn `warmup` times, then `samples` times `inner` calls timed by `clock` (seconds)."""
+    _check_counts(samples, warmup, inner)
+    for _ in range(warmup):
+        fn()
+    values = []
+    for _ in range(samples):
+        t0 = clock()
+        for _ in range(inner):
+            fn()
+        values.append((clock() - t0) / inner)
+    return Measurement(samples=values, method="perf_counter", launches_per_sample=inner, warmup=warmup)
+
+
+# --- GPU ------------------------------------------------------------------------------------------
+
+
+def l2_flush_buffer(device: torch.device) -> torch.Tensor:
+    """A byte buffer twice the size of the device's L2 (at least 64 MiB); writing it evicts L2."""
+    props = torch.cuda.get_device_properties(device)
+    size = max(2 * int(getattr(props, "L2_cache_size", 0)), 64 * 2**20)
+    return torch.empty(size, dtype=torch.uint8, device=device)
+
+
+def _capture(launch: Callable[[int], object], launches: int, device: torch.device):
+    """A CUDA graph of launch(0) .. launch(K-1), or None when the launches cannot be captured."""
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    try:
+        with torch.cuda.stream(stream):  # a side-stream warm-up, as torch.cuda.graphs asks
+            for i in range(launches):
+                launch(i)
+        torch.cuda.current_stream(device).wait_stream(stream)
+        with torch.cuda.graph(graph, stream=stream):
+            for i in range(launches):
+                launch(i)
+    except Exception:  # not capturable (host sync, allocation pattern): time eager launches instead
+        torch.cuda.synchronize(device)
+        return None
+    torch.cuda.synchronize(device)
+    return graph
+
+
+def time_gpu(
+    launch: Callable[[int], object],
+    *,
+    samples: int = DEFAULT_GPU_SAMPLES,
+    warmup: int = 3,
+    launches: int = 8,
+    l2_flush: bool = False,
+    use_graph: bool = True,
+    device: torch.device | str | None = None,
+) -> Measurement:
+    """Time `launch(i)` (i = 0..launches-1 within a sample) on the GPU; seconds per launch.
+
+    samples is raised to MIN_GPU_SAMPLES. `launch` must only enqueue work (no host sync) for the
+    graph path; it may rotate input copies by i so a sample does not run from a warm L2.
+    """
+    _check_counts(samples, warmup, launches)
+    if not torch.cuda.is_available():
+        raise RuntimeError("time_gpu: no CUDA device")
+    device = torch.device(device or "cuda")
+    samples = max(samples, MIN_GPU_SAMPLES)
+    for w in range(warmup):
+        launch(w % launches)
+    torch.cuda.synchronize(device)
+    graph = _capture(launch, launches, device) if use_graph else None
+    flush = l2_flush_buffer(device) if l2_flush else None
+    start = [torch.cuda.Event(enable_timing=True) for _ in range(samples)]
+    end = [torch.cuda.Event(enable_timing=True) for _ in range(samples)]
+    clocks_start = fingerprint.clocks(device.index)
+    for s in range(samples):
+        if flush is not None:
+            flush.fill_(s & 0xFF)
+        start[s].record()
+        if graph is not None:
+            graph.replay()
+        else:
+            for i in range(launches):
+                launch(i)
+        end[s].record()
+    torch.cuda.synchronize(device)
+    clocks_end = fingerprint.clocks(device.index)
+    values = [a.elapsed_time(b) / 1e3 / launches for a, b in zip(start, end, strict=True)]
+    return Measurement(
+        samples=values,
+        method="cuda-graph" if graph is not None else "cuda-events",
+        launches_per_sample=launches,
+        warmup=warmup,
+        l2_flush=l2_flush,
+        clocks_start=clocks_start,
+        clocks_end=clocks_end,
+        throttled=fingerprint.throttled(clocks_start, clocks_end),
+    )

@@ -1,0 +1,260 @@
+"""The benchmark workloads, by stable name, and how to measure one. History is keyed by these names:
+never rename one (tests/bench/test_workloads.py holds the frozen list).
+
+GPU names:  verify/<backend>/ctx<N>/T<T>                 one layer's verify call, H=8, seconds
+            verify-nsplit/<backend>/ctx65536/T<T>/s<S>    the same at a forced KV split count S
+            decode/<backend>/ctx<N>                       engine decode throughput, tok/s
+CPU names:  cpu-verify/reference/ctx<N>/T<T>, cpu-decode/reference/ctx256 (the embedded tiny default,
+            small enough that the whole suite runs on a laptop in well under two minutes).
+`measure(workload)` returns one record (kdengine.bench.samples.make_record) and appends it to the
+KDENGINE_SAMPLES_OUT file when that is set.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+import torch
+
+from kdengine import env
+from kdengine.bench import fingerprint, roofline, timer
+from kdengine.bench import samples as sidecar
+
+CONTEXTS = (4096, 16384, 65536)
+TREE_SIZES = (16, 64)
+HEADS = 8
+VERIFY_BACKENDS = ("reference", "triton", "triton_extend", "cuda")
+NSPLIT_BACKENDS = ("cuda", "triton")
+NSPLIT_CONTEXT = 65536
+NSPLITS = (16, 32, 64, 128, 256, "auto")
+DECODE_BACKENDS = ("triton_extend", "triton", "cuda")
+CPU_CONTEXTS = (512, 2048)
+CPU_TREE_SIZES = (4, 16)
+CPU_DECODE_CONTEXT = 256
+
+GPU_VERIFY_SAMPLES = 50
+CPU_SAMPLES, CPU_QUICK_SAMPLES = 20, 5
+GPU_DECODE_STEPS = 64
+CPU_DECODE_STEPS, CPU_QUICK_DECODE_STEPS = 16, 8
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    kind: str  # "verify" or "decode"
+    backend: str
+    context: int  # N: committed prefix tokens
+    device: str  # "cuda" or "cpu"
+    T: int = 0  # tree tokens verified (verify only)
+    H: int = HEADS
+    nsplit: int | str | None = None  # forced KV split count (verify-nsplit only)
+
+    @property
+    def unit(self) -> str:
+        return "seconds" if self.kind == "verify" else "tok/s"
+
+    @property
+    def direction(self) -> str:
+        return "lower" if self.kind == "verify" else "higher"
+
+
+# --- the catalogue --------------------------------------------------------------------------------
+
+
+def verify_workload(backend: str, context: int, T: int) -> Workload:
+    return Workload(f"verify/{backend}/ctx{context}/T{T}", "verify", backend, context, "cuda", T)
+
+
+def nsplit_workload(backend: str, T: int, nsplit: int | str) -> Workload:
+    name = f"verify-nsplit/{backend}/ctx{NSPLIT_CONTEXT}/T{T}/s{nsplit}"
+    return Workload(name, "verify", backend, NSPLIT_CONTEXT, "cuda", T, nsplit=nsplit)
+
+
+def decode_workload(backend: str, context: int) -> Workload:
+    return Workload(f"decode/{backend}/ctx{context}", "decode", backend, context, "cuda")
+
+
+def cpu_verify_workload(context: int, T: int) -> Workload:
+    return Workload(f"cpu-verify/reference/ctx{context}/T{T}", "verify", "reference", context, "cpu", T)
+
+
+def cpu_decode_workload() -> Workload:
+    return Workload(f"cpu-decode/reference/ctx{CPU_DECODE_CONTEXT}", "decode", "reference", CPU_DECODE_CONTEXT, "cpu")
+
+
+def gpu_workloads() -> list[Workload]:
+    verify = [verify_workload(b, n, t) for b in VERIFY_BACKENDS for n in CONTEXTS for t in TREE_SIZES]
+    sweep = [nsplit_workload(b, t, s) for b in NSPLIT_BACKENDS for t in TREE_SIZES for s in NSPLITS]
+    decode = [decode_workload(b, n) for b in DECODE_BACKENDS for n in CONTEXTS]
+    return verify + sweep + decode
+
+
+def cpu_workloads() -> list[Workload]:
+    return [cpu_verify_workload(n, t) for n in CPU_CONTEXTS for t in CPU_TREE_SIZES] + [cpu_decode_workload()]
+
+
+def all_workloads() -> list[Workload]:
+    return gpu_workloads() + cpu_workloads()
+
+
+def default_workloads() -> list[Workload]:
+    """The GPU suite on a machine with a GPU, the embedded CPU default without one."""
+    return gpu_workloads() if torch.cuda.is_available() else cpu_workloads()
+
+
+def find(name: str) -> Workload:
+    for w in all_workloads():
+        if w.name == name:
+            return w
+    raise ValueError(f"name: expected a published workload name (e.g. verify/triton/ctx65536/T16), got {name!r}")
+
+
+# --- availability ---------------------------------------------------------------------------------
+
+
+def _engine():
+    from kdengine.engine import generate  # the engine lands separately; absent means skipped
+
+    return generate
+
+
+def unavailable_reason(w: Workload) -> str | None:
+    """None when `w` can run here, else why not (no GPU, backend unavailable, engine missing, memory)."""
+    if w.device == "cuda" and not torch.cuda.is_available():
+        return "needs a CUDA GPU"
+    from kdengine.ops.verify import unavailable_reason as backend_reason
+
+    reason = backend_reason(w.backend, w.device)
+    if reason is not None:
+        return reason
+    if w.kind == "decode":
+        try:
+            _engine()
+        except ImportError as exc:
+            return f"the engine is not importable ({exc})"
+    elif w.device == "cuda":
+        free, _ = torch.cuda.mem_get_info()
+        need = 4 * roofline.verify_bytes(N=w.context, T=w.T, H=w.H) + (256 << 20)
+        if free < need:
+            return f"needs ~{need >> 20} MiB of free GPU memory, {free >> 20} MiB free"
+    return None
+
+
+def sample_count(w: Workload, samples: int | None = None, quick: bool = False) -> int:
+    """Samples (verify) or timed steps (decode): the argument, else KDENGINE_BENCH_SAMPLES, else the
+    default (fewer on the CPU under asv --quick)."""
+    chosen = samples if samples is not None else env.bench_samples()
+    if chosen is not None:
+        return chosen
+    if w.device == "cpu":
+        if w.kind == "decode":
+            return CPU_QUICK_DECODE_STEPS if quick else CPU_DECODE_STEPS
+        return CPU_QUICK_SAMPLES if quick else CPU_SAMPLES
+    return GPU_DECODE_STEPS if w.kind == "decode" else GPU_VERIFY_SAMPLES
+
+
+# --- measuring ------------------------------------------------------------------------------------
+
+
+def _verify_inputs(w: Workload, seed: int):
+    from kdengine.ops.inputs import make_verify_inputs
+    from kdengine.ops.mask import pack_tree_mask
+
+    inp = make_verify_inputs(B=1, T=w.T, H=w.H, prefix=w.context, seed=seed, device=w.device)
+    return inp, pack_tree_mask(inp.tree_mask)
+
+
+def _input_copies(w: Workload) -> int:
+    """Distinct input sets a GPU sample rotates through, so the KV of consecutive launches exceeds
+    twice the L2 (each layer of a real model reads its own, cold KV)."""
+    l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0)) or (64 << 20)
+    return max(1, min(32, math.ceil(2 * l2 / roofline.verify_bytes(N=w.context, T=w.T, H=w.H))))
+
+
+def _measure_verify(w: Workload, n_samples: int) -> tuple[timer.Measurement, dict]:
+    from kdengine.ops.verify import verify_attention
+
+    def call(inp, bits):
+        return verify_attention(inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, bits,
+                                sm_scale=inp.sm_scale, nsplit=w.nsplit, backend=w.backend)
+
+    if w.device == "cpu":
+        inp, bits = _verify_inputs(w, seed=0)
+        m = timer.time_cpu(lambda: call(inp, bits), samples=n_samples, warmup=1)
+        return m, {"copies": 1}
+    copies = _input_copies(w)
+    sets = [_verify_inputs(w, seed=i) for i in range(copies)]
+    m = timer.time_gpu(lambda i: call(*sets[i % copies]), samples=n_samples, warmup=3,
+                       launches=max(8, copies), l2_flush=True)
+    return m, {"copies": copies}
+
+
+def _measure_decode(w: Workload, steps: int) -> tuple[timer.Measurement, dict]:
+    gen = _engine()
+    on_gpu = w.device == "cuda"
+    settings = gen.DecodeSettings(
+        config="kimi-k2-tp8-rank" if on_gpu else "tiny", layers=8 if on_gpu else 2, context=w.context,
+        budget=63 if on_gpu else 7, backend=w.backend, steps=steps, warmup_steps=4 if on_gpu else 2,
+        device=w.device, seed=0, acceptance="replay", mean_accept=5.0 if on_gpu else 3.0,
+        cuda_graphs=on_gpu, batch=1,
+    )
+    clocks_start = fingerprint.clocks() if on_gpu else {}
+    r = gen.run_decode(settings, progress=None)
+    clocks_end = fingerprint.clocks() if on_gpu else {}
+    # tok/s per step at the run's mean tokens per step: the samples vary with time alone, since the
+    # seeded acceptance replay makes the tokens of each step the same from run to run
+    mean_tokens = statistics.fmean(r.tokens_per_step)
+    values = [mean_tokens / t for t in r.step_times_s]
+    m = timer.Measurement(samples=values, method="engine-steps", launches_per_sample=1,
+                          warmup=settings.warmup_steps, clocks_start=clocks_start, clocks_end=clocks_end,
+                          throttled=fingerprint.throttled(clocks_start, clocks_end), unit="tok/s")
+    total = sum(r.phase_ms.values()) or 1.0
+    extra = {
+        "tok_per_s": r.tok_per_s, "mean_accept": r.mean_accept, "phase_ms": dict(r.phase_ms),
+        "phase_share": {k: v / total for k, v in r.phase_ms.items()}, "moe_imbalance": r.moe_imbalance,
+        "policy": r.policy, "engine_backend": r.backend, "steps": steps,
+    }
+    return m, extra
+
+
+def _run_fingerprint(m: timer.Measurement) -> dict:
+    return {**fingerprint.collect(), "machine": fingerprint.machine_name(), "clocks_start": m.clocks_start,
+            "clocks_end": m.clocks_end, "throttled": m.throttled}
+
+
+def measure(w: Workload, *, samples: int | None = None, quick: bool = False, asv_name: str | None = None,
+            asv_params: list[str] | None = None, write: bool = True, run: str | None = None) -> dict:
+    """Measure `w` once; the record (samples, median, unit, direction, extra, fingerprint).
+
+    `run` tags the record with the run that made it (see measure_once). Raises RuntimeError with
+    the reason when `w` cannot run here.
+    """
+    reason = unavailable_reason(w)
+    if reason is not None:
+        raise RuntimeError(f"{w.name}: {reason}")
+    n = sample_count(w, samples, quick)
+    if w.kind == "verify":
+        m, extra = _measure_verify(w, n)
+        ceil = roofline.ceilings(w.device)
+        extra.update(roofline.verify_roofline(m.median, N=w.context, T=w.T, H=w.H, ceil=ceil))
+        extra.update({"nsplit": w.nsplit, "N": w.context, "T": w.T, "H": w.H})
+    else:
+        m, extra = _measure_decode(w, n)
+    extra.update({"method": m.method, "launches_per_sample": m.launches_per_sample, "l2_flush": m.l2_flush})
+    record = sidecar.make_record(
+        name=w.name, unit=w.unit, direction=w.direction, median=m.median, samples=m.samples,
+        throttled=m.throttled, fingerprint=_run_fingerprint(m), asv_name=asv_name, asv_params=asv_params,
+        extra=extra, run=run,
+    )
+    if write:
+        sidecar.append_record(record)
+    return record
+
+
+def measure_once(w: Workload, run: str, **kwargs) -> dict:
+    """The record of `w` that run `run` already wrote to KDENGINE_SAMPLES_OUT, else `measure(w)`:
+    several asv track_ metrics of one workload share one measurement within one asv run."""
+    found = sidecar.find_record(w.name, run)
+    return found if found is not None else measure(w, run=run, **kwargs)
