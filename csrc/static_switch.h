@@ -1,5 +1,5 @@
 // Runtime switches become template parameters (the flash-attention static_switch.h idiom):
-//   ROWGROUPS_SWITCH(n_row_groups, CONST_NAME, [&] { launch<CONST_NAME>(...); });
+//   ROWGROUPS_SWITCH(n_row_groups, RG, [&] { return launch<RG>(...); });
 #pragma once
 
 #define ROWGROUPS_SWITCH(VALUE, CONST_NAME, ...) \
@@ -14,4 +14,16 @@
       constexpr static int CONST_NAME = 4;        \
       return __VA_ARGS__();                       \
     }                                             \
+  }()
+
+// Warps per 16-row group: 2 (BN 32, 2 stages) or 4 (BN 16, 3 stages).
+#define COLWARPS_SWITCH(VALUE, CONST_NAME, ...) \
+  [&] {                                          \
+    if ((VALUE) == 2) {                          \
+      constexpr static int CONST_NAME = 2;       \
+      return __VA_ARGS__();                      \
+    } else {                                     \
+      constexpr static int CONST_NAME = 4;       \
+      return __VA_ARGS__();                      \
+    }                                            \
   }()

@@ -4,19 +4,21 @@
 // tiles of one split run together and their repeat KV reads hit L2), .y = split, .z = sequence.
 // A block holds BLOCK_M = 16 * RG query rows (row = t * H + head; all rows of a sequence share the
 // one latent KV head) and streams its split's KV tiles (BN tokens x 576) through shared memory with
-// 16-byte cp.async, double-buffered. Warps come in pairs per 16-row group: warp `half` 0/1 owns K dims
-// [288*half, 288*half+288) of Q*K^T (partial scores are summed through shared memory) and V columns
-// [256*half, 256*half+256) of P*V. Online softmax in fp32 (log2 domain). The packed ancestor mask
-// applies to the tree tail only. Lengths are read on the device, so one CUDA graph replays at any
-// prefix length. A second kernel merges the split partials by log-sum-exp.
+// 16-byte cp.async, STAGES deep. Each 16-row group has CW warps: warp c owns K dims
+// [c * 576 / CW, (c + 1) * 576 / CW) of Q*K^T (its Q fragments stay in registers; the CW partial
+// scores are summed through shared memory in a fixed order, so every warp holds identical scores)
+// and V columns [c * 512 / CW, (c + 1) * 512 / CW) of P*V. Online softmax in fp32 (log2 domain).
+// The packed ancestor mask applies to the tree tail only. Lengths are read on the device, so one
+// CUDA graph replays at any prefix length. A second kernel merges the split partials by log-sum-exp.
 //
-// Shapes (R = T * H query rows per sequence, W = ceil(T / 32)):
-//   q [B, R, 576] bf16, kv [P, page_size, 576] bf16, page_table [B, max_pages] int32,
-//   prefix_len [B] int32, mask_bits [B, T, W] int32,
-//   part_out [B, nsplit, R, 512] fp32, part_lse [B, nsplit, R] fp32 (log2-free natural log),
-//   out [B, R, 512] bf16, lse [B, R] fp32 natural log.
+// Configurations (template parameters, picked by the switches in verify_kernel.cu):
+//   CW = 2: BN = 32, 2 stages, <= 255 registers (1 block of 8 warps per SM at RG = 4)
+//   CW = 4: BN = 16, 3 stages, <= 128 registers (16 warps per SM at RG = 4)
+// Shared memory stays under sm_120's 99 KB in both.
 //
-// -DKDENGINE_SCALAR_LOADS turns the KV (and Q) loads into 4-byte copies: a build flag for the vector-load
+// Shapes (R = T * H query rows per sequence, W = ceil(T / 32)): see VerifyParams in verify_launch.h.
+//
+// -DKDENGINE_SCALAR_LOADS turns the KV loads into 4-byte copies: a build flag for the vector-load
 // ablation, not a second kernel.
 #pragma once
 
@@ -28,21 +30,27 @@
 
 namespace kdengine {
 
-
 constexpr int D_QK = 576;
 constexpr int DV = 512;
-constexpr int BN = 32;                // KV tokens per tile
-constexpr int STAGES = 2;             // KV tiles in flight
-constexpr int STRIDE = D_QK + 8;      // smem row pitch in elements (+16 B: conflict-free ldmatrix)
-constexpr int CHUNKS = D_QK / 8;      // 16-byte chunks per KV row
-constexpr int K_HALF = D_QK / 2;      // Q*K^T dims per warp of a pair
-constexpr int V_HALF = DV / 2;        // P*V columns per warp of a pair
-constexpr int KV_TILE_ELEMS = BN * STRIDE;
-constexpr int KV_SMEM_BYTES = STAGES * KV_TILE_ELEMS * 2;
+constexpr int STRIDE = D_QK + 8;  // smem row pitch in elements (+16 B: conflict-free ldmatrix)
+constexpr int CHUNKS = D_QK / 8;  // 16-byte chunks per KV row
 constexpr int COMBINE_THREADS = DV / 4;
 
-__host__ __device__ constexpr int block_m(int rg) { return 16 * rg; }
-__host__ __device__ constexpr int smem_bytes(int rg) { return KV_SMEM_BYTES + 2 * rg * 16 * BN * 4; }
+template <int RG_, int CW_>
+struct Cfg {
+  static constexpr int RG = RG_, CW = CW_;
+  static constexpr int WARPS = RG * CW, THREADS = 32 * WARPS, BLOCK_M = 16 * RG;
+  static constexpr int BN = CW == 2 ? 32 : 16;     // KV tokens per tile
+  static constexpr int STAGES = CW == 2 ? 2 : 3;   // KV tiles in flight
+  static constexpr int K_PART = D_QK / CW, V_PART = DV / CW;
+  static constexpr int KSTEPS = K_PART / 16;
+  static constexpr int TILE_ELEMS = BN * STRIDE;
+  static constexpr int KV_BYTES = STAGES * TILE_ELEMS * 2;
+  static constexpr int EXCH_FLOATS = 16 * BN;      // one warp's partial scores
+  static constexpr int SMEM = KV_BYTES + WARPS * EXCH_FLOATS * 4;
+  static constexpr int MIN_BLOCKS = CW == 2 ? 1 : 512 / THREADS;
+  static_assert(SMEM <= 99 * 1024, "over sm_120's 99 KB of shared memory per block");
+};
 
 // --- PTX wrappers -----------------------------------------------------------------------------------
 
@@ -72,10 +80,12 @@ __device__ __forceinline__ void copy_chunk(__nv_bfloat16* dst, const __nv_bfloat
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
-__device__ __forceinline__ void pair_barrier(int id) {
-  asm volatile("bar.sync %0, 64;\n" ::"r"(id) : "memory");
+// The warps of one 16-row group (id 1..RG; 0 is __syncthreads).
+__device__ __forceinline__ void group_barrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
@@ -107,11 +117,12 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 // --- loads ------------------------------------------------------------------------------------------
 
 // One KV tile (BN tokens from `tile_start`, zero-filled at and past `end`) into shared memory.
-template <int THREADS>
+template <class C>
 __device__ __forceinline__ void load_kv_tile(const VerifyParams& p, int b, int tile_start, int end,
                                              __nv_bfloat16* dst) {
   const int* pages = p.page_table + (size_t)b * p.max_pages;
-  for (int c = threadIdx.x; c < BN * CHUNKS; c += THREADS) {
+#pragma unroll
+  for (int c = threadIdx.x; c < C::BN * CHUNKS; c += C::THREADS) {
     const int tok = c / CHUNKS, col = (c % CHUNKS) * 8;
     const int pos = tile_start + tok;
     const bool valid = pos < end;
@@ -124,40 +135,37 @@ __device__ __forceinline__ void load_kv_tile(const VerifyParams& p, int b, int t
   }
 }
 
-// The block's query rows (zero past R) into shared memory, then into per-warp A fragments.
-template <int RG>
-__device__ __forceinline__ void load_q_fragments(const VerifyParams& p, int b, int row0, __nv_bfloat16* stage,
-                                                 uint32_t (&qa)[K_HALF / 16][4]) {
-  constexpr int THREADS = 64 * RG;
-  for (int c = threadIdx.x; c < block_m(RG) * CHUNKS; c += THREADS) {
-    const int r = c / CHUNKS, col = (c % CHUNKS) * 8;
-    const bool valid = row0 + r < p.R;
-    const __nv_bfloat16* src = valid ? p.q + ((size_t)b * p.R + row0 + r) * D_QK + col : p.q;
-    copy_chunk(stage + r * STRIDE + col, src, valid);
-  }
-  cp_async_commit();
-  cp_async_wait_all();
-  __syncthreads();
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int rg = warp % RG, half = warp / RG;
-  const __nv_bfloat16* base = stage + (rg * 16 + (lane % 16)) * STRIDE + half * K_HALF + (lane / 16) * 8;
+// This warp's A fragments of Q (16 rows x K_PART dims), straight from global memory (zero past R).
+template <class C>
+__device__ __forceinline__ void load_q_fragments(const VerifyParams& p, int b, int row_base, int k_base,
+                                                 uint32_t (&qa)[C::KSTEPS][4]) {
+  const int lane = threadIdx.x % 32;
+  const int rows[2] = {row_base + lane / 4, row_base + lane / 4 + 8};
 #pragma unroll
-  for (int ks = 0; ks < K_HALF / 16; ++ks) ldmatrix_x4(qa[ks], base + ks * 16);
-  __syncthreads();
+  for (int h = 0; h < 2; ++h) {
+    const bool valid = rows[h] < p.R;
+    const uint32_t* src = reinterpret_cast<const uint32_t*>(
+        p.q + ((size_t)b * p.R + (valid ? rows[h] : 0)) * D_QK + k_base + (lane % 4) * 2);
+#pragma unroll
+    for (int ks = 0; ks < C::KSTEPS; ++ks) {
+      qa[ks][h] = valid ? __ldg(src + ks * 8) : 0u;
+      qa[ks][h + 2] = valid ? __ldg(src + ks * 8 + 4) : 0u;
+    }
+  }
 }
 
 // --- the split kernel -------------------------------------------------------------------------------
 
-template <int RG>
-__global__ void __launch_bounds__(64 * RG, 1) verify_split_kernel(const VerifyParams p) {
-  constexpr int THREADS = 64 * RG, BLOCK_M = block_m(RG);
+template <class C>
+__global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel(const VerifyParams p) {
+  constexpr int BN = C::BN, STAGES = C::STAGES, RG = C::RG, CW = C::CW;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* kv_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);
-  float* exch = reinterpret_cast<float*>(smem_raw + KV_SMEM_BYTES);  // [2 * RG warps][16 * BN]
+  float* exch = reinterpret_cast<float*>(smem_raw + C::KV_BYTES);  // [WARPS][16 * BN]
 
-  const int b = blockIdx.z, split = blockIdx.y, row0 = blockIdx.x * BLOCK_M;
+  const int b = blockIdx.z, split = blockIdx.y, row0 = blockIdx.x * C::BLOCK_M;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int rg = warp % RG, half = warp / RG;
+  const int rg = warp % RG, cw = warp / RG;
   const int T = p.T, R = p.R;
   const int prefix = p.prefix_len[b], L = prefix + T;
   int chunk = (L + p.nsplit - 1) / p.nsplit;
@@ -166,44 +174,48 @@ __global__ void __launch_bounds__(64 * RG, 1) verify_split_kernel(const VerifyPa
   const size_t part_row0 = ((size_t)b * p.nsplit + split) * R;
 
   if (start >= end) {  // an empty split: its weight in the merge is exp(-inf) = 0
-    for (int r = threadIdx.x; r < BLOCK_M; r += THREADS)
+    for (int r = threadIdx.x; r < C::BLOCK_M; r += C::THREADS)
       if (row0 + r < R) p.part_lse[part_row0 + row0 + r] = -INFINITY;
     return;
   }
 
-  uint32_t qa[K_HALF / 16][4];
-  load_q_fragments<RG>(p, b, row0, kv_s, qa);
+  const int ntiles = (end - start + BN - 1) / BN;
+#pragma unroll
+  for (int st = 0; st < STAGES - 1; ++st) {
+    if (st < ntiles) load_kv_tile<C>(p, b, start + st * BN, end, kv_s + st * C::TILE_ELEMS);
+    cp_async_commit();
+  }
 
-  // The two rows this thread holds in every fragment: lane/4 and lane/4 + 8 of the warp's 16.
+  uint32_t qa[C::KSTEPS][4];
+  load_q_fragments<C>(p, b, row0 + rg * 16, cw * C::K_PART, qa);
+
+  // The two rows this thread holds in every fragment: lane/4 and lane/4 + 8 of the group's 16.
   const int row_lo = min(row0 + rg * 16 + lane / 4, R - 1), row_hi = min(row_lo + 8, R - 1);
   const int* mask_lo = p.mask_bits + ((size_t)b * T + row_lo / p.H) * p.W;
   const int* mask_hi = p.mask_bits + ((size_t)b * T + row_hi / p.H) * p.W;
 
-  float o[V_HALF / 8][4];
+  float o[C::V_PART / 8][4];
 #pragma unroll
-  for (int i = 0; i < V_HALF / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  for (int i = 0; i < C::V_PART / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
 
-  const int ntiles = (end - start + BN - 1) / BN;
-  load_kv_tile<THREADS>(p, b, start, end, kv_s);
-  cp_async_commit();
-
   for (int it = 0; it < ntiles; ++it) {
-    cp_async_wait_all();
+    cp_async_wait<STAGES - 2>();
     __syncthreads();
-    if (it + 1 < ntiles) load_kv_tile<THREADS>(p, b, start + (it + 1) * BN, end, kv_s + ((it + 1) % STAGES) * KV_TILE_ELEMS);
+    const int next = it + STAGES - 1;
+    if (next < ntiles) load_kv_tile<C>(p, b, start + next * BN, end, kv_s + (next % STAGES) * C::TILE_ELEMS);
     cp_async_commit();
-    const __nv_bfloat16* tile = kv_s + (it % STAGES) * KV_TILE_ELEMS;
+    const __nv_bfloat16* tile = kv_s + (it % STAGES) * C::TILE_ELEMS;
     const int tile_start = start + it * BN;
 
-    // S partial = Q[:, half dims] * K[:, half dims]^T  (16 x BN per warp)
+    // S partial = Q[:, my dims] * K[:, my dims]^T  (16 x BN per warp)
     float s[BN / 8][4];
 #pragma unroll
     for (int i = 0; i < BN / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
     const __nv_bfloat16* kbase =
-        tile + ((lane & 7) + ((lane >> 4) << 3)) * STRIDE + half * K_HALF + ((lane >> 3) & 1) * 8;
+        tile + ((lane & 7) + ((lane >> 4) << 3)) * STRIDE + cw * C::K_PART + ((lane >> 3) & 1) * 8;
 #pragma unroll
-    for (int ks = 0; ks < K_HALF / 16; ++ks) {
+    for (int ks = 0; ks < C::KSTEPS; ++ks) {
 #pragma unroll
       for (int np = 0; np < BN / 16; ++np) {
         uint32_t kb[4];
@@ -213,14 +225,18 @@ __global__ void __launch_bounds__(64 * RG, 1) verify_split_kernel(const VerifyPa
       }
     }
 
-    // Sum the pair's partial scores through shared memory (same lane layout on both warps).
-    float* mine = exch + warp * 16 * BN;
-    const float* other = exch + (half ? rg : rg + RG) * 16 * BN;
+    // Sum the group's partial scores through shared memory, in warp order (identical on every warp).
+    float* mine = exch + warp * C::EXCH_FLOATS;
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) mine[i * 32 + lane] = s[i / 4][i % 4];
-    pair_barrier(1 + rg);
+    group_barrier(1 + rg, 32 * CW);
 #pragma unroll
-    for (int i = 0; i < BN / 2; ++i) s[i / 4][i % 4] += other[i * 32 + lane];
+    for (int i = 0; i < BN / 2; ++i) {
+      float sum = 0.f;
+#pragma unroll
+      for (int c = 0; c < CW; ++c) sum += exch[(c * RG + rg) * C::EXCH_FLOATS + i * 32 + lane];
+      s[i / 4][i % 4] = sum;
+    }
 
     // Scale, mask the tree tail and the end, online softmax.
     const bool tail = tile_start + BN > prefix;
@@ -262,22 +278,22 @@ __global__ void __launch_bounds__(64 * RG, 1) verify_split_kernel(const VerifyPa
       l[r] = l[r] * alpha + sum;
       m[r] = m_new;
 #pragma unroll
-      for (int i = 0; i < V_HALF / 8; ++i) {
+      for (int i = 0; i < C::V_PART / 8; ++i) {
         o[i][2 * r] *= alpha;
         o[i][2 * r + 1] *= alpha;
       }
     }
 
-    // O[:, half cols] += P * V[:, half cols]
+    // O[:, my columns] += P * V[:, my columns]
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
       const uint32_t pa[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
                               pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
                               pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
       const __nv_bfloat16* vbase =
-          tile + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * STRIDE + half * V_HALF + (lane >> 4) * 8;
+          tile + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * STRIDE + cw * C::V_PART + (lane >> 4) * 8;
 #pragma unroll
-      for (int np = 0; np < V_HALF / 16; ++np) {
+      for (int np = 0; np < C::V_PART / 16; ++np) {
         uint32_t vb[4];
         ldmatrix_x4_trans(vb, vbase + np * 16);
         mma_bf16(o[2 * np], pa, vb[0], vb[1]);
@@ -295,11 +311,11 @@ __global__ void __launch_bounds__(64 * RG, 1) verify_split_kernel(const VerifyPa
     const float inv = lsum > 0.f ? 1.f / lsum : 0.f;
     const int row = row0 + rg * 16 + lane / 4 + 8 * r;
     if (row >= R) continue;
-    float* dst = p.part_out + (part_row0 + row) * DV + half * V_HALF + (lane % 4) * 2;
+    float* dst = p.part_out + (part_row0 + row) * DV + cw * C::V_PART + (lane % 4) * 2;
 #pragma unroll
-    for (int nt = 0; nt < V_HALF / 8; ++nt)
+    for (int nt = 0; nt < C::V_PART / 8; ++nt)
       *reinterpret_cast<float2*>(dst + nt * 8) = make_float2(o[nt][2 * r] * inv, o[nt][2 * r + 1] * inv);
-    if (half == 0 && lane % 4 == 0)
+    if (cw == 0 && lane % 4 == 0)
       p.part_lse[part_row0 + row] = lsum > 0.f ? (m[r] + log2f(lsum)) * 0.69314718056f : -INFINITY;
   }
 }

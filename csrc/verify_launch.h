@@ -26,7 +26,8 @@ struct VerifyParams {
 int row_groups(int R);
 int row_tiles(int R);
 
-// Split kernel then log-sum-exp merge, both on `stream`; fills p.out and p.lse.
-cudaError_t launch_verify(const VerifyParams& p, cudaStream_t stream);
+// Split kernel then log-sum-exp merge, both on `stream`; fills p.out and p.lse. col_warps: warps per
+// 16-row group, 2 or 4 (see verify_kernel.cuh).
+cudaError_t launch_verify(const VerifyParams& p, int col_warps, cudaStream_t stream);
 
 }  // namespace kdengine

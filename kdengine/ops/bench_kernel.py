@@ -103,7 +103,7 @@ def torch_unfused(inp, bits, N: int):
     return call
 
 
-def backend_call(name: str, inp, bits, nsplit, *, scalar_loads: bool = False):
+def backend_call(name: str, inp, bits, nsplit, *, scalar_loads: bool = False, col_warps: int | None = None):
     if name == "cuda":
         from kdengine.ops import cuda_backend
 
@@ -112,7 +112,9 @@ def backend_call(name: str, inp, bits, nsplit, *, scalar_loads: bool = False):
         out = torch.empty(B, T, Hq, 512, dtype=torch.bfloat16, device="cuda")
         lse = torch.empty(B, T, Hq, dtype=torch.float32, device="cuda")
         args = (inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, bits, out, lse)
-        call = lambda: cuda_backend.launch(*args, sm_scale=inp.sm_scale, nsplit=splits, scalar_loads=scalar_loads)
+        cw = col_warps or cuda_backend.DEFAULT_COL_WARPS
+        call = lambda: cuda_backend.launch(*args, sm_scale=inp.sm_scale, nsplit=splits, scalar_loads=scalar_loads,
+                                           col_warps=cw)
         return call, splits, lambda: out
     module = importlib.import_module(f"kdengine.ops.{ {'triton': 'triton_verify', 'triton_extend': 'triton_extend'}[name] }")
     reason = module.available(inp.q.device)
@@ -128,11 +130,14 @@ def backend_call(name: str, inp, bits, nsplit, *, scalar_loads: bool = False):
 
 
 def variants(N: int, T: int):
-    """(label, backend, nsplit, scalar_loads) measured at one size."""
-    out = [(f"cuda/s{s}", "cuda", s, False) for s in NSPLITS]
-    out += [("cuda_scalar/s64", "cuda", 64, True), ("triton", "triton", None, False), ("torch", "torch", None, False)]
+    """(label, backend, nsplit, scalar_loads, col_warps) measured at one size."""
+    from kdengine.ops.cuda_backend import COL_WARPS
+
+    out = [(f"cuda/cw{cw}/s{s}", "cuda", s, False, cw) for cw in COL_WARPS for s in NSPLITS]
+    out += [(f"cuda_scalar/cw{cw}/s64", "cuda", 64, True, cw) for cw in COL_WARPS]
+    out += [("triton", "triton", None, False, None), ("torch", "torch", None, False, None)]
     if (N, T) == (65536, 16):
-        out.append(("triton_extend", "triton_extend", None, False))
+        out.append(("triton_extend", "triton_extend", None, False, None))
     return out
 
 
@@ -144,13 +149,13 @@ def measure_case(N: int, T: int, ceilings: dict) -> dict:
     ref = verify_attention_reference(inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, bits, sm_scale=inp.sm_scale)[0]
     floor = floor_seconds(N, T, ceilings)
     rows = {}
-    for label, backend, nsplit, scalar in variants(N, T):
+    for label, backend, nsplit, scalar, cw in variants(N, T):
         try:
             if backend == "torch":
                 call = torch_unfused(inp, bits, N)
                 splits, result = None, call
             else:
-                call, splits, result = backend_call(backend, inp, bits, nsplit, scalar_loads=scalar)
+                call, splits, result = backend_call(backend, inp, bits, nsplit, scalar_loads=scalar, col_warps=cw)
             samples = time_graph(call)
             err = rel_l2(result().reshape(ref.shape), ref)
         except Exception as exc:  # noqa: BLE001 - a backend that cannot run is recorded, not fatal

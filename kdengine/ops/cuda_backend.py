@@ -14,6 +14,10 @@ from kdengine.ops import build
 from kdengine.ops.schedule import resolve_nsplit
 
 DV = 512
+# Warps per 16-row group of the split kernel (csrc/verify_kernel.cuh): 2 (BN 32, 2 stages, 255
+# registers) or 4 (BN 16, 3 stages, 128 registers, twice the warps per SM).
+COL_WARPS = (2, 4)
+DEFAULT_COL_WARPS = 4
 _REASON: dict[str, str | None] = {}
 
 
@@ -41,13 +45,17 @@ def available(device: torch.device) -> str | None:
     return _REASON["build"]
 
 
-def launch(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_scale, nsplit, scalar_loads=False):
+def launch(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_scale, nsplit, scalar_loads=False,
+           col_warps=DEFAULT_COL_WARPS):
     """Run the kernels into caller-given out/lse (tests poison them first)."""
+    if col_warps not in COL_WARPS:
+        raise ValueError(f"col_warps: expected one of {COL_WARPS}, got {col_warps!r}")
     B, T, H, _ = q.shape
     part_out = torch.empty(B, nsplit, T * H, DV, dtype=torch.float32, device=q.device)
     part_lse = torch.empty(B, nsplit, T * H, dtype=torch.float32, device=q.device)
     module = build.load_extension(scalar_loads=scalar_loads)
-    module.launch(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, part_out, part_lse, sm_scale, nsplit)
+    module.launch(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, part_out, part_lse, sm_scale, nsplit,
+                  col_warps)
 
 
 @torch.library.custom_op("kdengine::verify_cuda", mutates_args=())

@@ -61,6 +61,11 @@ def test_extension_names_differ_per_variant():
     assert len(names) == 4
 
 
+def test_launch_rejects_a_bad_warp_layout():
+    with pytest.raises(ValueError, match="col_warps"):
+        cuda_backend.launch(*[None] * 7, sm_scale=1.0, nsplit=1, col_warps=3)
+
+
 def test_row_tiles_follow_block_rows():
     assert [cuda_backend.row_tiles(r) for r in (1, 16, 17, 32, 33, 64, 65, 128, 4080)] == [1, 1, 1, 1, 1, 1, 2, 2, 64]
 
@@ -110,14 +115,14 @@ def _problem(tp: TestParam, seed: int = 0):
     )
 
 
-def _run_poisoned(inp, nsplit, *, scalar_loads: bool = False):
+def _run_poisoned(inp, nsplit, *, scalar_loads: bool = False, col_warps: int = cuda_backend.DEFAULT_COL_WARPS):
     B, T, H, _ = inp.q.shape
     bits = pack_tree_mask(inp.tree_mask)
     splits = cuda_backend.plan_nsplit(inp.q, inp.kv_cache, inp.page_table, nsplit)
     out = torch.full((B, T, H, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
     lse = torch.full((B, T, H), float("nan"), dtype=torch.float32, device="cuda")
     cuda_backend.launch(inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, bits, out, lse,
-                        sm_scale=inp.sm_scale, nsplit=splits, scalar_loads=scalar_loads)
+                        sm_scale=inp.sm_scale, nsplit=splits, scalar_loads=scalar_loads, col_warps=col_warps)
     return out, lse
 
 
@@ -145,6 +150,16 @@ def test_cuda_matches_reference(tp):
 def test_nsplit_variants_agree(nsplit):
     inp = _problem(TestParam(16, 2000), seed=nsplit)
     out, lse = _run_poisoned(inp, nsplit)
+    _check(inp, out, lse)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("col_warps", cuda_backend.COL_WARPS)
+@pytest.mark.parametrize("tp", [TestParam(1, 70, H=1), TestParam(17, 63, H=2), TestParam(64, [4000, 65], B=2),
+                                TestParam(16, 100, nsplit=256)], ids=str)
+def test_both_warp_layouts(tp, col_warps):
+    inp = _problem(tp, seed=col_warps)
+    out, lse = _run_poisoned(inp, tp.nsplit, col_warps=col_warps)
     _check(inp, out, lse)
 
 
@@ -190,8 +205,9 @@ def test_scalar_load_build_matches_reference():
 @pytest.mark.gpu
 def test_custom_op_fake_shapes():
     inp = _problem(TestParam(17, 100, H=2), seed=5)
+    real_bits = pack_tree_mask(inp.tree_mask)
     with torch._subclasses.fake_tensor.FakeTensorMode() as mode:
         args = [mode.from_tensor(t) for t in (inp.q, inp.kv_cache, inp.page_table, inp.prefix_len)]
-        bits = mode.from_tensor(pack_tree_mask(inp.tree_mask))
+        bits = mode.from_tensor(real_bits)
         out, lse = torch.ops.kdengine.verify_cuda(*args, bits, 0.1, 4)
     assert out.shape == (1, 17, 2, 512) and lse.shape == (1, 17, 2) and lse.dtype == torch.float32
