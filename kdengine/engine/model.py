@@ -226,15 +226,17 @@ def experts_grouped_mm(moe: MoE, x, local, w, valid):
     y = torch._grouped_mm(h, moe.experts_down.transpose(1, 2), offs=offs)  # [N*k, D]
     scale = w.flatten()[order].float()
     y = torch.where((key < E)[:, None], y.float() * scale[:, None], torch.zeros((), device=x.device))
-    return torch.zeros_like(x, dtype=torch.float32).index_add_(0, rows, y).to(x.dtype)
+    # Un-sort with a permutation (unique indices) and sum each token's k rows: deterministic, no atomics.
+    unsorted = torch.empty_like(y).index_copy_(0, order, y)
+    return unsorted.view(-1, k, y.shape[-1]).sum(1).to(x.dtype)
 
 
 def experts_dense(moe: MoE, x, local, w, valid):
     """Graph-safe fallback: every local expert on every token, weighted by the routing (reads all
     E experts' weights; use only where grouped_mm is unavailable)."""
     E = moe.cfg.local_experts
-    onehot = F.one_hot(torch.where(valid, local, E), E + 1)[..., :E].float()  # [N, k, E]
-    gates = (onehot * w[..., None]).sum(1)  # [N, E]
+    slot = torch.where(valid, local, E)  # [N, k]; E collects other ranks' experts
+    gates = torch.zeros(x.shape[0], E + 1, device=x.device).scatter_add_(1, slot, w.float())[:, :E]  # [N, E]
     h = swiglu(torch.einsum("nd,efd->enf", x, moe.experts_gate_up))
     y = torch.einsum("enf,edf->end", h, moe.experts_down)
     return torch.einsum("end,ne->nd", y.float(), gates).to(x.dtype)
