@@ -45,6 +45,8 @@ class Engine:
     draft_fn: Callable | None = None  # override of the drafter (tests): engine -> (log_probs, ids)
     verify_fn: Callable | None = None  # set by graphs.py: (tokens, positions, mask_bits) -> outputs
     draft_graph: Callable | None = None  # set by graphs.py: engine -> (log_probs, ids)
+    tree_graph: Callable | None = None  # set by graphs.py: (log_probs, ids, root) -> (tokens, parents, depths)
+    mask_graph: Callable | None = None  # set by graphs.py: parents -> (mask, bits)
 
 
 def setup_engine(cfg: ModelConfig, device, batch: int, max_tokens: int, backend: str = "auto", seed: int = 0, group=None) -> Engine:
@@ -126,13 +128,22 @@ def draft(engine: Engine):
 
 
 def make_tree(engine: Engine, log_probs, ids, budget: int) -> DraftTree:
+    if engine.tree_graph is not None:
+        return DraftTree(*engine.tree_graph(log_probs, ids, engine.root), mask=None)
     return build_tree_device(log_probs, ids, budget, root_token=engine.root, with_mask=False)
 
 
-def make_mask(tree: DraftTree) -> torch.Tensor:
+def tree_mask_bits(parents: torch.Tensor):
+    """Ancestor masks [B, T, T] and their packed form [B, T, W] from parents [B, T]."""
+    mask = build_masks(parents)
+    return mask, pack_tree_mask(mask)
+
+
+def make_mask(engine: Engine, tree: DraftTree) -> torch.Tensor:
     """Packed ancestor mask [B, T, W] of the tree (also stored on tree.mask)."""
-    tree.mask = build_masks(tree.parents)
-    return pack_tree_mask(tree.mask)
+    fn = engine.mask_graph or tree_mask_bits
+    tree.mask, bits = fn(tree.parents)
+    return bits
 
 
 def verify(engine: Engine, tree: DraftTree, mask_bits, timer=None):
@@ -172,7 +183,7 @@ def speculative_step(engine: Engine, budget: int, policy=None, prof: Profiler | 
     with prof.phase("tree"):
         tree = make_tree(engine, log_probs, ids, budget)
     with prof.phase("mask"):
-        bits = make_mask(tree)
+        bits = make_mask(engine, tree)
     with prof.phase("verify"):
         target, feats, load = verify(engine, tree, bits, prof.timer if prof.enabled else None)
     with prof.phase("accept/commit"):

@@ -100,19 +100,39 @@ def capture_engine(engine, settings, notes: list[str]) -> bool:
     try:
         verify = CapturedFn(lambda t, p, m: forward(engine, t, p, m), [tokens, positions, chain_bits(B, T, dev)])
         drafter = CapturedFn(lambda r: draft_block(engine.drafter, engine.dcache, r), [engine.root])
+        tree_graph, mask_graph = capture_tree_builder(*drafter.outputs, engine.root, settings.budget)
     except RuntimeError as exc:  # a backend or op that cannot be captured: measure eagerly, say so
         notes.append(f"cuda graphs: capture failed, running eagerly ({str(exc).splitlines()[0][:200]})")
         torch.cuda.synchronize()
         return False
     engine.verify_fn = verify
     engine.draft_graph = lambda e: drafter(e.root)
-    notes.append(f"cuda graphs: verify (T={T}, B={B}) and drafter captured once, replayed at every context length")
+    engine.tree_graph, engine.mask_graph = tree_graph, mask_graph
+    notes.append(f"cuda graphs: drafter, tree, mask and verify (T={T}, B={B}) captured once, replayed at every context length")
     return True
+
+
+def capture_tree_builder(log_probs, ids, root, budget: int):
+    """Graphs of the DDTree build and of its mask for inputs shaped like these ([B, L, K], [B]):
+    returns (tree_fn(log_probs, ids, root) -> (tokens, parents, depths), mask_fn(parents) -> (mask, bits)).
+    What the benchmarks time as tree + mask at a budget."""
+    from kdengine.engine.generate import tree_mask_bits
+    from kdengine.engine.tree import build_tree_device
+
+    def tree_fn(lp, i, r):
+        t = build_tree_device(lp, i, budget, root_token=r, with_mask=False)
+        return t.tokens, t.parents, t.depths
+
+    tree = CapturedFn(tree_fn, [log_probs, ids, root])
+    mask = CapturedFn(tree_mask_bits, [tree.outputs[1]])
+    return tree, mask
 
 
 def release_graphs(engine) -> None:
     engine.verify_fn = None
     engine.draft_graph = None
+    engine.tree_graph = None
+    engine.mask_graph = None
 
 
-__all__ = ["EXPERT_IMPLS", "CapturedFn", "capture_engine", "choose_expert_impl", "grouped_mm_works", "release_graphs"]
+__all__ = ["EXPERT_IMPLS", "CapturedFn", "capture_engine", "capture_tree_builder", "choose_expert_impl", "grouped_mm_works", "release_graphs"]

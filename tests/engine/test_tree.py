@@ -84,3 +84,19 @@ def test_bad_inputs_raise():
         build_tree(lp, ids[:, :1], 4)
     with pytest.raises(ValueError, match="budget"):
         build_tree_device(lp, ids, 15)  # only 2 + 4 + 8 = 14 prefixes exist
+
+
+@pytest.mark.gpu
+def test_captured_tree_builder_matches_host():
+    from kdengine.engine.graphs import capture_tree_builder
+
+    lp, ids = random_draft(16, 8, seed=5, B=2)
+    root = torch.tensor([4, 5])
+    tree_fn, mask_fn = capture_tree_builder(lp.cuda(), ids.cuda(), root.cuda(), 63)
+    lp2, ids2 = random_draft(16, 8, seed=6, B=2)  # replay on new inputs
+    tokens, parents, depths = tree_fn(lp2.cuda(), ids2.cuda(), root.cuda())
+    mask, bits = mask_fn(parents)
+    for b in range(2):
+        host = build_tree(lp2[b], ids2[b], 63, root_token=int(root[b]))
+        assert torch.equal(tokens[b].cpu(), host.tokens) and torch.equal(parents[b].cpu(), host.parents)
+        assert torch.equal(mask[b].cpu(), host.mask)
