@@ -22,8 +22,11 @@ DEFAULT_NSPLIT: dict[str, int | str] = {"triton": "auto", "cuda": SEED_NSPLIT}
 # A split shorter than this many KV tokens costs more in partial-result traffic and merge work than
 # it gains in parallelism.
 MIN_TOKENS_PER_SPLIT = 256
-# Waves of thread blocks to aim for: more than one keeps SMs busy while the slowest split finishes.
-TARGET_WAVES = 2
+# Waves of thread blocks to aim for. One: a `triton` split program fills an SM (8 warps at ~255
+# registers, ~148 KB of shared memory on sm_90) and the splits hold equal work, so one wave is
+# balanced; a second wave would double the partial-result traffic (programs x BLOCK_M x 2 KB, written
+# then read by the merge) without adding parallelism.
+TARGET_WAVES = 1
 MAX_NSPLIT = 1024
 
 
