@@ -111,7 +111,7 @@ def build_tree_device(
     with_mask=False leaves mask None (the engine builds it as its own timed phase: build_masks)."""
     check_draft(top_log_probs, top_token_ids, budget)
     squeeze = top_log_probs.dim() == 2
-    lp = (top_log_probs[None] if squeeze else top_log_probs).float()
+    lp = (top_log_probs[None] if squeeze else top_log_probs).double()  # sums as exact as the host heap
     ids = top_token_ids[None] if squeeze else top_token_ids
     B, L, K = lp.shape
     if sum(K**d for d in range(1, L + 1)) < budget:
