@@ -1,7 +1,7 @@
 """Find the commit that slowed one benchmark: measure the good commit's distribution, then drive
 `git bisect run` (in a temporary worktree, so the caller's checkout is untouched) with a step that builds,
-runs the benchmark --runs times and calls the commit bad when it is significantly worse than the good
-distribution (one-sided Mann-Whitney U) by at least the benchmark's threshold. Prints the culprit and how
+runs the benchmark --runs times interleaved with the good commit (a second worktree: drift hits both) and
+calls the commit bad when it is significantly worse than the good distribution (one-sided Mann-Whitney U) by at least the benchmark's threshold. Prints the culprit and how
 many benchmark runs it took.
 
 `python -m ci bisect --good SHA --bad SHA --benchmark NAME [--runs N] [--cmd CMD] [--build CMD]`
@@ -55,17 +55,33 @@ def is_bad(good: list[float], values: list[float], direction: str, threshold: fl
     return worse >= threshold and p_worse < alpha
 
 
+def measure_interleaved(tree: Path, good_tree: Path, cmd: str, runs: int) -> tuple[list, list] | None:
+    """runs rounds of (good, candidate), alternating, so machine drift hits both sides alike."""
+    good, cand = [], []
+    for _ in range(runs):
+        g, c = measure(good_tree, cmd, 1, None), measure(tree, cmd, 1, None)
+        if not g or not c:
+            return None
+        good += g
+        cand += c
+    return good, cand
+
+
 def step(state_path: Path) -> int:
     """One `git bisect run` step: exit 0 good, 1 bad, 125 skip (build or run failed)."""
     state = json.loads(state_path.read_text())
-    values = measure(Path.cwd(), state["cmd"], state["runs"], state["build"])
-    state["runs_done"] += state["runs"]
-    state_path.write_text(json.dumps(state))
-    if not values:
+    tree = Path.cwd()
+    if state["build"] and measure(tree, "true", 1, state["build"]) is None:
         return 125
-    bad = is_bad(state["good"], values, state["direction"], state["threshold"], state["alpha"])
+    got = measure_interleaved(tree, Path(state["good_tree"]), state["cmd"], state["runs"])
+    state["runs_done"] += 2 * state["runs"]
+    state_path.write_text(json.dumps(state))
+    if not got:
+        return 125
+    good, values = got
+    bad = is_bad(good, values, state["direction"], state["threshold"], state["alpha"])
     sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    print(f"[bisect] {sha}: median {statistics.median(values):.4g} vs good {statistics.median(state['good']):.4g}"
+    print(f"[bisect] {sha}: median {statistics.median(values):.4g} vs good {statistics.median(good):.4g}"
           f" -> {'bad' if bad else 'good'}", flush=True)
     return 1 if bad else 0
 
@@ -81,16 +97,19 @@ def bisect(repo: Path, good: str, bad: str, benchmark: str, runs: int, cmd: str 
     cmd = cmd or default_cmd(benchmark)
     with tempfile.TemporaryDirectory(prefix="kdengine-bisect-") as tmp_name:
         tmp = Path(tmp_name)
-        tree = tmp / "tree"
+        tree, good_tree = tmp / "tree", tmp / "good"
         git(repo, "worktree", "add", "--detach", str(tree), good)
+        git(repo, "worktree", "add", "--detach", str(good_tree), good)
         try:
-            good_values = measure(tree, cmd, runs * 2, build)
-            if not good_values:
+            if build and measure(good_tree, "true", 1, build) is None:
+                raise RuntimeError(f"--build: the build failed at the good commit {good}")
+            got = measure_interleaved(tree, good_tree, cmd, runs)
+            if not got:
                 raise RuntimeError(f"--good: the benchmark did not run at {good} (cmd: {cmd})")
             state_path = tmp / "state.json"
-            state_path.write_text(json.dumps({"good": good_values, "cmd": cmd, "runs": runs, "build": build,
-                                              "direction": direction, "threshold": thr, "alpha": alpha,
-                                              "runs_done": runs * 2}))
+            state_path.write_text(json.dumps({"good_tree": str(good_tree), "cmd": cmd, "runs": runs,
+                                              "build": build, "direction": direction, "threshold": thr,
+                                              "alpha": alpha, "runs_done": 2 * runs}))
             git(tree, "bisect", "start", bad, good)
             step_cmd = [sys.executable, "-c", "import sys; from ci.bisect import step; "
                         f"sys.exit(step(__import__('pathlib').Path({str(state_path)!r})))"]
@@ -102,7 +121,8 @@ def bisect(repo: Path, good: str, bad: str, benchmark: str, runs: int, cmd: str 
             git(tree, "bisect", "reset", check=False)
             state = json.loads(state_path.read_text())
         finally:
-            git(repo, "worktree", "remove", "--force", str(tree), check=False)
+            for t in (tree, good_tree):
+                git(repo, "worktree", "remove", "--force", str(t), check=False)
     if not found:
         raise RuntimeError(f"git bisect did not name a culprit: {proc.stdout[-400:]}{proc.stderr[-400:]}")
     subject = git(repo, "log", "-1", "--format=%s", found.group(1)).stdout.strip()
