@@ -22,7 +22,7 @@ from kdengine.engine.config import ModelConfig
 from kdengine.engine.drafter import DraftCache, Drafter, append_context, draft_block
 from kdengine.engine.kv_cache import PagedKVCache
 from kdengine.engine.model import Step, Transformer, torch_dtype
-from kdengine.engine.profiler import Profiler
+from kdengine.engine.profiler import VERIFY, Profiler
 from kdengine.engine.tree import DraftTree, build_masks, build_tree_device
 from kdengine.engine.weights import materialize
 from kdengine.ops.mask import pack_tree_mask
@@ -184,7 +184,7 @@ def speculative_step(engine: Engine, budget: int, policy=None, prof: Profiler | 
         tree = make_tree(engine, log_probs, ids, budget)
     with prof.phase("mask"):
         bits = make_mask(engine, tree)
-    with prof.phase("verify"):
+    with prof.phase(VERIFY):
         target, feats, load = verify(engine, tree, bits, prof.timer if prof.enabled else None)
     with prof.phase("accept/commit"):
         path, count, bonus, counts_host = accept(engine, tree, target, policy)
@@ -365,9 +365,10 @@ def split_graph_phases(engine: Engine, s: DecodeSettings, policy, graph_phases: 
     release_graphs(engine)
     eager = Profiler(engine.cache.pool.device)
     timed_steps(engine, s, policy, eager, min(4, s.steps))
+    parts = ("verify-attention", "verify-moe", "other")
     e = eager.phase_ms()
+    graph_verify, eager_verify = sum(graph_phases[k] for k in parts), sum(e[k] for k in parts)
     out = dict(graph_phases)
-    share = graph_phases["verify"] / e["verify"] if e["verify"] > 0 else 0.0
-    for k in ("verify-attention", "verify-moe", "other"):
-        out[k] = e[k] * share
+    for k in parts:
+        out[k] = e[k] * graph_verify / eager_verify if eager_verify > 0 else 0.0
     return out
