@@ -156,3 +156,39 @@ def time_gpu(
         clocks_end=clocks_end,
         throttled=fingerprint.throttled(clocks_start, clocks_end),
     )
+
+
+def gpu_sampler(
+    launch: Callable[[int], object],
+    *,
+    launches: int = 8,
+    warmup: int = 3,
+    l2_flush: bool = False,
+    device: torch.device | str | None = None,
+) -> Callable[[], float]:
+    """A callable that runs one synchronised sample (graph replay of `launches` launches between
+    events, after an optional L2 flush) and returns GPU seconds per launch: for host-timed
+    harnesses (pytest-benchmark), which then time a finished GPU sample, never a bare launch."""
+    _check_counts(1, warmup, launches)
+    device = torch.device(device or "cuda")
+    for w in range(warmup):
+        launch(w % launches)
+    torch.cuda.synchronize(device)
+    graph = _capture(launch, launches, device)
+    flush = l2_flush_buffer(device) if l2_flush else None
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def sample() -> float:
+        if flush is not None:
+            flush.fill_(1)
+        start.record()
+        if graph is not None:
+            graph.replay()
+        else:
+            for i in range(launches):
+                launch(i)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3 / launches
+
+    return sample

@@ -173,13 +173,32 @@ def _input_copies(w: Workload) -> int:
     return max(1, min(32, math.ceil(2 * l2 / roofline.verify_bytes(N=w.context, T=w.T, H=w.H))))
 
 
-def _measure_verify(w: Workload, n_samples: int) -> tuple[timer.Measurement, dict]:
+def _verify_call(w: Workload):
     from kdengine.ops.verify import verify_attention
 
     def call(inp, bits):
         return verify_attention(inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, bits,
                                 sm_scale=inp.sm_scale, nsplit=w.nsplit, backend=w.backend)
 
+    return call
+
+
+def verify_sampler(w: Workload):
+    """A callable running one finished sample of verify workload `w` (for pytest-benchmark): on the
+    GPU a synchronised graph replay that returns GPU seconds per launch, on the CPU one call."""
+    if w.kind != "verify":
+        raise ValueError(f"w: expected a verify workload, got {w.name}")
+    call = _verify_call(w)
+    if w.device == "cpu":
+        inp, bits = _verify_inputs(w, seed=0)
+        return lambda: call(inp, bits)
+    copies = _input_copies(w)
+    sets = [_verify_inputs(w, seed=i) for i in range(copies)]
+    return timer.gpu_sampler(lambda i: call(*sets[i % copies]), launches=max(8, copies), l2_flush=True)
+
+
+def _measure_verify(w: Workload, n_samples: int) -> tuple[timer.Measurement, dict]:
+    call = _verify_call(w)
     if w.device == "cpu":
         inp, bits = _verify_inputs(w, seed=0)
         m = timer.time_cpu(lambda: call(inp, bits), samples=n_samples, warmup=1)

@@ -1,0 +1,51 @@
+"""Machine names, nvidia-smi parsing, and the throttled rule."""
+
+from __future__ import annotations
+
+import platform
+
+import pytest
+
+from kdengine.bench import fingerprint as fp
+
+
+def test_machine_names():
+    assert fp.machine_name({"gpu": "NVIDIA H200", "sm_count": 132, "capability": "sm_90"}) == "gpu-nvidia-h200-sm90"
+    assert fp.machine_name({"gpu": "NVIDIA RTX PRO 6000 Blackwell", "sm_count": 188, "capability": "sm_120"}) == (
+        "gpu-nvidia-rtx-pro-6000-blackwell-sm120")
+    assert fp.machine_name({"gpu": "cpu", "sm_count": 0}) == f"cpu-{platform.machine()}"
+
+
+def test_collect_has_the_recorded_fields():
+    info = fp.collect()
+    for key in ("torch", "triton", "cuda", "gpu", "sm_count", "commit", "dirty"):
+        assert key in info
+    assert info["commit"] is None or len(info["commit"]) == 40
+
+
+def test_parse_nvidia_smi_line():
+    state = fp.parse_smi_line("1980, 3201, 45, 120.50, 0x0000000000000024")
+    assert state["sm_mhz"] == 1980 and state["mem_mhz"] == 3201 and state["power_w"] == 120.5
+    assert state["throttle_reasons"] == ["sw_power_cap", "sw_thermal"]
+    with pytest.raises(ValueError, match="nvidia-smi line"):
+        fp.parse_smi_line("1980, 3201")
+
+
+@pytest.mark.parametrize("start, end, expected", [
+    ({"sm_mhz": 1980, "throttle_mask": 0}, {"sm_mhz": 1980, "throttle_mask": 0}, False),
+    ({"sm_mhz": 1980, "throttle_mask": 0x1}, {"sm_mhz": 1960, "throttle_mask": 0x2}, False),  # idle, app clocks
+    ({"sm_mhz": 1980, "throttle_mask": 0}, {"sm_mhz": 1700, "throttle_mask": 0}, True),  # clock fell 14%
+    ({"sm_mhz": 1980, "throttle_mask": 0}, {"sm_mhz": 1980, "throttle_mask": 0x40}, True),  # hw thermal
+    ({}, {}, False),  # no GPU
+])
+def test_throttled(start, end, expected):
+    assert fp.throttled(start, end) is expected
+
+
+def test_clocks_empty_without_gpu():
+    import torch
+
+    if torch.cuda.is_available():
+        assert "source" in fp.clocks()
+    else:
+        assert fp.clocks() == {}

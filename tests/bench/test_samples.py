@@ -1,0 +1,62 @@
+"""JSONL records -> sidecar dict -> atomic sidecar file (perf_history/README.md schema 1)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kdengine.bench import samples as S
+
+
+def record(name, median, run="r", throttled=False, clocks=None):
+    fp = {"gpu": "cpu", "commit": "abc", "clocks_start": clocks or {}, "clocks_end": clocks or {}}
+    return S.make_record(name=name, unit="seconds", direction="lower", median=median, samples=[median, median * 1.1],
+                         throttled=throttled, fingerprint=fp, asv_name="bench_verify.Verify.track_time",
+                         asv_params=["'triton'", "65536", "16"], extra={"nsplit": 64}, run=run)
+
+
+def test_collect_and_write_sidecar(tmp_path):
+    jsonl = tmp_path / "s.jsonl"
+    S.append_record(record("verify/triton/ctx65536/T16", 3e-5, clocks={"sm_mhz": 1980}), jsonl)
+    S.append_record(record("verify/cuda/ctx65536/T16", 2e-5, throttled=True), jsonl)
+    S.append_record(record("verify/triton/ctx65536/T16", 4e-5), jsonl)  # the last one wins
+    data = S.collect_jsonl(jsonl, "f" * 40, "cpu-x86_64")
+    assert data["schema"] == 1 and data["commit"] == "f" * 40 and data["machine"] == "cpu-x86_64"
+    assert list(data["results"]) == ["verify/cuda/ctx65536/T16", "verify/triton/ctx65536/T16"]
+    entry = data["results"]["verify/triton/ctx65536/T16"]
+    assert set(entry) == set(S.RESULT_FIELDS) and entry["median"] == 4e-5 and entry["direction"] == "lower"
+    assert data["fingerprint"]["throttled"] is True and data["fingerprint"]["clocks_start"] == {"sm_mhz": 1980}
+    path = S.write_sidecar(data, tmp_path / "perf_history")
+    assert path == tmp_path / "perf_history" / "samples" / "cpu-x86_64" / f"{'f' * 40}.json"
+    assert json.loads(path.read_text()) == data
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temp file left behind
+
+
+def test_find_record_by_run(tmp_path):
+    jsonl = tmp_path / "s.jsonl"
+    S.append_record(record("a", 1.0, run="one"), jsonl)
+    S.append_record(record("a", 2.0, run="two"), jsonl)
+    assert S.find_record("a", "one", jsonl)["median"] == 1.0
+    assert S.find_record("a", "three", jsonl) is None
+    assert S.find_record("a", "one", tmp_path / "absent.jsonl") is None
+
+
+def test_bad_input_names_the_argument(tmp_path):
+    with pytest.raises(ValueError, match="direction"):
+        S.make_record(name="a", unit="s", direction="up", median=1, samples=[1], throttled=False, fingerprint={})
+    with pytest.raises(ValueError, match="samples"):
+        S.make_record(name="a", unit="s", direction="lower", median=1, samples=[], throttled=False, fingerprint={})
+    with pytest.raises(ValueError, match="commit"):
+        S.collect_jsonl(tmp_path / "x.jsonl", "", "cpu-x86_64")
+    with pytest.raises(ValueError, match="data"):
+        S.write_sidecar({"schema": 1}, tmp_path)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"name": "a"}\nnot json\n')
+    with pytest.raises(ValueError, match="bad.jsonl:2"):
+        S.read_jsonl(bad)
+
+
+def test_append_is_a_no_op_without_a_path(monkeypatch):
+    monkeypatch.delenv("KDENGINE_SAMPLES_OUT", raising=False)
+    assert S.append_record(record("a", 1.0)) is None
