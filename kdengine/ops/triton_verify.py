@@ -5,11 +5,11 @@ attends to the same KV rows. The split kernel runs on the grid (row_tiles, NSPLI
 
   * NSPLIT cuts sequence b's prefix_len[b] + T tokens into equal chunks. The chunk length is computed
     on the device from prefix_len, so the grid depends on host sizes only and one CUDA graph replays
-    at any prefix length up to the page-table capacity. A split with no tokens writes lse = -inf and
-    the merge ignores it.
+    at any prefix length up to the page-table capacity. Splits are whole tiles; a split with no tokens
+    writes lse = -inf (and a zero partial) and the merge ignores it.
   * A program holds BLOCK_M query rows (Q [BLOCK_M, 576] and an fp32 accumulator [BLOCK_M, 512]) and
-    walks its split in BLOCK_N-token tiles: page lookup per token, S = Q_nope K_nope^T + Q_rope K_rope^T
-    with tl.dot, online softmax in base 2 (log2(e) folded into the scale), acc += P V with V = K_nope.
+    walks its split in BLOCK_N-token tiles (a tile lies inside one page: one page-table lookup,
+    contiguous 16-byte loads), S = Q_nope K_nope^T + Q_rope K_rope^T with tl.dot, online softmax in base 2 (log2(e) folded into the scale), acc += P V with V = K_nope.
     The prefix tiles apply no mask; the tree tiles read the packed ancestor mask.
   * Rows of a sequence do not fit one program at large T * H (Q alone is T*H*576*2 bytes), so they
     are tiled; row tiles are the fastest grid axis, so the row tiles of one KV split run at the same
@@ -227,8 +227,8 @@ def config(device: torch.device) -> dict:
     sm_90: 64 rows make both dots wgmma-sized (M = 64 per warpgroup) and halve the L2 re-reads of a
     KV tile against 32 rows; the [64, 512] fp32 accumulator needs 8 warps (128 registers a thread).
     Q (72 KB) plus two pipelined 32-token KV tiles (2 x 36 KB) take ~148 KB of shared memory; 64-token
-    tiles would need ~237 KB, over the 227 KB limit. Elsewhere (sm_80, sm_120 with <= 99 KB of shared
-    memory a block, and the interpreter): 32 rows with mma.sync, 8 warps, ~76 KB, no register spills.
+    tiles would need ~237 KB, over the 227 KB limit. Elsewhere (sm_80; sm_120 with <= 99 KB of shared
+    memory a block; the interpreter): 32 rows with mma.sync, 8 warps, ~76 KB, no register spills.
     """
     if device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9:
         return {"BLOCK_M": 64, "BLOCK_N": BLOCK_N, "num_warps": 8, "num_stages": 2}
