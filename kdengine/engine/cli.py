@@ -31,6 +31,11 @@ def add_parser(sub) -> None:
     p.add_argument("--mean-accept", type=float, default=5.0, help="replay: mean tokens per step")
     p.add_argument("--no-cuda-graphs", action="store_true", help="run verify and drafter eagerly")
     p.add_argument("--batch", type=int, default=1)
+    p.add_argument(
+        "--tp", type=int, default=1,
+        help="tensor-parallel processes; > 1 under torchrun (torchrun --nproc-per-node N -m kdengine.cli decode --tp N ...); "
+        "rank 0 prints, with every rank's phases and expert load",
+    )
     p.add_argument("--json", type=Path, default=None, help="also write the result as JSON here")
     p.set_defaults(func=run)
 
@@ -42,7 +47,7 @@ def settings_from(args):
         config=args.config, layers=args.layers, context=args.context, budget=args.budget, backend=args.backend,
         steps=args.steps, warmup_steps=args.warmup_steps, device=args.device, seed=args.seed,
         acceptance=args.acceptance, mean_accept=args.mean_accept, cuda_graphs=not args.no_cuda_graphs,
-        batch=args.batch,
+        batch=args.batch, tp=args.tp,
     )
 
 
@@ -54,15 +59,28 @@ def run(args) -> int:
 
     settings = settings_from(args)
     console = Console()
-    with Progress(console=console, transient=True) as bar:
+    lead = True
+    if settings.tp > 1:
+        from kdengine.engine.parallel import init_tp
+
+        lead = torch_rank(init_tp()) == 0
+    with Progress(console=console, transient=True, disable=not lead) as bar:
         task = bar.add_task("decode steps", total=settings.warmup_steps + settings.steps)
         result = run_decode(settings, progress=lambda step, total: bar.update(task, completed=step, total=total))
+    if not lead:
+        return 0
     print_result(console, result)
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result.to_dict(), indent=2, default=str))
         console.print(f"wrote {args.json}")
     return 0
+
+
+def torch_rank(group) -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank(group)
 
 
 def print_result(console, r) -> None:
@@ -94,8 +112,25 @@ def print_result(console, r) -> None:
     for name, ms in r.phase_ms.items():
         phases.add_row(name, f"{ms:.3f}", f"{100 * ms / step_ms:.1f}")
     console.print(phases)
+    if r.per_rank:
+        print_ranks(console, r)
     for note in r.notes:
         console.print(f"note: {note}")
+
+
+def print_ranks(console, r) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"per rank (MoE load imbalance across ranks, max/mean: {r.moe_rank_imbalance:.2f})")
+    for col in ("rank", "tok/s", "verify-attention ms", "verify-moe ms", "other ms", "tokens to experts/step", "MoE imbalance"):
+        table.add_column(col, justify="right")
+    for x in r.per_rank:
+        ph = x["phase_ms"]
+        table.add_row(
+            str(x["rank"]), f"{x['tok_per_s']:.1f}", f"{ph['verify-attention']:.3f}", f"{ph['verify-moe']:.3f}",
+            f"{ph['other']:.3f}", f"{sum(x['moe_load']):.1f}", f"{x['moe_imbalance']:.2f}",
+        )
+    console.print(table)
 
 
 def main(argv=None) -> int:

@@ -238,6 +238,7 @@ class DecodeSettings:
     mean_accept: float = 5.0  # replay: mean tokens per step (accepted + bonus)
     cuda_graphs: bool = True
     batch: int = 1
+    tp: int = 1  # tensor-parallel processes (> 1: launched by torchrun, or a process group already up)
 
 
 @dataclass
@@ -257,6 +258,8 @@ class DecodeResult:
     cuda_graphs_used: bool = False
     expert_impl: str = ""
     notes: list[str] = field(default_factory=list)
+    per_rank: list[dict] = field(default_factory=list)  # TP: each rank's phases and expert load
+    moe_rank_imbalance: float = 0.0  # TP: max/mean over ranks of the tokens routed to each rank
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -287,10 +290,19 @@ def build_engine(s: DecodeSettings):
     check_settings(s)
     overrides = {} if s.layers is None else {"n_layers": s.layers}
     cfg = ModelConfig.from_name(s.config, **overrides)
-    device = resolve_device(s.device)
+    device, group = resolve_device(s.device), None
+    if s.tp > 1:
+        from kdengine.engine.parallel import init_tp, local_device, rank_config
+
+        group = init_tp()
+        if torch.distributed.get_world_size(group) != s.tp:
+            raise ValueError(f"tp: expected the process group size {torch.distributed.get_world_size(group)}, got {s.tp}")
+        cfg = rank_config(cfg, group)
+        device = local_device(group) if device.type == "cuda" else device
     T = s.budget + 1
     total_steps = s.warmup_steps + 2 * s.steps + 2
-    engine = setup_engine(cfg, device, s.batch, s.context + total_steps * T + cfg.draft_block, s.backend, s.seed)
+    max_tokens = s.context + total_steps * T + cfg.draft_block
+    engine = setup_engine(cfg, device, s.batch, max_tokens, s.backend, s.seed, group)
     engine.model.set_expert_impl(choose_expert_impl(cfg, device))
     fill_synthetic_context(engine, s.context, s.seed)
     policy = ReplayPolicy(s.mean_accept, s.seed, cfg.draft_block + 1) if s.acceptance == "replay" else None
@@ -338,7 +350,7 @@ def run_decode(s: DecodeSettings, progress=None) -> DecodeResult:
         phases = split_graph_phases(engine, s, policy, phases)
         notes.append("verify split (attention/moe/other) measured on eager steps after the timed graph steps")
     B = s.batch
-    return DecodeResult(
+    result = DecodeResult(
         settings=s,
         tok_per_s=sum(tokens) / max(sum(times), 1e-12),
         step_times_s=times,
@@ -355,6 +367,23 @@ def run_decode(s: DecodeSettings, progress=None) -> DecodeResult:
         expert_impl=engine.model.layers[-1].mlp.impl if engine.cfg.n_layers > engine.cfg.first_dense else "",
         notes=notes,
     )
+    if engine.group is not None:
+        gather_ranks(result, engine)
+    return result
+
+
+def gather_ranks(result: DecodeResult, engine: Engine) -> None:
+    """TP: every rank's phases and expert load on every rank, and the load imbalance across ranks."""
+    mine = {
+        "rank": engine.cfg.tp_rank, "tok_per_s": result.tok_per_s, "phase_ms": result.phase_ms,
+        "moe_load": result.moe_load, "moe_imbalance": result.moe_imbalance,
+    }
+    ranks: list = [None] * torch.distributed.get_world_size(engine.group)
+    torch.distributed.all_gather_object(ranks, mine, group=engine.group)
+    result.per_rank = ranks
+    totals = [sum(r["moe_load"]) for r in ranks]
+    mean = sum(totals) / len(totals)
+    result.moe_rank_imbalance = max(totals) / mean if mean > 0 else 0.0
 
 
 def split_graph_phases(engine: Engine, s: DecodeSettings, policy, graph_phases: dict[str, float]) -> dict[str, float]:

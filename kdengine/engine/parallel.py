@@ -29,10 +29,15 @@ def init_tp(backend: str | None = None, init_method: str = "env://", rank: int |
 
 
 def rank_config(cfg: ModelConfig, group) -> ModelConfig:
-    """cfg sliced for this process: tp_rank/tp_size from the group (tp_size = group size)."""
+    """cfg for this process: tp_rank = the group rank. tp_size = the group size, except for a rank
+    config (tp_size a multiple of the group size, e.g. kimi-k2-tp8-rank on 2 GPUs), which keeps its
+    per-rank shapes: each process computes one of its slices, the verify kernel sees the benchmarked
+    shapes, and only the all-reduces span fewer processes than the deployment."""
     if group is None:
         return cfg
-    return replace(cfg, tp_rank=dist.get_rank(group), tp_size=dist.get_world_size(group))
+    world = dist.get_world_size(group)
+    size = cfg.tp_size if cfg.tp_size >= world and cfg.tp_size % world == 0 else world
+    return replace(cfg, tp_rank=dist.get_rank(group), tp_size=size)
 
 
 def local_device(group) -> torch.device:

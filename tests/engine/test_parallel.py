@@ -48,3 +48,27 @@ def test_tp2_equals_tp1(tmp_path):
     mp.spawn(worker, args=(2, f"file://{tmp_path / 'rendezvous'}", str(tmp_path), out), nprocs=2, join=True)
     for rank in range(2):
         assert json.loads((tmp_path / f"tokens.{rank}").read_text()) == expected
+
+
+def decode_worker(rank: int, world: int, init: str, out: str) -> None:
+    from kdengine.engine.generate import DecodeSettings, run_decode
+    from kdengine.engine.parallel import init_tp
+
+    torch.set_num_threads(1)
+    init_tp("gloo", init, rank, world)
+    s = DecodeSettings(config="tiny", device="cpu", context=128, steps=3, warmup_steps=1, budget=7, tp=world)
+    r = run_decode(s)
+    with open(f"{out}.{rank}", "w") as f:
+        json.dump(r.to_dict(), f, default=str)
+    torch.distributed.destroy_process_group()
+
+
+def test_run_decode_tp2_reports_every_rank(tmp_path):
+    out = str(tmp_path / "result")
+    mp.spawn(decode_worker, args=(2, f"file://{tmp_path / 'rendezvous'}", out), nprocs=2, join=True)
+    results = [json.loads((tmp_path / f"result.{rank}").read_text()) for rank in range(2)]
+    assert results[0]["tokens_per_step"] == results[1]["tokens_per_step"]
+    for r in results:
+        assert [x["rank"] for x in r["per_rank"]] == [0, 1]
+        assert all(len(x["moe_load"]) == 4 for x in r["per_rank"])  # 8 experts over 2 ranks
+        assert r["moe_rank_imbalance"] >= 1.0
