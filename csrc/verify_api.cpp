@@ -20,13 +20,14 @@ T* ptr(const at::Tensor& t) {
 // out [B, T, H, 512] bf16, lse [B, T, H] fp32, part_out [B, nsplit, T*H, 512] fp32, part_lse [B, nsplit, T*H].
 void launch(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& page_table, const at::Tensor& prefix_len,
             const at::Tensor& mask_bits, at::Tensor& out, at::Tensor& lse, at::Tensor& part_out, at::Tensor& part_lse,
-            double sm_scale, int64_t nsplit, int64_t col_warps) {
+            double sm_scale, int64_t nsplit, int64_t col_warps, int64_t max_row_groups) {
   for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&q, &kv, &page_table, &prefix_len, &mask_bits, &out, &lse, &part_out, &part_lse}) {
     TORCH_CHECK(t->is_cuda() && t->is_contiguous(), "kdengine verify: every tensor must be contiguous on the GPU");
   }
   const int page_size = static_cast<int>(kv.size(1));
   TORCH_CHECK(page_size > 0 && (page_size & (page_size - 1)) == 0, "page_size must be a power of two");
   TORCH_CHECK(col_warps == 2 || col_warps == 4, "col_warps must be 2 or 4");
+  TORCH_CHECK(max_row_groups == 1 || max_row_groups == 2 || max_row_groups == 4, "max_row_groups must be 1, 2 or 4");
   TORCH_CHECK(part_out.size(1) == nsplit && part_lse.size(1) == nsplit, "partials must hold nsplit splits");
   const c10::cuda::CUDAGuard guard(q.device());
   kdengine::VerifyParams p{};
@@ -49,7 +50,7 @@ void launch(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& page_ta
   p.max_pages = static_cast<int>(page_table.size(1));
   p.nsplit = static_cast<int>(nsplit);
   p.scale_log2 = static_cast<float>(sm_scale * 1.4426950408889634);
-  const cudaError_t err = kdengine::launch_verify(p, static_cast<int>(col_warps), c10::cuda::getCurrentCUDAStream());
+  const cudaError_t err = kdengine::launch_verify(p, static_cast<int>(col_warps), static_cast<int>(max_row_groups), c10::cuda::getCurrentCUDAStream());
   TORCH_CHECK(err == cudaSuccess, "kdengine verify launch failed: ", cudaGetErrorString(err));
 }
 
@@ -58,5 +59,5 @@ void launch(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& page_ta
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "kdengine MLA tree-verify attention (split-KV, mma.sync)";
   m.def("launch", &launch, "split kernel + log-sum-exp merge into out/lse");
-  m.def("row_tiles", &kdengine::row_tiles, "query-row tiles per (sequence, split) for R = T * H rows");
+  m.def("blocks_per_sm", &kdengine::blocks_per_sm, "resident split blocks per SM for (R, col_warps, row_groups)");
 }

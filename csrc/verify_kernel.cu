@@ -6,29 +6,52 @@
 
 namespace kdengine {
 
-int row_groups(int R) { return R <= 16 ? 1 : (R <= 32 ? 2 : 4); }
+int row_groups(int R, int max_row_groups) {
+  const int needed = R <= 16 ? 1 : (R <= 32 ? 2 : 4);
+  return needed < max_row_groups ? needed : max_row_groups;
+}
 
-int row_tiles(int R) {
-  const int m = 16 * row_groups(R);
+int row_tiles(int R, int max_row_groups) {
+  const int m = 16 * row_groups(R, max_row_groups);
   return (R + m - 1) / m;
 }
 
 template <class C>
+static cudaError_t configure() {
+  static bool configured = false;  // the attributes are per function, set once
+  if (configured) return cudaSuccess;
+  cudaError_t err =
+      cudaFuncSetAttribute(verify_split_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+  if (err != cudaSuccess) return err;
+  // As much shared memory as the SM has, so two blocks fit where the SM allows (sm_90: 227 KB).
+  err = cudaFuncSetAttribute(verify_split_kernel<C>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+  if (err == cudaSuccess) configured = true;
+  return err;
+}
+
+template <class C>
 static cudaError_t launch_split(const VerifyParams& p, cudaStream_t stream) {
-  static bool configured = false;  // the attribute is per function, set once
-  if (!configured) {
-    const cudaError_t err =
-        cudaFuncSetAttribute(verify_split_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
-    if (err != cudaSuccess) return err;
-    configured = true;
-  }
+  const cudaError_t err = configure<C>();
+  if (err != cudaSuccess) return err;
   const dim3 grid((p.R + C::BLOCK_M - 1) / C::BLOCK_M, p.nsplit, p.B);
   verify_split_kernel<C><<<grid, C::THREADS, C::SMEM, stream>>>(p);
   return cudaGetLastError();
 }
 
-cudaError_t launch_verify(const VerifyParams& p, int col_warps, cudaStream_t stream) {
-  cudaError_t err = ROWGROUPS_SWITCH(row_groups(p.R), RG, [&] {
+int blocks_per_sm(int R, int col_warps, int max_row_groups) {
+  int blocks = 0;
+  ROWGROUPS_SWITCH(row_groups(R, max_row_groups), RG, [&] {
+    COLWARPS_SWITCH(col_warps, CW, [&] {
+      using C = Cfg<RG, CW>;
+      if (configure<C>() == cudaSuccess)
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, verify_split_kernel<C>, C::THREADS, C::SMEM);
+    });
+  });
+  return blocks;
+}
+
+cudaError_t launch_verify(const VerifyParams& p, int col_warps, int max_row_groups, cudaStream_t stream) {
+  cudaError_t err = ROWGROUPS_SWITCH(row_groups(p.R, max_row_groups), RG, [&] {
     return COLWARPS_SWITCH(col_warps, CW, [&] { return launch_split<Cfg<RG, CW>>(p, stream); });
   });
   if (err != cudaSuccess) return err;

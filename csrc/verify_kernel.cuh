@@ -191,8 +191,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
 
   // The two rows this thread holds in every fragment: lane/4 and lane/4 + 8 of the group's 16.
   const int row_lo = min(row0 + rg * 16 + lane / 4, R - 1), row_hi = min(row_lo + 8, R - 1);
-  const int* mask_lo = p.mask_bits + ((size_t)b * T + row_lo / p.H) * p.W;
-  const int* mask_hi = p.mask_bits + ((size_t)b * T + row_hi / p.H) * p.W;
+  const int mask_lo = (b * T + row_lo / p.H) * p.W, mask_hi = (b * T + row_hi / p.H) * p.W;  // word offsets
 
   float o[C::V_PART / 8][4];
 #pragma unroll
@@ -251,13 +250,14 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
             v = -INFINITY;
           } else if (pos >= prefix) {
             const int j = pos - prefix;
-            const int word = __ldg((e >> 1 ? mask_hi : mask_lo) + (j >> 5));
+            const int word = __ldg(p.mask_bits + (e >> 1 ? mask_hi : mask_lo) + (j >> 5));
             if (!((word >> (j & 31)) & 1)) v = -INFINITY;
           }
         }
         s[nt][e] = v;
       }
     }
+    float alphas[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float mx = -INFINITY;
@@ -277,10 +277,16 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
       }
       l[r] = l[r] * alpha + sum;
       m[r] = m_new;
+      alphas[r] = alpha;
+    }
+    // Rescale O only when some row's running max moved (rare once the max has settled).
+    if (__any_sync(0xffffffff, alphas[0] != 1.f || alphas[1] != 1.f)) {
 #pragma unroll
       for (int i = 0; i < C::V_PART / 8; ++i) {
-        o[i][2 * r] *= alpha;
-        o[i][2 * r + 1] *= alpha;
+        o[i][0] *= alphas[0];
+        o[i][1] *= alphas[0];
+        o[i][2] *= alphas[1];
+        o[i][3] *= alphas[1];
       }
     }
 

@@ -22,12 +22,15 @@ struct VerifyParams {
   float scale_log2;  // sm_scale * log2(e)
 };
 
-// Query rows per block follow R = T * H: 16, 32 or 64 rows (1, 2 or 4 warp pairs).
-int row_groups(int R);
-int row_tiles(int R);
+// Query rows per block follow R = T * H: 16, 32 or 64 rows (1, 2 or 4 groups of 16), at most
+// 16 * max_row_groups (smaller blocks: more of them per SM, each KV tile read by more blocks from L2).
+int row_groups(int R, int max_row_groups);
+int row_tiles(int R, int max_row_groups);
+// Split-kernel blocks of that layout resident per SM on the current device (occupancy API).
+int blocks_per_sm(int R, int col_warps, int max_row_groups);
 
 // Split kernel then log-sum-exp merge, both on `stream`; fills p.out and p.lse. col_warps: warps per
 // 16-row group, 2 or 4 (see verify_kernel.cuh).
-cudaError_t launch_verify(const VerifyParams& p, int col_warps, cudaStream_t stream);
+cudaError_t launch_verify(const VerifyParams& p, int col_warps, int max_row_groups, cudaStream_t stream);
 
 }  // namespace kdengine

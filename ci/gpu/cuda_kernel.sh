@@ -37,6 +37,8 @@ if want ptxas; then
   for op in LDGSTS.E.BYPASS.LTC128B.128 LDGSTS HMMA.16816.F32.BF16 LDSM.16.M88.4 LDSM.16.MT88.4 LDL STL BAR; do
     printf '%-32s %s\n' "$op" "$(grep -c "$op" "$LOG/verify_kernel.sass")"
   done | tee "$LOG/sass_counts.txt"
+  grep -o "LDGSTS[.A-Z0-9_]*\|LDG[.A-Z0-9_]*\|HMMA[.A-Z0-9_]*\|LDSM[.A-Z0-9_]*" "$LOG/verify_kernel.sass" | sort | uniq -c \
+    | tee -a "$LOG/sass_counts.txt"
 fi
 
 if want test; then
@@ -46,7 +48,7 @@ fi
 
 if want bench; then
   step bench
-  $PY -m kdengine.ops.bench_kernel measure --out "$OUT/verify_kernel.json" 2>&1 | tee "$LOG/bench.log" || status=1
+  $PY -m kdengine.ops.bench_kernel measure --out "$OUT/verify_kernel.json" --commit "${KDENGINE_COMMIT:-}" 2>&1 | tee "$LOG/bench.log" || status=1
   $PY -m kdengine.ops.bench_kernel render "$OUT/verify_kernel.json" --out "$OUT/verify_kernel_cudagraph.txt" > /dev/null
 fi
 

@@ -103,18 +103,18 @@ def torch_unfused(inp, bits, N: int):
     return call
 
 
-def backend_call(name: str, inp, bits, nsplit, *, scalar_loads: bool = False, col_warps: int | None = None):
+def backend_call(name: str, inp, bits, nsplit, *, scalar_loads: bool = False, layout=None):
     if name == "cuda":
         from kdengine.ops import cuda_backend
 
-        splits = cuda_backend.plan_nsplit(inp.q, inp.kv_cache, inp.page_table, nsplit)
+        cw, rg = layout or (cuda_backend.DEFAULT_COL_WARPS, cuda_backend.DEFAULT_ROW_GROUPS)
+        splits = cuda_backend.plan_nsplit(inp.q, inp.kv_cache, inp.page_table, nsplit, rg, cw)
         B, T, Hq, _ = inp.q.shape
         out = torch.empty(B, T, Hq, 512, dtype=torch.bfloat16, device="cuda")
         lse = torch.empty(B, T, Hq, dtype=torch.float32, device="cuda")
         args = (inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, bits, out, lse)
-        cw = col_warps or cuda_backend.DEFAULT_COL_WARPS
         call = lambda: cuda_backend.launch(*args, sm_scale=inp.sm_scale, nsplit=splits, scalar_loads=scalar_loads,
-                                           col_warps=cw)
+                                           col_warps=cw, row_groups=rg)
         return call, splits, lambda: out
     module = importlib.import_module(f"kdengine.ops.{ {'triton': 'triton_verify', 'triton_extend': 'triton_extend'}[name] }")
     reason = module.available(inp.q.device)
@@ -130,11 +130,13 @@ def backend_call(name: str, inp, bits, nsplit, *, scalar_loads: bool = False, co
 
 
 def variants(N: int, T: int):
-    """(label, backend, nsplit, scalar_loads, col_warps) measured at one size."""
-    from kdengine.ops.cuda_backend import COL_WARPS
-
-    out = [(f"cuda/cw{cw}/s{s}", "cuda", s, False, cw) for cw in COL_WARPS for s in NSPLITS]
-    out += [(f"cuda_scalar/cw{cw}/s64", "cuda", 64, True, cw) for cw in COL_WARPS]
+    """(label, backend, nsplit, scalar_loads, (col_warps, row_groups)) measured at one size: every
+    NSPLIT for the 2-warp layouts at 64 and 32 rows per block, the 4-warp layout and the scalar-load
+    build at the automatic NSPLIT."""
+    layouts = ((2, 4), (2, 2))
+    out = [(f"cuda/cw{cw}rg{rg}/s{s}", "cuda", s, False, (cw, rg)) for cw, rg in layouts for s in NSPLITS]
+    out += [("cuda/cw4rg4/sauto", "cuda", "auto", False, (4, 4))]
+    out += [(f"cuda_scalar/cw2rg{rg}/sauto", "cuda", "auto", True, (2, rg)) for _, rg in layouts]
     out += [("triton", "triton", None, False, None), ("torch", "torch", None, False, None)]
     if (N, T) == (65536, 16):
         out.append(("triton_extend", "triton_extend", None, False, None))
@@ -155,7 +157,7 @@ def measure_case(N: int, T: int, ceilings: dict) -> dict:
                 call = torch_unfused(inp, bits, N)
                 splits, result = None, call
             else:
-                call, splits, result = backend_call(backend, inp, bits, nsplit, scalar_loads=scalar, col_warps=cw)
+                call, splits, result = backend_call(backend, inp, bits, nsplit, scalar_loads=scalar, layout=cw)
             samples = time_graph(call)
             err = rel_l2(result().reshape(ref.shape), ref)
         except Exception as exc:  # noqa: BLE001 - a backend that cannot run is recorded, not fatal
@@ -188,6 +190,8 @@ def fingerprint() -> dict:
 def measure(args) -> int:
     contexts = [int(c) for c in args.contexts.split(",")]
     start = fingerprint()
+    if not start.get("commit") and args.commit:  # a copy of the tree without .git (device runners)
+        start["commit"], start["dirty"] = args.commit, None
     ceilings = measure_ceilings()
     print(f"ceilings: copy {ceilings['copy_bytes_per_s'] / 1e12:.2f} TB/s, bf16 mm {ceilings['matmul_flops_per_s'] / 1e12:.0f} TF/s")
     cases = [measure_case(N, T, ceilings) for N in contexts for T in TREE_SIZES]
@@ -265,6 +269,7 @@ def main(argv=None) -> int:
     p = sub.add_parser("measure")
     p.add_argument("--out", required=True)
     p.add_argument("--contexts", default=",".join(map(str, CONTEXTS)))
+    p.add_argument("--commit", default=None, help="the commit measured, when the tree has no .git")
     p.set_defaults(func=measure)
     p = sub.add_parser("render")
     p.add_argument("inputs", nargs="+")

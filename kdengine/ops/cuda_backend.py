@@ -17,14 +17,22 @@ DV = 512
 # Warps per 16-row group of the split kernel (csrc/verify_kernel.cuh): 2 (BN 32, 2 stages, 255
 # registers) or 4 (BN 16, 3 stages, 128 registers, twice the warps per SM).
 COL_WARPS = (2, 4)
-DEFAULT_COL_WARPS = 4
+DEFAULT_COL_WARPS = 2
+# Most 16-row groups per block (1, 2 or 4): 4 = 64 query rows per block (each KV tile read by fewer
+# blocks), 2 = 32 rows (blocks small enough for two per SM on sm_90).
+ROW_GROUPS = (1, 2, 4)
+DEFAULT_ROW_GROUPS = 4
+# Shortest split for `auto`: the sweep at ctx 4096, T 16 ran 32 splits of 128 tokens faster than 16
+# of 256 (perf_history/records/verify_kernel_cudagraph.txt).
+MIN_TOKENS_PER_SPLIT = 128
 _REASON: dict[str, str | None] = {}
+_BLOCKS_PER_SM: dict[tuple, int] = {}
 
 
-def row_tiles(R: int) -> int:
+def row_tiles(R: int, max_row_groups: int = DEFAULT_ROW_GROUPS) -> int:
     """Query-row tiles per (sequence, split) for R = T * H rows (mirrors csrc row_tiles)."""
-    block_m = 16 if R <= 16 else (32 if R <= 32 else 64)
-    return -(-R // block_m)
+    groups = min(1 if R <= 16 else (2 if R <= 32 else 4), max_row_groups)
+    return -(-R // (16 * groups))
 
 
 def available(device: torch.device) -> str | None:
@@ -46,16 +54,18 @@ def available(device: torch.device) -> str | None:
 
 
 def launch(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_scale, nsplit, scalar_loads=False,
-           col_warps=DEFAULT_COL_WARPS):
+           col_warps=DEFAULT_COL_WARPS, row_groups=DEFAULT_ROW_GROUPS):
     """Run the kernels into caller-given out/lse (tests poison them first)."""
     if col_warps not in COL_WARPS:
         raise ValueError(f"col_warps: expected one of {COL_WARPS}, got {col_warps!r}")
+    if row_groups not in ROW_GROUPS:
+        raise ValueError(f"row_groups: expected one of {ROW_GROUPS}, got {row_groups!r}")
     B, T, H, _ = q.shape
     part_out = torch.empty(B, nsplit, T * H, DV, dtype=torch.float32, device=q.device)
     part_lse = torch.empty(B, nsplit, T * H, dtype=torch.float32, device=q.device)
     module = build.load_extension(scalar_loads=scalar_loads)
     module.launch(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, part_out, part_lse, sm_scale, nsplit,
-                  col_warps)
+                  col_warps, row_groups)
 
 
 @torch.library.custom_op("kdengine::verify_cuda", mutates_args=())
@@ -81,16 +91,30 @@ def _verify_cuda_fake(q, kv_cache, page_table, prefix_len, mask_bits, sm_scale, 
     return q.new_empty(B, T, H, DV), q.new_empty(B, T, H, dtype=torch.float32)
 
 
-def plan_nsplit(q, kv_cache, page_table, nsplit) -> int:
-    """The split count from host-known sizes only (graph safe)."""
+def blocks_per_sm(R: int, col_warps: int = DEFAULT_COL_WARPS, row_groups: int = DEFAULT_ROW_GROUPS) -> int:
+    """Split blocks resident per SM for this layout (the occupancy API, cached per process)."""
+    key = (min(R, 64), col_warps, row_groups)
+    if key not in _BLOCKS_PER_SM:
+        _BLOCKS_PER_SM[key] = max(1, build.load_extension().blocks_per_sm(R, col_warps, row_groups))
+    return _BLOCKS_PER_SM[key]
+
+
+def plan_nsplit(q, kv_cache, page_table, nsplit, row_groups: int = DEFAULT_ROW_GROUPS,
+                col_warps: int = DEFAULT_COL_WARPS) -> int:
+    """The split count from host-known sizes only (graph safe). For `auto`, one wave of split blocks:
+    row tiles are counted per resident block slot of an SM."""
     B, T, H, _ = q.shape
+    tiles = row_tiles(T * H, row_groups)
+    if q.is_cuda:
+        tiles = -(-tiles // blocks_per_sm(T * H, col_warps, row_groups))
     return resolve_nsplit(
         nsplit,
         backend="cuda",
         capacity=page_table.shape[1] * kv_cache.shape[1],
         batch=B,
-        row_tiles=row_tiles(T * H),
+        row_tiles=tiles,
         device=q.device,
+        min_tokens=MIN_TOKENS_PER_SPLIT,
     )
 
 

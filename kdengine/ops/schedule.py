@@ -37,15 +37,18 @@ def sm_count(device_index: int | None = None) -> int:
     return torch.cuda.get_device_properties(device_index or 0).multi_processor_count
 
 
-def auto_nsplit(*, capacity: int, batch: int, row_tiles: int, num_sms: int) -> int:
+def auto_nsplit(
+    *, capacity: int, batch: int, row_tiles: int, num_sms: int, min_tokens: int = MIN_TOKENS_PER_SPLIT
+) -> int:
     """NSPLIT from the SM count and the host-known sizes.
 
     capacity: KV tokens the page table can address (max_pages * page_size), the upper bound of
-    prefix_len + T; batch: sequences; row_tiles: blocks of query rows per (sequence, split).
+    prefix_len + T; batch: sequences; row_tiles: blocks of query rows per (sequence, split);
+    min_tokens: the shortest split worth its partial-result traffic (a backend may measure its own).
     """
     blocks_per_split = max(1, batch * row_tiles)
     want = math.ceil(TARGET_WAVES * num_sms / blocks_per_split)
-    most = max(1, capacity // MIN_TOKENS_PER_SPLIT)
+    most = max(1, capacity // min_tokens)
     return int(max(1, min(want, most, MAX_NSPLIT)))
 
 
@@ -65,7 +68,8 @@ def check_nsplit(nsplit, name: str = "nsplit") -> int | str | None:
 
 
 def resolve_nsplit(
-    nsplit, *, backend: str, capacity: int, batch: int, row_tiles: int, device: torch.device
+    nsplit, *, backend: str, capacity: int, batch: int, row_tiles: int, device: torch.device,
+    min_tokens: int = MIN_TOKENS_PER_SPLIT,
 ) -> int:
     """The split count a call runs with: the argument, else KDENGINE_NSPLIT, else the backend default.
 
@@ -79,5 +83,5 @@ def resolve_nsplit(
         choice = DEFAULT_NSPLIT.get(backend, SEED_NSPLIT)
     if choice == "auto":
         sms = sm_count(device.index) if device.type == "cuda" else 4
-        choice = auto_nsplit(capacity=capacity, batch=batch, row_tiles=row_tiles, num_sms=sms)
+        choice = auto_nsplit(capacity=capacity, batch=batch, row_tiles=row_tiles, num_sms=sms, min_tokens=min_tokens)
     return int(choice)

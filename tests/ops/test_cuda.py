@@ -64,10 +64,14 @@ def test_extension_names_differ_per_variant():
 def test_launch_rejects_a_bad_warp_layout():
     with pytest.raises(ValueError, match="col_warps"):
         cuda_backend.launch(*[None] * 7, sm_scale=1.0, nsplit=1, col_warps=3)
+    with pytest.raises(ValueError, match="row_groups"):
+        cuda_backend.launch(*[None] * 7, sm_scale=1.0, nsplit=1, row_groups=3)
 
 
 def test_row_tiles_follow_block_rows():
-    assert [cuda_backend.row_tiles(r) for r in (1, 16, 17, 32, 33, 64, 65, 128, 4080)] == [1, 1, 1, 1, 1, 1, 2, 2, 64]
+    assert [cuda_backend.row_tiles(r, 4) for r in (1, 16, 17, 32, 33, 64, 65, 128, 4080)] == [1, 1, 1, 1, 1, 1, 2, 2, 64]
+    assert [cuda_backend.row_tiles(r, 2) for r in (16, 32, 33, 128)] == [1, 1, 2, 4]
+    assert [cuda_backend.row_tiles(r, 1) for r in (16, 17, 128)] == [1, 2, 8]
 
 
 def test_build_subcommand_is_registered():
@@ -115,14 +119,16 @@ def _problem(tp: TestParam, seed: int = 0):
     )
 
 
-def _run_poisoned(inp, nsplit, *, scalar_loads: bool = False, col_warps: int = cuda_backend.DEFAULT_COL_WARPS):
+def _run_poisoned(inp, nsplit, *, scalar_loads: bool = False, col_warps: int = cuda_backend.DEFAULT_COL_WARPS,
+                  row_groups: int = cuda_backend.DEFAULT_ROW_GROUPS):
     B, T, H, _ = inp.q.shape
     bits = pack_tree_mask(inp.tree_mask)
-    splits = cuda_backend.plan_nsplit(inp.q, inp.kv_cache, inp.page_table, nsplit)
+    splits = cuda_backend.plan_nsplit(inp.q, inp.kv_cache, inp.page_table, nsplit, row_groups, col_warps)
     out = torch.full((B, T, H, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
     lse = torch.full((B, T, H), float("nan"), dtype=torch.float32, device="cuda")
     cuda_backend.launch(inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, bits, out, lse,
-                        sm_scale=inp.sm_scale, nsplit=splits, scalar_loads=scalar_loads, col_warps=col_warps)
+                        sm_scale=inp.sm_scale, nsplit=splits, scalar_loads=scalar_loads, col_warps=col_warps,
+                        row_groups=row_groups)
     return out, lse
 
 
@@ -154,12 +160,13 @@ def test_nsplit_variants_agree(nsplit):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("col_warps", cuda_backend.COL_WARPS)
+@pytest.mark.parametrize("layout", [(cw, rg) for cw in cuda_backend.COL_WARPS for rg in cuda_backend.ROW_GROUPS])
 @pytest.mark.parametrize("tp", [TestParam(1, 70, H=1), TestParam(17, 63, H=2), TestParam(64, [4000, 65], B=2),
-                                TestParam(16, 100, nsplit=256)], ids=str)
-def test_both_warp_layouts(tp, col_warps):
-    inp = _problem(tp, seed=col_warps)
-    out, lse = _run_poisoned(inp, tp.nsplit, col_warps=col_warps)
+                                TestParam(16, 100, nsplit=256), TestParam(16, 65520 - 16)], ids=str)
+def test_every_warp_layout(tp, layout):
+    col_warps, row_groups = layout
+    inp = _problem(tp, seed=col_warps + row_groups)
+    out, lse = _run_poisoned(inp, tp.nsplit, col_warps=col_warps, row_groups=row_groups)
     _check(inp, out, lse)
 
 
