@@ -1,5 +1,5 @@
 """asv: engine decode throughput. track_tok_per_s is tok/s, HIGHER IS BETTER (direction "higher");
-mean accepted length and the verify phase's share of a step are tracked beside it for context."""
+mean accepted length and verify attention's share of a step are tracked beside it for context."""
 
 from __future__ import annotations
 
@@ -26,12 +26,13 @@ class Decode:
     def track_mean_accept(self, *params):
         return self._record(*params)["extra"]["mean_accept"]
 
-    def track_verify_share(self, *params):
-        return 100.0 * self._record(*params)["extra"]["phase_share"].get("verify", float("nan"))
+    def track_attention_share(self, *params):
+        """% of a step spent in verify attention (the profiler's `verify-attention` phase)."""
+        return 100.0 * self._record(*params)["extra"]["phase_share"].get("verify-attention", float("nan"))
 
     common.metric(track_tok_per_s, "tok/s", "higher")
     common.metric(track_mean_accept, "tokens", "higher")
-    common.metric(track_verify_share, "percent", "info")
+    common.metric(track_attention_share, "percent", "info")
 
 
 class CpuDecode:

@@ -234,6 +234,8 @@ def _measure_decode(w: Workload, steps: int) -> tuple[timer.Measurement, dict]:
         "tok_per_s": r.tok_per_s, "mean_accept": r.mean_accept, "phase_ms": dict(r.phase_ms),
         "phase_share": {k: v / total for k, v in r.phase_ms.items()}, "moe_imbalance": r.moe_imbalance,
         "policy": r.policy, "engine_backend": r.backend, "steps": steps,
+        "cuda_graphs_used": getattr(r, "cuda_graphs_used", None), "notes": list(getattr(r, "notes", [])),
+        "settings": {k: getattr(settings, k) for k in ("config", "layers", "budget", "mean_accept", "acceptance")},
     }
     return m, extra
 
