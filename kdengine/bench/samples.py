@@ -132,3 +132,26 @@ def write_sidecar(data: dict, perf_history_dir: Path | str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def run_to_run_spread(first: Path | str, second: Path | str) -> dict[str, dict]:
+    """Per workload in both JSONL runs: the two medians, their relative difference (second vs first,
+    signed) and each run's interquartile range relative to its median: the noise a gate must beat."""
+
+    def by_name(path):
+        return {r["name"]: r for r in read_jsonl(path)}
+
+    def rel_iqr(values: list[float]) -> float:
+        import statistics
+
+        q = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
+        return (q[2] - q[0]) / statistics.median(values)
+
+    a, b = by_name(first), by_name(second)
+    return {
+        name: {"median_1": a[name]["median"], "median_2": b[name]["median"],
+               "rel_diff": (b[name]["median"] - a[name]["median"]) / a[name]["median"],
+               "rel_iqr_1": rel_iqr(a[name]["samples"]), "rel_iqr_2": rel_iqr(b[name]["samples"]),
+               "unit": a[name]["unit"]}
+        for name in sorted(a.keys() & b.keys())
+    }

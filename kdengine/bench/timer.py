@@ -164,6 +164,7 @@ def gpu_sampler(
     launches: int = 8,
     warmup: int = 3,
     l2_flush: bool = False,
+    use_graph: bool = True,
     device: torch.device | str | None = None,
 ) -> Callable[[], float]:
     """A callable that runs one synchronised sample (graph replay of `launches` launches between
@@ -174,7 +175,7 @@ def gpu_sampler(
     for w in range(warmup):
         launch(w % launches)
     torch.cuda.synchronize(device)
-    graph = _capture(launch, launches, device)
+    graph = _capture(launch, launches, device) if use_graph else None
     flush = l2_flush_buffer(device) if l2_flush else None
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 

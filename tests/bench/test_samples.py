@@ -60,3 +60,14 @@ def test_bad_input_names_the_argument(tmp_path):
 def test_append_is_a_no_op_without_a_path(monkeypatch):
     monkeypatch.delenv("KDENGINE_SAMPLES_OUT", raising=False)
     assert S.append_record(record("a", 1.0)) is None
+
+
+def test_run_to_run_spread(tmp_path):
+    one, two = tmp_path / "1.jsonl", tmp_path / "2.jsonl"
+    S.append_record(record("a", 10.0), one)
+    S.append_record(record("only-in-one", 1.0), one)
+    S.append_record(record("a", 11.0), two)
+    spread = S.run_to_run_spread(one, two)
+    assert list(spread) == ["a"]
+    assert spread["a"]["rel_diff"] == pytest.approx(0.1) and spread["a"]["unit"] == "seconds"
+    assert spread["a"]["rel_iqr_1"] > 0
