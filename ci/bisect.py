@@ -49,10 +49,12 @@ def measure(tree: Path, cmd: str, runs: int, build: str | None) -> list[float] |
     return values
 
 
-def is_bad(good: list[float], values: list[float], direction: str, threshold: float, alpha: float) -> bool:
+def is_bad(good: list[float], values: list[float], direction: str, threshold: float,
+           alpha: float) -> tuple[bool, float, float]:
+    """(bad?, relative worsening, one-sided Mann-Whitney p)."""
     worse = gate.worse_fraction(statistics.median(good), statistics.median(values), direction)
     p_worse, _, _ = gate.test_samples(good, values, direction)
-    return worse >= threshold and p_worse < alpha
+    return worse >= threshold and p_worse < alpha, worse, p_worse
 
 
 def measure_interleaved(tree: Path, good_tree: Path, cmd: str, runs: int) -> tuple[list, list] | None:
@@ -79,10 +81,10 @@ def step(state_path: Path) -> int:
     if not got:
         return 125
     good, values = got
-    bad = is_bad(good, values, state["direction"], state["threshold"], state["alpha"])
+    bad, worse, p = is_bad(good, values, state["direction"], state["threshold"], state["alpha"])
     sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     print(f"[bisect] {sha}: median {statistics.median(values):.4g} vs good {statistics.median(good):.4g}"
-          f" -> {'bad' if bad else 'good'}", flush=True)
+          f" ({worse:+.1%} worse, p={p:.2g}) -> {'bad' if bad else 'good'}", flush=True)
     return 1 if bad else 0
 
 

@@ -119,12 +119,10 @@ def change_points(values: list[float], alpha: float) -> list[int]:
 
 def decide(worse: float, p_worse: float | None, p_better: float | None, margin: float, thr: float,
            alpha: float) -> tuple[str, str]:
-    if p_worse is None:  # no samples, no history: the threshold alone decides
-        if worse >= thr:
-            return "regressed", "no samples and no history: threshold only"
-        if -worse >= thr:
-            return "improved", "no samples and no history: threshold only"
-        return "unchanged", "no samples and no history: threshold only"
+    if p_worse is None:  # no samples and < 3 history points: significance cannot be judged
+        if abs(worse) >= thr:
+            return "noisy", f"beyond {thr:.0%} but no samples and < 3 history points to judge it"
+        return "unchanged", ""
     if worse > 0 and p_worse < alpha and worse + margin >= thr:
         return "regressed", f"significant (p={p_worse:.2g}) and can reach the {thr:.0%} threshold"
     if worse < 0 and p_better < alpha and -worse + margin >= thr:

@@ -56,7 +56,7 @@ def write_asv_config(tree: Path, results: Path, tmp: Path) -> Path:
 
 
 def run_asv(tree: Path, sha: str, machine: str, results: Path, tmp: Path, bench_filter: str | None,
-            extra: list[str]) -> Path:
+            extra: list[str], verbose: bool = False) -> Path:
     """Run the suite of `tree` recorded as commit `sha`; returns the samples JSONL path."""
     conf = write_asv_config(tree, results, tmp)
     jsonl = results / f"samples-{sha[:12]}.jsonl"
@@ -66,7 +66,7 @@ def run_asv(tree: Path, sha: str, machine: str, results: Path, tmp: Path, bench_
     subprocess.run([*asv, "machine", "--yes", "--machine", machine, "--config", str(conf)], env=env,
                    check=True, capture_output=True, text=True, cwd=tree)
     cmd = [*asv, "run", "--python=same", "--set-commit-hash", sha, "--machine", machine, "--config",
-           str(conf), "--show-stderr", *(["--bench", bench_filter] if bench_filter else []), *extra]
+           str(conf), *(["--show-stderr"] if verbose else []), *(["--bench", bench_filter] if bench_filter else []), *extra]
     say("running: " + " ".join(cmd[2:]))
     proc = subprocess.run(cmd, env=env, cwd=tree)
     if proc.returncode != 0:
@@ -111,7 +111,7 @@ def measure(args, machine: str, head: str, tmp: Path) -> Path:
     new.mkdir()
     extra = args.asv_arg or []
     if not args.interleave:
-        jsonl = run_asv(ROOT, head, machine, new, tmp, args.bench_filter, extra)
+        jsonl = run_asv(ROOT, head, machine, new, tmp, args.bench_filter, extra, args.verbose)
         write_samples([jsonl], head, machine, new)
         return new
     trees = {}
@@ -127,7 +127,8 @@ def measure(args, machine: str, head: str, tmp: Path) -> Path:
                 say(f"round {rnd + 1}/{args.interleave}: {sha[:10]}")
                 out = new / f".round{rnd}"
                 out.mkdir(exist_ok=True)
-                jsonls[sha].append(run_asv(trees[sha], sha, machine, out, tmp, args.bench_filter, extra))
+                jsonls[sha].append(run_asv(trees[sha], sha, machine, out, tmp, args.bench_filter, extra,
+                                            args.verbose))
         last = new / f".round{args.interleave - 1}"
         for path in last.rglob("*.json"):
             dest = new / path.relative_to(last)
@@ -166,9 +167,10 @@ def perf(args) -> int:
             gate_dir = results_dir
         base = args.base or args.base_sha or previous_base(gate_dir, machine, head)
         if base is None:
-            say("no earlier results for this machine: nothing to gate against (first run)")
-            return 0
-        say(f"gating {head[:10]} against {base[:10]}")
+            say("no earlier results for this machine: every benchmark is new (first run)")
+            base = "0" * 40
+        else:
+            say(f"gating {head[:10]} against {base[:10]}")
         result = gate.run_gate(str(gate_dir), base, head, machine, repo=str(ROOT))
         report.write_outputs(result, args.json, args.markdown)
         print(report.render_markdown(result))
@@ -189,6 +191,7 @@ def add_parser(sub) -> None:
     p.add_argument("--bench-filter", default=None, help="asv --bench regex")
     p.add_argument("--machine", default=None, help="machine name (default: from the fingerprint)")
     p.add_argument("--asv-arg", action="append", help="extra argument for `asv run` (repeatable)")
+    p.add_argument("--verbose", action="store_true", help="show the benchmarks' stderr (asv --show-stderr)")
     p.add_argument("--json", default=None)
     p.add_argument("--markdown", default=None)
     p.set_defaults(func=main)

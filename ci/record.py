@@ -76,7 +76,8 @@ def format_record(runs_by_machine: dict[str, list[history.Run]]) -> str:
             time_s = report.format_number(r["time"], "seconds") if r["time"] else "—"
             tok = f"{r['tok_s']:.4g}" if r["tok_s"] else "—"
             speed = f"{r['speedup']:.2f}x" if r["speedup"] else "—"
-            lines.append(f"{r['ctx'] // 1024:>5}k {r['T']:>4}  {r['backend']:<14} {time_s:>12} {tok:>12} "
+            ctx = f"{r['ctx'] // 1024}k" if r["ctx"] % 1024 == 0 else str(r["ctx"])
+            lines.append(f"{ctx:>6} {r['T']:>4}  {r['backend']:<14} {time_s:>12} {tok:>12} "
                          f"{speed:>9} {r['nsplit'] if r['nsplit'] is not None else '—':>6}"
                          + ("  (throttled)" if r["throttled"] else ""))
         lines.append("")

@@ -52,7 +52,7 @@ def test_bisect_names_the_planted_commit(tmp_path):
     repo = tmp_path / "repo"
     good, culprit, bad = make_repo(repo)
     out = bisect.bisect(repo, good, bad, "cpu-loop", runs=8, cmd=f"{sys.executable} bench.py", build=None,
-                        direction="lower", threshold=0.10, alpha=0.01)
+                        direction="lower", threshold=0.10, alpha=0.05)
     assert out["culprit"] == culprit
     assert out["subject"] == "change 5"
     assert 16 <= out["runs"] <= 16 + 16 * 4
