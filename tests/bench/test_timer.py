@@ -60,3 +60,108 @@ def test_gpu_timer_graph_and_flush():
     big = timer.time_gpu(lambda i: b @ b, samples=20, launches=4)
     assert big.median > 2 * small.median  # 8x the FLOPs must show up in the time
     assert isinstance(big.throttled, bool)
+
+
+# --- the GPU timer's control flow, on a fake CUDA whose clock advances only with launched work -----
+
+
+class FakeCuda:
+    """Just enough of torch.cuda: a device clock advanced by launches, events that read it, and
+    graphs that record launches at capture and re-run them at replay."""
+
+    def __init__(self, capturable=True):
+        self.clock_ms, self.capturing, self.recorded, self.capturable, self.syncs = 0.0, None, [], capturable, 0
+        fake = self
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                self.t = None
+
+            def record(self):
+                self.t = fake.clock_ms
+
+            def synchronize(self):
+                fake.syncs += 1
+
+            def elapsed_time(self, other):
+                return other.t - self.t
+
+        class CUDAGraph:
+            def __init__(self):
+                self.launches = []
+
+            def replay(self):
+                for fn in self.launches:
+                    fn()
+
+        class GraphContext:
+            def __init__(self, graph, stream=None):
+                self.graph = graph
+
+            def __enter__(self):
+                fake.capturing = self.graph
+
+            def __exit__(self, *exc):
+                fake.capturing = None
+                return False
+
+        class Stream:
+            def __init__(self, device=None):
+                pass
+
+            def wait_stream(self, other):
+                pass
+
+        self.Event, self.CUDAGraph, self.graph, self.Stream = Event, CUDAGraph, GraphContext, Stream
+
+    def work(self, ms):
+        """A launch of `ms` of device time: recorded while capturing, else run."""
+        if self.capturing is not None:
+            if not self.capturable:
+                raise RuntimeError("operation not permitted when stream is capturing")
+            self.capturing.launches.append(lambda: self.advance(ms))
+        else:
+            self.advance(ms)
+
+    def advance(self, ms):
+        self.clock_ms += ms
+
+    def install(self, monkeypatch):
+        import contextlib
+
+        for name in ("Event", "CUDAGraph", "graph", "Stream"):
+            monkeypatch.setattr(torch.cuda, name, getattr(self, name))
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+        monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: self.Stream())
+        monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+        monkeypatch.setattr(timer.fingerprint, "clocks", lambda index=None: {"sm_mhz": 1980, "throttle_mask": 0})
+        flushes, fake = [], self
+
+        class Flush:  # a flush costs 5 ms of device time, which must fall outside the sample's events
+            def fill_(self, value):
+                flushes.append(value)
+                fake.work(5.0)
+
+        monkeypatch.setattr(timer, "l2_flush_buffer", lambda device: Flush())
+        return flushes
+
+
+@pytest.mark.parametrize("capturable, method", [(True, "cuda-graph"), (False, "cuda-events")])
+def test_gpu_timer_flow_on_a_fake_device(monkeypatch, capturable, method):
+    fake = FakeCuda(capturable)
+    flushes = fake.install(monkeypatch)
+    cost_ms = [1.0, 3.0]  # launch i costs cost_ms[i % 2]: two rotating input copies
+    m = timer.time_gpu(lambda i: fake.work(cost_ms[i % 2]), samples=5, launches=4, warmup=2, l2_flush=True,
+                       device="cpu")
+    assert m.method == method
+    assert len(m.samples) == timer.MIN_GPU_SAMPLES  # raised to the minimum
+    assert m.samples == pytest.approx([2e-3] * timer.MIN_GPU_SAMPLES)  # (1+3+1+3) ms / 4 launches, in s
+    assert len(flushes) == timer.MIN_GPU_SAMPLES and m.throttled is False  # flush time is outside the events
+
+
+def test_gpu_sampler_flow_on_a_fake_device(monkeypatch):
+    fake = FakeCuda()
+    fake.install(monkeypatch)
+    sample = timer.gpu_sampler(lambda i: fake.work(2.0), launches=3, device="cpu")
+    assert sample() == pytest.approx(2e-3) and fake.syncs == 1  # each sample waits for its own end event
