@@ -18,6 +18,7 @@ DV = 512
 # registers) or 4 (BN 16, 3 stages, 128 registers, twice the warps per SM).
 COL_WARPS = (2, 4)
 DEFAULT_COL_WARPS = 2
+TILE_TOKENS = {2: 32, 4: 16}  # KV tokens per tile (BN) of each layout; a split is whole tiles
 # Most 16-row groups per block (1, 2 or 4): 4 = 64 query rows per block (each KV tile read by fewer
 # blocks), 2 = 32 rows (blocks small enough for two per SM on sm_90).
 ROW_GROUPS = (1, 2, 4)
@@ -115,6 +116,7 @@ def plan_nsplit(q, kv_cache, page_table, nsplit, row_groups: int = DEFAULT_ROW_G
         row_tiles=tiles,
         device=q.device,
         min_tokens=MIN_TOKENS_PER_SPLIT,
+        tile_tokens=TILE_TOKENS[col_warps],
     )
 
 

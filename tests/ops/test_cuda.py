@@ -7,6 +7,7 @@ error < 1e-2 on out and |lse - ref| < 1e-2.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import pytest
@@ -66,6 +67,20 @@ def test_launch_rejects_a_bad_warp_layout():
         cuda_backend.launch(*[None] * 7, sm_scale=1.0, nsplit=1, col_warps=3)
     with pytest.raises(ValueError, match="row_groups"):
         cuda_backend.launch(*[None] * 7, sm_scale=1.0, nsplit=1, row_groups=3)
+
+
+def test_auto_nsplit_fills_one_wave_without_empty_splits():
+    from kdengine.ops.schedule import auto_nsplit
+
+    plan = lambda capacity, tiles: auto_nsplit(capacity=capacity, batch=1, row_tiles=tiles, num_sms=132,
+                                               min_tokens=cuda_backend.MIN_TOKENS_PER_SPLIT, tile_tokens=32)
+    for capacity in (4096, 16384, 65536, 5000):
+        for tiles in (1, 2, 8, 64):
+            n = plan(capacity, tiles)
+            assert n * tiles <= 132 or n == 1  # never a partial second wave
+            chunk = math.ceil(math.ceil(capacity / n) / 32) * 32
+            assert (n - 1) * chunk < capacity  # the last split holds tokens at full capacity
+    assert plan(65536, 2) == 64 and plan(65536, 8) == 16 and plan(4096, 2) == 32
 
 
 def test_row_tiles_follow_block_rows():
