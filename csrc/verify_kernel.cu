@@ -50,12 +50,16 @@ int blocks_per_sm(int R, int col_warps, int max_row_groups) {
   return blocks;
 }
 
-cudaError_t launch_verify(const VerifyParams& p, int col_warps, int max_row_groups, cudaStream_t stream) {
+cudaError_t launch_verify(const VerifyParams& p, int col_warps, int max_row_groups, int combine,
+                          cudaStream_t stream) {
   cudaError_t err = ROWGROUPS_SWITCH(row_groups(p.R, max_row_groups), RG, [&] {
     return COLWARPS_SWITCH(col_warps, CW, [&] { return launch_split<Cfg<RG, CW>>(p, stream); });
   });
   if (err != cudaSuccess) return err;
-  verify_combine_kernel<<<dim3(p.R, p.B), COMBINE_THREADS, 0, stream>>>(p);
+  if (combine == 1 && p.nsplit <= COMBINE_MAX_NSPLIT)
+    verify_combine_parallel_kernel<<<dim3(p.R, p.B), COMBINE_THREADS, 0, stream>>>(p);
+  else
+    verify_combine_kernel<<<dim3(p.R, p.B), COMBINE_THREADS, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -352,4 +352,63 @@ __global__ void __launch_bounds__(COMBINE_THREADS) verify_combine_kernel(const V
   if (threadIdx.x == 0) p.lse[(size_t)b * R + row] = sum > 0.f ? mx + logf(sum) : -INFINITY;
 }
 
+// The same merge with the splits in parallel: the block turns the NSPLIT lse values of its row into
+// weights in shared memory (two block reductions), then every thread sums its 4 columns over the
+// splits with independent loads (the loop above waits for one L2 round trip per split).
+constexpr int COMBINE_MAX_NSPLIT = 1024;
+
+template <bool IS_MAX>
+__device__ __forceinline__ float block_reduce(float v, float* red) {
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) {
+    const float o = __shfl_xor_sync(0xffffffff, v, off);
+    v = IS_MAX ? fmaxf(v, o) : v + o;
+  }
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+  __syncthreads();
+  float r = red[0];
+#pragma unroll
+  for (int i = 1; i < COMBINE_THREADS / 32; ++i) r = IS_MAX ? fmaxf(r, red[i]) : r + red[i];
+  __syncthreads();  // red is reused by the next reduction
+  return r;
+}
+
+__global__ void __launch_bounds__(COMBINE_THREADS) verify_combine_parallel_kernel(const VerifyParams p) {
+  __shared__ float w_s[COMBINE_MAX_NSPLIT];
+  __shared__ float red[COMBINE_THREADS / 32];
+  const int row = blockIdx.x, b = blockIdx.y, R = p.R;
+  const float* lse = p.part_lse + (size_t)b * p.nsplit * R + row;
+  float mx = -INFINITY;
+  for (int s = threadIdx.x; s < p.nsplit; s += COMBINE_THREADS) {
+    const float v = lse[(size_t)s * R];
+    w_s[s] = v;
+    mx = fmaxf(mx, v);
+  }
+  mx = block_reduce<true>(mx, red);
+  float sum = 0.f;
+  for (int s = threadIdx.x; s < p.nsplit; s += COMBINE_THREADS) {
+    const float v = w_s[s];
+    const float w = (v == -INFINITY || mx == -INFINITY) ? 0.f : __expf(v - mx);
+    w_s[s] = w;
+    sum += w;
+  }
+  sum = block_reduce<false>(sum, red);  // its barrier also publishes w_s
+  const float* src = p.part_out + ((size_t)b * p.nsplit * R + row) * DV + threadIdx.x * 4;
+  const size_t stride = (size_t)R * DV;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 8
+  for (int s = 0; s < p.nsplit; ++s) {
+    const float w = w_s[s];
+    if (w != 0.f) {  // an empty split's partial rows were never written
+      const float4 v = *reinterpret_cast<const float4*>(src + s * stride);
+      acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
+    }
+  }
+  const float inv = sum > 0.f ? 1.f / sum : 0.f;
+  __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(p.out + ((size_t)b * R + row) * DV + threadIdx.x * 4);
+  dst[0] = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
+  dst[1] = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
+  if (threadIdx.x == 0) p.lse[(size_t)b * R + row] = sum > 0.f ? mx + logf(sum) : -INFINITY;
+}
+
 }  // namespace kdengine

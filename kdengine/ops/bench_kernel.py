@@ -107,14 +107,15 @@ def backend_call(name: str, inp, bits, nsplit, *, scalar_loads: bool = False, la
     if name == "cuda":
         from kdengine.ops import cuda_backend
 
-        cw, rg = layout or (cuda_backend.DEFAULT_COL_WARPS, cuda_backend.DEFAULT_ROW_GROUPS)
+        cw, rg, combine = layout or (cuda_backend.DEFAULT_COL_WARPS, cuda_backend.DEFAULT_ROW_GROUPS,
+                                     cuda_backend.DEFAULT_COMBINE)
         splits = cuda_backend.plan_nsplit(inp.q, inp.kv_cache, inp.page_table, nsplit, rg, cw)
         B, T, Hq, _ = inp.q.shape
         out = torch.empty(B, T, Hq, 512, dtype=torch.bfloat16, device="cuda")
         lse = torch.empty(B, T, Hq, dtype=torch.float32, device="cuda")
         args = (inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, bits, out, lse)
         call = lambda: cuda_backend.launch(*args, sm_scale=inp.sm_scale, nsplit=splits, scalar_loads=scalar_loads,
-                                           col_warps=cw, row_groups=rg)
+                                           col_warps=cw, row_groups=rg, combine=combine)
         return call, splits, lambda: out
     module = importlib.import_module(f"kdengine.ops.{ {'triton': 'triton_verify', 'triton_extend': 'triton_extend'}[name] }")
     reason = module.available(inp.q.device)
@@ -130,13 +131,14 @@ def backend_call(name: str, inp, bits, nsplit, *, scalar_loads: bool = False, la
 
 
 def variants(N: int, T: int):
-    """(label, backend, nsplit, scalar_loads, (col_warps, row_groups)) measured at one size: every
-    NSPLIT for the 2-warp layouts at 64 and 32 rows per block, the 4-warp layout and the scalar-load
-    build at the automatic NSPLIT."""
-    layouts = ((2, 4), (2, 2))
-    out = [(f"cuda/cw{cw}rg{rg}/s{s}", "cuda", s, False, (cw, rg)) for cw, rg in layouts for s in NSPLITS]
-    out += [("cuda/cw4rg4/sauto", "cuda", "auto", False, (4, 4))]
-    out += [(f"cuda_scalar/cw2rg{rg}/sauto", "cuda", "auto", True, (2, rg)) for _, rg in layouts]
+    """(label, backend, nsplit, scalar_loads, (col_warps, row_groups, combine)) measured at one size:
+    every NSPLIT for the 2-warp layouts at 64 and 32 rows per block and for the parallel merge, the
+    4-warp layout and the scalar-load build at the automatic NSPLIT."""
+    layouts = ((2, 4, 0), (2, 2, 0), (2, 4, 1))
+    label = lambda cw, rg, comb: f"cw{cw}rg{rg}" + ("/comb1" if comb else "")
+    out = [(f"cuda/{label(*lay)}/s{s}", "cuda", s, False, lay) for lay in layouts for s in NSPLITS]
+    out += [("cuda/cw4rg4/sauto", "cuda", "auto", False, (4, 4, 0))]
+    out += [(f"cuda_scalar/cw2rg{rg}/sauto", "cuda", "auto", True, (2, rg, 0)) for rg in (4, 2)]
     out += [("triton", "triton", None, False, None), ("torch", "torch", None, False, None)]
     if (N, T) == (65536, 16):
         out.append(("triton_extend", "triton_extend", None, False, None))

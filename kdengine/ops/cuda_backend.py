@@ -23,6 +23,10 @@ TILE_TOKENS = {2: 32, 4: 16}  # KV tokens per tile (BN) of each layout; a split 
 # blocks), 2 = 32 rows (blocks small enough for two per SM on sm_90).
 ROW_GROUPS = (1, 2, 4)
 DEFAULT_ROW_GROUPS = 4
+# Merge kernel: 0 = one loop over the splits per thread (measured), 1 = split weights computed in
+# parallel first, then independent loads (not yet measured on a GPU; see the README section).
+COMBINES = (0, 1)
+DEFAULT_COMBINE = 0
 # Shortest split for `auto`: the sweep at ctx 4096, T 16 ran 32 splits of 128 tokens faster than 16
 # of 256 (perf_history/records/verify_kernel_cudagraph.txt).
 MIN_TOKENS_PER_SPLIT = 128
@@ -55,18 +59,20 @@ def available(device: torch.device) -> str | None:
 
 
 def launch(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_scale, nsplit, scalar_loads=False,
-           col_warps=DEFAULT_COL_WARPS, row_groups=DEFAULT_ROW_GROUPS):
+           col_warps=DEFAULT_COL_WARPS, row_groups=DEFAULT_ROW_GROUPS, combine=DEFAULT_COMBINE):
     """Run the kernels into caller-given out/lse (tests poison them first)."""
     if col_warps not in COL_WARPS:
         raise ValueError(f"col_warps: expected one of {COL_WARPS}, got {col_warps!r}")
     if row_groups not in ROW_GROUPS:
         raise ValueError(f"row_groups: expected one of {ROW_GROUPS}, got {row_groups!r}")
+    if combine not in COMBINES:
+        raise ValueError(f"combine: expected one of {COMBINES}, got {combine!r}")
     B, T, H, _ = q.shape
     part_out = torch.empty(B, nsplit, T * H, DV, dtype=torch.float32, device=q.device)
     part_lse = torch.empty(B, nsplit, T * H, dtype=torch.float32, device=q.device)
     module = build.load_extension(scalar_loads=scalar_loads)
     module.launch(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, part_out, part_lse, sm_scale, nsplit,
-                  col_warps, row_groups)
+                  col_warps, row_groups, combine)
 
 
 @torch.library.custom_op("kdengine::verify_cuda", mutates_args=())

@@ -67,6 +67,8 @@ def test_launch_rejects_a_bad_warp_layout():
         cuda_backend.launch(*[None] * 7, sm_scale=1.0, nsplit=1, col_warps=3)
     with pytest.raises(ValueError, match="row_groups"):
         cuda_backend.launch(*[None] * 7, sm_scale=1.0, nsplit=1, row_groups=3)
+    with pytest.raises(ValueError, match="combine"):
+        cuda_backend.launch(*[None] * 7, sm_scale=1.0, nsplit=1, combine=2)
 
 
 def test_auto_nsplit_fills_one_wave_without_empty_splits():
@@ -135,7 +137,7 @@ def _problem(tp: TestParam, seed: int = 0):
 
 
 def _run_poisoned(inp, nsplit, *, scalar_loads: bool = False, col_warps: int = cuda_backend.DEFAULT_COL_WARPS,
-                  row_groups: int = cuda_backend.DEFAULT_ROW_GROUPS):
+                  row_groups: int = cuda_backend.DEFAULT_ROW_GROUPS, combine: int = cuda_backend.DEFAULT_COMBINE):
     B, T, H, _ = inp.q.shape
     bits = pack_tree_mask(inp.tree_mask)
     splits = cuda_backend.plan_nsplit(inp.q, inp.kv_cache, inp.page_table, nsplit, row_groups, col_warps)
@@ -143,7 +145,7 @@ def _run_poisoned(inp, nsplit, *, scalar_loads: bool = False, col_warps: int = c
     lse = torch.full((B, T, H), float("nan"), dtype=torch.float32, device="cuda")
     cuda_backend.launch(inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, bits, out, lse,
                         sm_scale=inp.sm_scale, nsplit=splits, scalar_loads=scalar_loads, col_warps=col_warps,
-                        row_groups=row_groups)
+                        row_groups=row_groups, combine=combine)
     return out, lse
 
 
@@ -182,6 +184,16 @@ def test_every_warp_layout(tp, layout):
     col_warps, row_groups = layout
     inp = _problem(tp, seed=col_warps + row_groups)
     out, lse = _run_poisoned(inp, tp.nsplit, col_warps=col_warps, row_groups=row_groups)
+    _check(inp, out, lse)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tp", [TestParam(16, 65520 - 16, nsplit=64), TestParam(64, [4000, 65], B=2, nsplit=33),
+                                TestParam(16, 100, nsplit=256), TestParam(17, 3000, nsplit=1),
+                                TestParam(3, 40, H=2, nsplit=1100)], ids=str)
+def test_parallel_combine(tp):
+    inp = _problem(tp, seed=21)
+    out, lse = _run_poisoned(inp, tp.nsplit, combine=1)
     _check(inp, out, lse)
 
 
