@@ -12,6 +12,8 @@ Variables:
   ASV_COMMIT           set by asv for the benchmarks it runs (the commit being measured); read-only.
   KDENGINE_BENCH_SAMPLES  positive integer: samples per workload in kdengine.bench (overrides the
                        workload default; the GPU timer still takes at least its minimum).
+  WORLD_SIZE, LOCAL_RANK  set by torchrun in each process it launches (read-only): the tensor-
+                       parallel launch path (kdengine.engine.parallel) relaunches itself when unset.
 """
 
 from __future__ import annotations
@@ -89,3 +91,15 @@ def asv_commit() -> str | None:
     """The commit asv is benchmarking (ASV_COMMIT, set by asv in benchmark processes), or None."""
     raw = os.environ.get("ASV_COMMIT", "").strip()
     return raw or None
+
+
+def launcher_world_size() -> int | None:
+    """WORLD_SIZE as set by torchrun (processes in the job), or None outside a launcher."""
+    raw = os.environ.get("WORLD_SIZE", "").strip()
+    return int(raw) if raw.isdigit() else None
+
+
+def launcher_local_rank() -> int | None:
+    """LOCAL_RANK as set by torchrun (this process's index on its host), or None outside a launcher."""
+    raw = os.environ.get("LOCAL_RANK", "").strip()
+    return int(raw) if raw.isdigit() else None

@@ -33,11 +33,12 @@ def add_parser(sub) -> None:
     p.add_argument("--batch", type=int, default=1)
     p.add_argument(
         "--tp", type=int, default=1,
-        help="tensor-parallel processes; > 1 under torchrun (torchrun --nproc-per-node N -m kdengine.cli decode --tp N ...); "
-        "rank 0 prints, with every rank's phases and expert load",
+        help="tensor-parallel processes; > 1 outside torchrun relaunches this command under torchrun with N "
+        "processes (nccl on cuda, gloo on cpu, NVLink multicast off); rank 0 prints, with every rank's phases, "
+        "expert load and all-reduce share",
     )
     p.add_argument("--json", type=Path, default=None, help="also write the result as JSON here")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, decode_parser=p)
 
 
 def settings_from(args):
@@ -58,22 +59,26 @@ def run(args) -> int:
     from kdengine.engine.generate import run_decode
 
     settings = settings_from(args)
-    console = Console()
-    lead = True
     if settings.tp > 1:
-        from kdengine.engine.parallel import init_tp
+        from kdengine.engine import parallel
+        from kdengine.engine.generate import resolve_device
 
-        lead = torch_rank(init_tp()) == 0
+        if not parallel.under_launcher():
+            return parallel.relaunch(settings.tp, parallel.argv_from(args, args.decode_parser))
+        group = parallel.init_tp(parallel.backend_for(resolve_device(settings.device)))
+    console = Console()
+    lead = settings.tp == 1 or torch_rank(group) == 0
     with Progress(console=console, transient=True, disable=not lead) as bar:
         task = bar.add_task("decode steps", total=settings.warmup_steps + settings.steps)
         result = run_decode(settings, progress=lambda step, total: bar.update(task, completed=step, total=total))
-    if not lead:
-        return 0
-    print_result(console, result)
-    if args.json is not None:
+    if lead:
+        print_result(console, result)
+    if lead and args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result.to_dict(), indent=2, default=str))
         console.print(f"wrote {args.json}")
+    if settings.tp > 1:
+        parallel.finish_tp()
     return 0
 
 
@@ -121,14 +126,17 @@ def print_result(console, r) -> None:
 def print_ranks(console, r) -> None:
     from rich.table import Table
 
-    table = Table(title=f"per rank (MoE load imbalance across ranks, max/mean: {r.moe_rank_imbalance:.2f})")
-    for col in ("rank", "tok/s", "verify-attention ms", "verify-moe ms", "other ms", "tokens to experts/step", "MoE imbalance"):
+    imb = ", ".join(f"{k} {v:.2f}" for k, v in r.rank_imbalance.items())
+    table = Table(title=f"per rank (imbalance across ranks, max/mean: {imb})")
+    for col in ("rank", "tok/s", "verify-attention ms", "verify-moe ms", "other ms", "all-reduce ms", "all-reduce % of step",
+                "tokens to experts/step", "MoE imbalance"):
         table.add_column(col, justify="right")
     for x in r.per_rank:
         ph = x["phase_ms"]
         table.add_row(
             str(x["rank"]), f"{x['tok_per_s']:.1f}", f"{ph['verify-attention']:.3f}", f"{ph['verify-moe']:.3f}",
-            f"{ph['other']:.3f}", f"{sum(x['moe_load']):.1f}", f"{x['moe_imbalance']:.2f}",
+            f"{ph['other']:.3f}", f"{x['all_reduce_ms']:.3f}", f"{100 * x['all_reduce_share']:.1f}",
+            f"{sum(x['moe_load']):.1f}", f"{x['moe_imbalance']:.2f}",
         )
     console.print(table)
 

@@ -147,6 +147,8 @@ def vocab_range(cfg: ModelConfig) -> tuple[int, int]:
 
 CONFIGS: dict[str, dict] = {
     "tiny": dict(),
+    # tiny with heads and experts divisible by 8: the TP=8 launch path on the CPU (8 gloo processes)
+    "tiny-tp8": dict(n_heads=8, n_experts=16),
     # Kimi K2 (HF config of moonshotai/Kimi-K2-Instruct, DeepseekV3 architecture) sliced for TP8.
     "kimi-k2-tp8-rank": dict(
         vocab_size=163840,

@@ -260,6 +260,9 @@ class DecodeResult:
     notes: list[str] = field(default_factory=list)
     per_rank: list[dict] = field(default_factory=list)  # TP: each rank's phases and expert load
     moe_rank_imbalance: float = 0.0  # TP: max/mean over ranks of the tokens routed to each rank
+    all_reduce_ms: float = 0.0  # TP: this rank's collectives per step (inside phase_ms, not added)
+    all_reduce_share: float = 0.0  # TP: all_reduce_ms / mean step time
+    rank_imbalance: dict = field(default_factory=dict)  # TP: parallel.summarize_ranks (max/mean per metric)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -292,9 +295,9 @@ def build_engine(s: DecodeSettings):
     cfg = ModelConfig.from_name(s.config, **overrides)
     device, group = resolve_device(s.device), None
     if s.tp > 1:
-        from kdengine.engine.parallel import init_tp, local_device, rank_config
+        from kdengine.engine.parallel import backend_for, init_tp, local_device, rank_config
 
-        group = init_tp()
+        group = init_tp(backend_for(device))
         if torch.distributed.get_world_size(group) != s.tp:
             raise ValueError(f"tp: expected the process group size {torch.distributed.get_world_size(group)}, got {s.tp}")
         cfg = rank_config(cfg, group)
@@ -368,22 +371,29 @@ def run_decode(s: DecodeSettings, progress=None) -> DecodeResult:
         notes=notes,
     )
     if engine.group is not None:
-        gather_ranks(result, engine)
+        gather_ranks(result, engine, prof.comm_ms())
     return result
 
 
-def gather_ranks(result: DecodeResult, engine: Engine) -> None:
-    """TP: every rank's phases and expert load on every rank, and the load imbalance across ranks."""
+def gather_ranks(result: DecodeResult, engine: Engine, all_reduce_ms: float) -> None:
+    """TP: check every rank committed the same tokens; every rank's phases, expert load and
+    all-reduce time on every rank, and their imbalance across ranks (kdengine.engine.parallel)."""
+    from kdengine.engine.parallel import check_replicated, gather_profiles, summarize_ranks
+
+    check_replicated(engine.group, root=engine.root, lengths=engine.cache.lengths)
+    step_ms = 1e3 * sum(result.step_times_s) / max(len(result.step_times_s), 1)
+    result.all_reduce_ms = all_reduce_ms
+    result.all_reduce_share = all_reduce_ms / step_ms if step_ms > 0 else 0.0
+    if result.cuda_graphs_used:
+        result.notes.append("all-reduce time is not measured inside CUDA graph replays")
     mine = {
-        "rank": engine.cfg.tp_rank, "tok_per_s": result.tok_per_s, "phase_ms": result.phase_ms,
+        "rank": engine.cfg.tp_rank, "tok_per_s": result.tok_per_s, "step_ms": step_ms, "phase_ms": result.phase_ms,
         "moe_load": result.moe_load, "moe_imbalance": result.moe_imbalance,
+        "all_reduce_ms": all_reduce_ms, "all_reduce_share": result.all_reduce_share,
     }
-    ranks: list = [None] * torch.distributed.get_world_size(engine.group)
-    torch.distributed.all_gather_object(ranks, mine, group=engine.group)
-    result.per_rank = ranks
-    totals = [sum(r["moe_load"]) for r in ranks]
-    mean = sum(totals) / len(totals)
-    result.moe_rank_imbalance = max(totals) / mean if mean > 0 else 0.0
+    result.per_rank = gather_profiles(mine, engine.group)
+    result.rank_imbalance = summarize_ranks(result.per_rank)
+    result.moe_rank_imbalance = result.rank_imbalance["moe_tokens"]
 
 
 def split_graph_phases(engine: Engine, s: DecodeSettings, policy, graph_phases: dict[str, float]) -> dict[str, float]:

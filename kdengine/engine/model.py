@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from kdengine.engine.config import ModelConfig, expert_range, vocab_range
+from kdengine.engine.profiler import COMM
 from kdengine.ops import verify_attention
 
 C, R = 512, 64
@@ -27,10 +28,11 @@ def torch_dtype(name: str) -> torch.dtype:
     return {"bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64}[name]
 
 
-def all_reduce(x: torch.Tensor, group) -> torch.Tensor:
-    """Sum over the tensor-parallel group (no-op without one)."""
+def all_reduce(x: torch.Tensor, group, timer=None) -> torch.Tensor:
+    """Sum over the tensor-parallel group (no-op without one), timed as COMM by `timer`."""
     if group is not None:
-        torch.distributed.all_reduce(x, group=group)
+        with (timer or null_timer)(COMM):
+            torch.distributed.all_reduce(x, group=group)
     return x
 
 
@@ -131,7 +133,7 @@ class MLA(nn.Module):
                 sm_scale=cfg.sm_scale, backend=step.backend,
             )  # [B, T, H, C]
         o = torch.einsum("bthc,hvc->bthv", o_lat.to(x.dtype), w_uv).reshape(B, T, -1)
-        return all_reduce(self.o_proj(o), step.group)  # TP: heads
+        return all_reduce(self.o_proj(o), step.group, timer)  # TP: heads
 
 
 # ---------------------------------------------------------------------------- MLP and MoE
@@ -175,7 +177,7 @@ class MoE(nn.Module):
         self.shared_experts = DenseMLP(cfg.hidden, cfg.local_shared_intermediate)
         self.impl = "loop"  # loop (eager, exact groups) | grouped_mm | dense (both graph-safe)
 
-    def forward(self, x, step):
+    def forward(self, x, step, timer=None):
         B, T, D = x.shape
         flat = x.reshape(-1, D)
         ids, w = route(flat, self.gate, self.cfg)
@@ -185,7 +187,7 @@ class MoE(nn.Module):
         step.count_experts(local, valid)
         out = EXPERT_IMPLS[self.impl](self, flat, local, w, valid)
         out = out + self.shared_experts(flat)
-        return all_reduce(out.view(B, T, D), step.group)  # TP: experts and shared expert
+        return all_reduce(out.view(B, T, D), step.group, timer)  # TP: experts and shared expert
 
 
 def swiglu(h: torch.Tensor) -> torch.Tensor:
@@ -262,8 +264,8 @@ class Block(nn.Module):
         h = self.post_attention_layernorm(x)
         if isinstance(self.mlp, MoE):
             with timer("verify-moe"):
-                return x + self.mlp(h, step)
-        return x + all_reduce(self.mlp(h), step.group)  # TP: dense MLP
+                return x + self.mlp(h, step, timer)
+        return x + all_reduce(self.mlp(h), step.group, timer)  # TP: dense MLP
 
 
 class Transformer(nn.Module):
@@ -282,27 +284,27 @@ class Transformer(nn.Module):
             if isinstance(m, MoE):
                 m.impl = impl
 
-    def embed(self, tokens, group):
+    def embed(self, tokens, group, timer=None):
         """Vocab-parallel embedding: ids outside this rank's shard give zeros. tokens [B, T]."""
         lo, hi = vocab_range(self.cfg)
         inside = (tokens >= lo) & (tokens < hi)
         x = F.embedding((tokens - lo).clamp(0, hi - lo - 1), self.embed_tokens) * inside[..., None]
-        return all_reduce(x, group)  # TP: vocab
+        return all_reduce(x, group, timer)  # TP: vocab
 
     def forward(self, tokens, positions, step, timer=None):
         """tokens/positions [B, T] -> greedy tokens [B, T] int64, features [B, T, F]."""
         timer = timer or null_timer
-        x = self.embed(tokens, step.group)
+        x = self.embed(tokens, step.group, timer)
         feats = []
         for blk in self.layers:
             x = blk(x, positions, step, timer)
             if blk.layer in self.cfg.feature_layers:
                 feats.append(x)
         logits = self.lm_head(self.norm(x)).float()  # [B, T, V]
-        return greedy_tokens(logits, self.cfg, step.group), torch.cat(feats, -1)
+        return greedy_tokens(logits, self.cfg, step.group, timer), torch.cat(feats, -1)
 
 
-def greedy_tokens(logits, cfg: ModelConfig, group) -> torch.Tensor:
+def greedy_tokens(logits, cfg: ModelConfig, group, timer=None) -> torch.Tensor:
     """Argmax over the whole vocab; with a group, the shards' maxima are all-gathered (TP: vocab)."""
     best, idx = logits.max(-1)
     idx = idx + vocab_range(cfg)[0]
@@ -310,8 +312,9 @@ def greedy_tokens(logits, cfg: ModelConfig, group) -> torch.Tensor:
         return idx
     size = torch.distributed.get_world_size(group)
     bests, idxs = [torch.empty_like(best) for _ in range(size)], [torch.empty_like(idx) for _ in range(size)]
-    torch.distributed.all_gather(bests, best, group=group)
-    torch.distributed.all_gather(idxs, idx, group=group)
+    with (timer or null_timer)(COMM):
+        torch.distributed.all_gather(bests, best, group=group)
+        torch.distributed.all_gather(idxs, idx, group=group)
     pick = torch.stack(bests).argmax(0)  # first rank wins ties = lowest token id
     return torch.stack(idxs).gather(0, pick[None])[0]
 

@@ -18,6 +18,7 @@ import torch
 
 PHASES = ("draft", "tree", "mask", "verify-attention", "verify-moe", "other", "accept/commit")
 VERIFY = "verify"  # timed around the whole target forward; reported as its three parts
+COMM = "all-reduce"  # TP collectives, timed inside the phases above: reported apart by comm_ms()
 
 
 class Profiler:
@@ -74,7 +75,15 @@ class Profiler:
         n = max(len(self.steps), 1)
         means = {k: v / n for k, v in totals.items()}
         means["other"] = max(means.pop(VERIFY) - means["verify-attention"] - means["verify-moe"], 0.0)
+        means.pop(COMM, None)
         return means
+
+    def comm_ms(self) -> float:
+        """Mean ms per step spent in TP collectives (already inside the phases of phase_ms)."""
+        if self.cuda:
+            torch.cuda.synchronize()
+        total = sum(self.elapsed_ms(a, b) for step in self.steps for name, a, b in step if name == COMM)
+        return total / max(len(self.steps), 1)
 
     def moe_load(self) -> list[float]:
         """Mean tokens per local expert per step."""

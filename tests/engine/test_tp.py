@@ -1,0 +1,184 @@
+"""Tensor and expert parallelism on the CPU with gloo. Two processes holding half the heads, experts,
+MLP columns and vocab of one checkpoint decode exactly the tokens of the one-process model (greedy,
+real acceptance, float64 weights), their gathered logit shards match its logits, and every rank
+accepts the same tokens at every step. `kdengine decode --tp N` relaunches itself under torchrun
+(N = 2 on tiny, N = 8 on tiny-tp8) and reports every rank's phases, MoE load and all-reduce share."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from kdengine.cli import build_parser
+from kdengine.engine import parallel
+from kdengine.engine.accept import accepted_tokens
+from kdengine.engine.config import ModelConfig
+from kdengine.engine.generate import generate_plain, prefill, setup_engine, speculative_step
+from kdengine.engine.model import Transformer
+from kdengine.engine.weights import hf_state_dict, load_checkpoint, materialize
+from tests.engine.test_lossless import oracle_drafter
+
+pytestmark = pytest.mark.distributed
+N_TOKENS, BUDGET, SEED, PROMPT = 16, 11, 5, 13
+REPO = Path(__file__).resolve().parents[2]
+
+# ---------------------------------------------------------------------------- launch helpers
+
+
+def test_argv_from_parses_back_to_the_same_decode_options():
+    parser = build_parser()
+    args = parser.parse_args(["decode", "--tp", "2", "--device", "cpu", "--config", "tiny", "--steps", "3",
+                              "--no-cuda-graphs", "--mean-accept", "2.5", "--json", "/tmp/out/r.json"])
+    argv = parallel.argv_from(args, args.decode_parser)
+    assert argv[0] == "decode" and "--tp" in argv and "--no-cuda-graphs" in argv
+    again = parser.parse_args(argv)
+    skip = {"func", "decode_parser"}
+    assert {k: v for k, v in vars(again).items() if k not in skip} == {k: v for k, v in vars(args).items() if k not in skip}
+
+
+def test_launch_turns_nvlink_multicast_off_and_runs_the_cli_module():
+    env = parallel.launch_env({"NCCL_NVLS_ENABLE": "1", "PATH": "/bin"})
+    assert env["PATH"] == "/bin"
+    assert {k: env[k] for k in parallel.NVLS_OFF} == {
+        "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+    cmd = parallel.torchrun_command(8, ["decode", "--tp", "8"])
+    assert cmd[1:3] == ["-m", "torch.distributed.run"] and "--nproc-per-node=8" in cmd
+    assert cmd[-5:] == ["-m", "kdengine.cli", "decode", "--tp", "8"]
+    with pytest.raises(ValueError, match="nproc"):
+        parallel.torchrun_command(0, [])
+    assert parallel.backend_for("cpu") == "gloo" and parallel.backend_for("cuda:1") == "nccl"
+
+
+def test_summarize_ranks_reports_max_over_mean():
+    ranks = [
+        {"moe_load": [3.0, 1.0], "phase_ms": {"verify-moe": 2.0, "verify-attention": 1.0}, "all_reduce_ms": 1.0},
+        {"moe_load": [0.0, 0.0], "phase_ms": {"verify-moe": 1.0, "verify-attention": 1.0}, "all_reduce_ms": 3.0},
+    ]
+    s = parallel.summarize_ranks(ranks)
+    assert s == pytest.approx({"moe_tokens": 2.0, "moe_ms": 4 / 3, "attention_ms": 1.0, "all_reduce_ms": 1.5})
+    assert parallel.imbalance([]) == 0.0 and parallel.imbalance([0.0, 0.0]) == 0.0
+
+
+def test_tp8_config_divides_by_eight():
+    cfg = ModelConfig.from_name("tiny-tp8", tp_size=8, tp_rank=7)
+    assert (cfg.local_heads, cfg.local_experts, cfg.local_vocab) == (1, 2, 12)
+    with pytest.raises(ValueError, match="n_heads"):
+        ModelConfig.from_name("tiny", tp_size=8)
+
+
+# ---------------------------------------------------------------------------- TP=2 vs TP=1
+
+
+def prompt() -> torch.Tensor:
+    return torch.randint(0, 96, (1, PROMPT), generator=torch.Generator().manual_seed(SEED))
+
+
+def plain_reference(cfg: ModelConfig, ckpt) -> list[int]:
+    """Plain greedy decoding of the one-process model: the lossless reference."""
+    engine = setup_engine(cfg, "cpu", 1, 256, backend="reference", seed=SEED)
+    load_checkpoint(engine.model, ckpt)
+    prefill(engine, prompt())
+    return generate_plain(engine, N_TOKENS)[0]
+
+
+def decode_and_record(cfg: ModelConfig, ckpt, reference: list[int], group=None) -> dict:
+    """Greedy speculative decode (real tree walk; an oracle drafter that often ranks the reference
+    continuation among its candidates, so steps accept several tokens); the tokens, each step's
+    accept decision and the LM head output (this rank's vocab shard) of every target forward."""
+    engine = setup_engine(cfg, "cpu", 1, 256, backend="reference", seed=SEED, group=group)
+    load_checkpoint(engine.model, ckpt)
+    engine.draft_fn = oracle_drafter([reference], PROMPT, SEED)
+    logits: list[torch.Tensor] = []
+    engine.model.lm_head.register_forward_hook(lambda _m, _i, out: logits.append(out.detach().clone()))
+    prefill(engine, prompt())
+    tokens, steps = engine.root.tolist(), []
+    while len(tokens) < N_TOKENS:
+        path, count, bonus, tree_tokens, _ = speculative_step(engine, BUDGET)
+        parallel.check_replicated(group, path=path, count=count, bonus=bonus, tree=tree_tokens)
+        steps.append((path.tolist(), count.tolist(), bonus.tolist()))
+        tokens.extend(accepted_tokens(tree_tokens, path, count, bonus)[0])
+    return {"tokens": tokens[:N_TOKENS], "steps": steps, "logits": logits}
+
+
+def tp_worker(rank: int, world: int, init: str, ckpt: str, reference: list[int], out: str) -> None:
+    torch.set_num_threads(1)
+    group = parallel.init_tp("gloo", init, rank, world)
+    cfg = parallel.rank_config(ModelConfig.from_name("tiny", dtype="float64"), group)
+    record = decode_and_record(cfg, ckpt, reference, group)
+    try:  # the replication check must fire, on every rank, when the ranks disagree
+        parallel.check_replicated(group, rank=torch.tensor([rank]))
+        record["mismatch_caught"] = False
+    except RuntimeError:
+        record["mismatch_caught"] = True
+    torch.save(record, f"{out}.{rank}")
+    parallel.finish_tp()
+
+
+def test_tp2_tokens_logits_and_acceptance_equal_tp1(tmp_path):
+    from safetensors.torch import save_file
+
+    cfg = ModelConfig.from_name("tiny", dtype="float64")
+    save_file(hf_state_dict(materialize(Transformer, cfg, "cpu", seed=17)), str(tmp_path / "model.safetensors"))
+    reference = plain_reference(cfg, tmp_path)
+    single = decode_and_record(cfg, tmp_path, reference)
+    assert single["tokens"] == reference
+    out = str(tmp_path / "rank")
+    init = f"file://{tmp_path / 'rendezvous'}"
+    mp.spawn(tp_worker, args=(2, init, str(tmp_path), reference, out), nprocs=2, join=True)
+    ranks = [torch.load(f"{out}.{r}") for r in range(2)]
+    assert len(single["steps"]) < N_TOKENS - 1  # some steps accepted more than the bonus token
+    for r in ranks:
+        assert r["tokens"] == single["tokens"]
+        assert r["steps"] == single["steps"]
+        assert r["mismatch_caught"]
+    assert len(ranks[0]["logits"]) == len(single["logits"])
+    for i, full in enumerate(single["logits"]):
+        shards = [r["logits"][i] for r in ranks]
+        assert all(s.shape[-1] == cfg.vocab_size // 2 for s in shards)
+        # float64 everywhere but verify attention (bf16): the sums in a different order flip a few
+        # bf16 roundings, which moves logits by ~1e-4 of their scale
+        torch.testing.assert_close(torch.cat(shards, -1), full, rtol=0, atol=1e-3 * full.abs().max().item())
+
+
+# ---------------------------------------------------------------------------- the CLI launch path
+
+
+def run_cli(tmp_path, tp: int, config: str, *extra: str) -> dict:
+    out = tmp_path / "out" / f"tp{tp}.json"
+    cmd = [sys.executable, "-m", "kdengine.cli", "decode", "--tp", str(tp), "--device", "cpu", "--config", config,
+           "--steps", "3", "--warmup-steps", "1", "--context", "128", "--budget", "7", "--json", str(out), *extra]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "NCCL_NVLS_ENABLE=0" in proc.stderr and "torch.distributed.run" in proc.stderr
+    return json.loads(out.read_text())
+
+
+def check_report(r: dict, tp: int, local_experts: int) -> None:
+    assert [x["rank"] for x in r["per_rank"]] == list(range(tp))
+    for x in r["per_rank"]:
+        assert len(x["moe_load"]) == local_experts
+        assert 0.0 < x["all_reduce_share"] < 1.0
+        assert x["all_reduce_ms"] < x["step_ms"]
+    assert set(r["rank_imbalance"]) == {"moe_tokens", "moe_ms", "attention_ms", "all_reduce_ms"}
+    assert all(v >= 1.0 for v in r["rank_imbalance"].values())
+    assert r["moe_rank_imbalance"] == r["rank_imbalance"]["moe_tokens"]
+    assert len(r["tokens_per_step"]) == 3 and r["tok_per_s"] > 0
+
+
+def test_cli_decode_tp2_relaunches_under_torchrun(tmp_path):
+    check_report(run_cli(tmp_path, 2, "tiny"), 2, local_experts=4)
+
+
+@pytest.mark.slow
+def test_cli_decode_tp8_launch_path(tmp_path):
+    """Eight gloo ranks of tiny-tp8 (1 head, 2 experts each) with real greedy acceptance: run_decode
+    raises unless every rank committed the same tokens."""
+    r = run_cli(tmp_path, 8, "tiny-tp8", "--acceptance", "greedy", "--layers", "2")
+    check_report(r, 8, local_experts=2)
+    assert r["policy"] == "greedy"
