@@ -45,7 +45,7 @@ class Workload:
     name: str
     kind: str  # "verify" or "decode"
     backend: str
-    context: int  # N: committed prefix tokens
+    context: int  # N: KV tokens a verify call reads (prefix N - T plus the T tree tokens); decode context
     device: str  # "cuda" or "cpu"
     T: int = 0  # tree tokens verified (verify only)
     H: int = HEADS
@@ -162,7 +162,8 @@ def _verify_inputs(w: Workload, seed: int):
     from kdengine.ops.inputs import make_verify_inputs
     from kdengine.ops.mask import pack_tree_mask
 
-    inp = make_verify_inputs(B=1, T=w.T, H=w.H, prefix=w.context, seed=seed, device=w.device)
+    # context N = every KV token the call reads: N - T committed tokens plus the T tree tokens
+    inp = make_verify_inputs(B=1, T=w.T, H=w.H, prefix=w.context - w.T, seed=seed, device=w.device)
     return inp, pack_tree_mask(inp.tree_mask)
 
 
