@@ -172,7 +172,25 @@ def check_report(r: dict, tp: int, local_experts: int) -> None:
 
 
 def test_cli_decode_tp2_relaunches_under_torchrun(tmp_path):
-    check_report(run_cli(tmp_path, 2, "tiny"), 2, local_experts=4)
+    r = run_cli(tmp_path, 2, "tiny")
+    check_report(r, 2, local_experts=4)
+    # the TP benchmark case turns the same JSON into a samples record
+    from benchmarks import bench_tp
+
+    rec = bench_tp.record_from(r, bench_tp.workload_name(2, "cuda", 4096), 2, (2, "cuda", 4096), ({}, {}))
+    assert rec["name"] == "decode-tp2/cuda/ctx4096" and rec["unit"] == "tok/s" and rec["direction"] == "higher"
+    assert len(rec["samples"]) == 3 and min(rec["samples"]) <= rec["median"] <= max(rec["samples"])
+    assert rec["extra"]["all_reduce_share"] == r["all_reduce_share"] and rec["fingerprint"]["gpus"] == 2
+
+
+@pytest.mark.skipif(torch.cuda.device_count() >= 8, reason="this machine has the GPUs: the case runs")
+def test_tp_benchmark_case_is_skipped_without_the_gpus():
+    from benchmarks import bench_tp
+
+    with pytest.raises(NotImplementedError, match="decode-tp8/cuda/ctx65536: needs 8 CUDA GPUs"):
+        bench_tp.TPDecode().setup(8, "cuda", 65536)
+    cmd = bench_tp.decode_command(2, "triton", 16384, 64, Path("/tmp/x.json"))
+    assert cmd[cmd.index("--tp") + 1] == "2" and cmd[cmd.index("--config") + 1] == "kimi-k2-tp8-rank"
 
 
 @pytest.mark.slow
