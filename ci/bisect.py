@@ -6,7 +6,8 @@ many benchmark runs it took.
 
 `python -m ci bisect --good SHA --bad SHA --benchmark NAME [--runs N] [--cmd CMD] [--build CMD]`
 --cmd is a shell command run in the checkout under test that prints the benchmark's value(s) (one float a
-line); by default it is `python -m kdengine bench run NAME --samples` style via asv (see README).
+line); by default the checkout's asv suite runs through `python -m ci perf --no-record` (narrow it with
+--asv-filter) and NAME's median is printed.
 """
 
 from __future__ import annotations
@@ -27,17 +28,22 @@ ROOT = Path(__file__).resolve().parents[1]
 FLOAT = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
 
-def default_cmd(benchmark: str) -> str:
-    """Run one asv benchmark of the checkout and print its samples (needs the sidecar JSONL)."""
-    return (f"{shlex.quote(sys.executable)} -m ci perf --no-record --results-dir .bisect-empty "
-            f"--bench-filter {shlex.quote(benchmark)} --json .bisect.json >/dev/null && "
-            f"{shlex.quote(sys.executable)} -c \"import json; d=json.load(open('.bisect.json'));"
-            f"[print(b['head']) for b in d['benchmarks']]\"")
+def default_cmd(benchmark: str, asv_filter: str | None) -> str:
+    """This repository's `ci perf --no-record --tree .` on the checkout under test; prints NAME's median."""
+    argv = ["perf", "--no-record", "--tree", ".", "--results-dir", ".bisect-empty", "--json", ".bisect.json"]
+    argv += ["--bench-filter", asv_filter] if asv_filter else []
+    run = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); from ci.__main__ import main; "
+           f"main({argv!r})")
+    pick = (f"import json; d = json.load(open('.bisect.json')); "
+            f"[print(b['head']) for b in d['benchmarks'] if b['name'] == {benchmark!r}]")
+    py = shlex.quote(sys.executable)
+    return f"{py} -c {shlex.quote(run)} >/dev/null; {py} -c {shlex.quote(pick)}"
 
 
 def measure(tree: Path, cmd: str, runs: int, build: str | None) -> list[float] | None:
     """runs x cmd in tree -> every float printed; None when the build fails (bisect skips it)."""
-    env = {**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    # the checkout under test first; this repository's ci package as a fallback for old commits
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(ROOT), os.environ.get("PYTHONPATH", "")])}
     if build and subprocess.run(build, shell=True, cwd=tree, env=env).returncode != 0:
         return None
     values: list[float] = []
@@ -93,10 +99,11 @@ def git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProce
 
 
 def bisect(repo: Path, good: str, bad: str, benchmark: str, runs: int, cmd: str | None, build: str | None,
-           direction: str, threshold: float | None, alpha: float) -> dict:
+           direction: str, threshold: float | None, alpha: float, asv_filter: str | None = None) -> dict:
     config = gate.load_thresholds()
     thr = threshold if threshold is not None else gate.threshold_for(benchmark, config)
-    cmd = cmd or default_cmd(benchmark)
+    cmd = cmd or default_cmd(benchmark, asv_filter)
+    good, bad = (git(repo, "rev-parse", "--verify", f"{ref}^{{commit}}").stdout.strip() for ref in (good, bad))
     with tempfile.TemporaryDirectory(prefix="kdengine-bisect-") as tmp_name:
         tmp = Path(tmp_name)
         tree, good_tree = tmp / "tree", tmp / "good"
@@ -118,7 +125,7 @@ def bisect(repo: Path, good: str, bad: str, benchmark: str, runs: int, cmd: str 
             env = {**os.environ, "PYTHONPATH": str(ROOT)}
             proc = subprocess.run(["git", "bisect", "run", *step_cmd], cwd=tree, env=env,
                                   capture_output=True, text=True)
-            print(proc.stdout[-4000:], end="")
+            print(proc.stdout[-4000:].rstrip())
             found = re.search(r"([0-9a-f]{40}) is the first bad commit", proc.stdout)
             git(tree, "bisect", "reset", check=False)
             state = json.loads(state_path.read_text())
@@ -142,6 +149,7 @@ def add_parser(sub) -> None:
     p.add_argument("--direction", choices=("lower", "higher"), default="lower")
     p.add_argument("--threshold", type=float, default=None, help="default: from ci/thresholds.toml")
     p.add_argument("--alpha", type=float, default=0.01)
+    p.add_argument("--asv-filter", default=None, help="asv --bench regex for the default cmd")
     p.add_argument("--repo", default=".")
     p.set_defaults(func=main)
 
@@ -150,7 +158,7 @@ def main(args) -> int:
     if args.runs < 1:
         raise ValueError(f"--runs: expected >= 1, got {args.runs}")
     out = bisect(Path(args.repo), args.good, args.bad, args.benchmark, args.runs, args.cmd, args.build,
-                 args.direction, args.threshold, args.alpha)
+                 args.direction, args.threshold, args.alpha, args.asv_filter)
     print(f"[bisect] culprit: {out['culprit']} {out['subject']}")
     print(f"[bisect] benchmark runs: {out['runs']} (threshold {out['threshold']:.0%})")
     return 0

@@ -162,12 +162,17 @@ def judge(name: str, machine: str, base_run: Run, head_pt: Point, hist: list[Run
     if head_pt.samples and len(head_pt.samples) >= d["min_samples"] and len(base_samples) >= d["min_samples"]:
         p_worse, p_better, margin = test_samples(base_samples, head_pt.samples, head_pt.direction)
         v.baseline = statistics.median(base_samples)  # the base segment's pooled median decides
-        worse = v.worse = worse_fraction(v.baseline, statistics.median(head_pt.samples), head_pt.direction)
+        head_median = statistics.median(head_pt.samples)
+        worse = v.worse = worse_fraction(v.baseline, head_median, head_pt.direction)
+        v.change = (head_median - v.baseline) / abs(v.baseline) if v.baseline else 0.0
+        v.base, v.head = v.baseline, head_median
     else:
         seg = [p.value for p in pooled] if len(pooled) >= 3 else series[-int(d["pool"]) * 4:]
         got = test_history(seg, worse)
         p_worse, p_better, margin = got if got else (None, None, 0.0)
     v.verdict, v.reason = decide(worse, p_worse, p_better, margin, thr, alpha)
+    if len(pooled) > 1 and v.reason:
+        v.reason += f"; baseline = median of {len(pooled)} runs since the last change point"
     v.p_value = p_worse if worse >= 0 else p_better
     if len(series) in cps and worse >= thr and v.verdict != "regressed":
         v.verdict, v.reason = "regressed", "the newest point starts a step (E-divisive change point)"
@@ -244,8 +249,14 @@ def gate_machine(machine: str, runs: list[Run], base_sha: str, head_sha: str, co
 
 
 def run_gate(results_dir: str, base: str, head: str, machine: str | None = None,
-             thresholds: str | None = None, repo: str | None = None) -> dict:
+             thresholds: str | None = None, repo: str | None = None, pool: int | None = None) -> dict:
+    """pool: how many base-branch runs (base included) form the baseline; 1 = the base run only
+    (interleaved measurements, where earlier runs were not measured alongside the head)."""
     config = load_thresholds(thresholds)
+    if pool is not None:
+        if pool < 1:
+            raise ValueError(f"--pool: expected >= 1, got {pool}")
+        config["defaults"]["pool"] = pool
     machines = history.load_all(results_dir, machine)
     if machine is not None and machine not in machines:
         raise DataError(f"--machine: no results for machine {machine!r} in {results_dir}")
@@ -269,6 +280,7 @@ def add_parser(sub) -> None:
     p.add_argument("--machine", default=None)
     p.add_argument("--thresholds", default=None, help="thresholds TOML (default ci/thresholds.toml)")
     p.add_argument("--repo", default=None, help="git repo for first-parent base-branch order")
+    p.add_argument("--pool", type=int, default=None, help="runs in the baseline (default 5; 1 = base only)")
     p.add_argument("--json", default=None, help="write the verdicts as JSON here")
     p.add_argument("--markdown", default=None, help="write the markdown report here")
     p.set_defaults(func=main)
@@ -277,7 +289,8 @@ def add_parser(sub) -> None:
 def main(args) -> int:
     from ci import report
 
-    result = run_gate(args.results_dir, args.base, args.head, args.machine, args.thresholds, args.repo)
+    result = run_gate(args.results_dir, args.base, args.head, args.machine, args.thresholds, args.repo,
+                      args.pool)
     report.write_outputs(result, args.json, args.markdown)
     print(report.render_markdown(result))
     return result["exit_code"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -92,32 +93,32 @@ def write_samples(jsonls: list[Path], sha: str, machine: str, results: Path) -> 
 # --- the job -------------------------------------------------------------------------------------------
 
 
-def previous_base(results_dir: Path, machine: str, head: str) -> str | None:
+def previous_base(results_dir: Path, machine: str, head: str, root: Path = ROOT) -> str | None:
     """The nearest first-parent ancestor of head that has results for this machine."""
     try:
         runs = history.load_all(results_dir, machine).get(machine, [])
     except history.DataError:
         raise
     have = {r.commit for r in runs}
-    for sha in git("rev-list", "--first-parent", "--max-count=1000", head).split()[1:]:
+    for sha in git("rev-list", "--first-parent", "--max-count=1000", head, cwd=root).split()[1:]:
         if sha in have:
             return sha
     return None
 
 
-def measure(args, machine: str, head: str, tmp: Path) -> Path:
+def measure(args, machine: str, head: str, tmp: Path, root: Path = ROOT) -> Path:
     """Run the suite(s) into tmp/new; returns that results directory (perf_history layout)."""
     new = tmp / "new"
     new.mkdir()
     extra = args.asv_arg or []
     if not args.interleave:
-        jsonl = run_asv(ROOT, head, machine, new, tmp, args.bench_filter, extra, args.verbose)
+        jsonl = run_asv(root, head, machine, new, tmp, args.bench_filter, extra, args.verbose)
         write_samples([jsonl], head, machine, new)
         return new
     trees = {}
     for sha in (args.base_sha, head):
         tree = tmp / f"tree-{sha[:12]}"
-        git("worktree", "add", "--detach", str(tree), sha)
+        git("worktree", "add", "--detach", str(tree), sha, cwd=root)
         trees[sha] = tree
     jsonls: dict[str, list[Path]] = {sha: [] for sha in trees}
     try:
@@ -138,40 +139,51 @@ def measure(args, machine: str, head: str, tmp: Path) -> Path:
             write_samples(files, sha, machine, new)
     finally:
         for tree in trees.values():
-            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, capture_output=True)
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=root, capture_output=True)
     for stale in new.glob(".round*"):
-        import shutil
         shutil.rmtree(stale)
     return new
 
 
+def drop_commit(results: Path, sha: str) -> Path:
+    """A copy of a fresh results dir without commit `sha`'s files (asv result and sidecar)."""
+    out = results.parent / "head-only"
+    shutil.copytree(results, out)
+    for path in list(out.rglob("*.json")):
+        if path.name.startswith(sha[:8]) or path.stem == sha:
+            path.unlink()
+    return out
+
+
 def perf(args) -> int:
     machine = args.machine or machine_name()
-    head = git("rev-parse", "HEAD")
+    root = Path(args.tree).resolve() if args.tree else ROOT
+    head = git("rev-parse", "HEAD", cwd=root)
     results_dir = Path(args.results_dir)
     say(f"machine {machine}, head {head[:10]}, results {results_dir}")
     with tempfile.TemporaryDirectory(prefix="kdengine-perf-") as tmp_name:
         tmp = Path(tmp_name)
-        new = measure(args, machine, head, tmp)
-        if args.no_record:
-            gate_dir = tmp / "merged"
-            import shutil
+        new = measure(args, machine, head, tmp, root)
+        gate_dir = results_dir
+        if args.no_record or args.interleave:
+            gate_dir = tmp / "merged"  # history + every fresh run (base too, when interleaved)
             if results_dir.exists():
                 shutil.copytree(results_dir, gate_dir)
             record.install_results(new, gate_dir)
-        else:
-            out = record.record(new, results_dir, ROOT if args.commit else None, args.push, args.remote,
+        if not args.no_record:
+            keep = drop_commit(new, args.base_sha) if args.interleave else new  # record the head only
+            out = record.record(keep, results_dir, root if args.commit else None, args.push, args.remote,
                                 args.branch)
             say(f"recorded {len(out['written'])} files into {results_dir}"
                 + (" and committed" if out["committed"] else ""))
-            gate_dir = results_dir
-        base = args.base or args.base_sha or previous_base(gate_dir, machine, head)
+        base = args.base or args.base_sha or previous_base(gate_dir, machine, head, root)
         if base is None:
             say("no earlier results for this machine: every benchmark is new (first run)")
             base = "0" * 40
         else:
             say(f"gating {head[:10]} against {base[:10]}")
-        result = gate.run_gate(str(gate_dir), base, head, machine, repo=str(ROOT))
+        result = gate.run_gate(str(gate_dir), base, head, machine, repo=str(root),
+                               pool=1 if args.interleave else None)
         report.write_outputs(result, args.json, args.markdown)
         print(report.render_markdown(result))
         return result["exit_code"]
@@ -191,6 +203,7 @@ def add_parser(sub) -> None:
     p.add_argument("--bench-filter", default=None, help="asv --bench regex")
     p.add_argument("--machine", default=None, help="machine name (default: from the fingerprint)")
     p.add_argument("--asv-arg", action="append", help="extra argument for `asv run` (repeatable)")
+    p.add_argument("--tree", default=None, help="checkout to measure (default: this repository)")
     p.add_argument("--verbose", action="store_true", help="show the benchmarks' stderr (asv --show-stderr)")
     p.add_argument("--json", default=None)
     p.add_argument("--markdown", default=None)

@@ -50,8 +50,8 @@ def make_repo(path: Path) -> tuple[str, str, str]:
 
 def test_bisect_names_the_planted_commit(tmp_path):
     repo = tmp_path / "repo"
-    good, culprit, bad = make_repo(repo)
-    out = bisect.bisect(repo, good, bad, "cpu-loop", runs=8, cmd=f"{sys.executable} bench.py", build=None,
+    good, culprit, _ = make_repo(repo)  # bad given as HEAD: resolved in the repo, not the worktree
+    out = bisect.bisect(repo, good, "HEAD", "cpu-loop", runs=8, cmd=f"{sys.executable} bench.py", build=None,
                         direction="lower", threshold=0.10, alpha=0.05)
     assert out["culprit"] == culprit
     assert out["subject"] == "change 5"
