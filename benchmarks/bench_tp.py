@@ -5,10 +5,15 @@ keyed by them): decode-tp<N>/<backend>/ctx<C>. tok/s is HIGHER IS BETTER; the al
 step and the MoE imbalance across ranks (max/mean of tokens routed to each rank's experts) are
 tracked beside it. A case needing more GPUs than this machine has raises NotImplementedError in
 setup (asv: skipped).
+
+Without asv (the GPU machine has none): `python -m benchmarks.bench_tp --tp 2 --out DIR` runs the cases
+at 4k/16k/65k, keeps each rank-0 decode JSON under DIR and appends the samples records (fingerprint
+included) to DIR/samples.jsonl, the input of kdengine.bench.samples.collect_jsonl.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import subprocess
@@ -73,11 +78,13 @@ def record_from(result: dict, name: str, tp: int, params: tuple, clocks: tuple[d
     )
 
 
-def measure(tp: int, backend: str, context: int) -> dict:
-    """Run one case and append its record to KDENGINE_SAMPLES_OUT (when set)."""
+def measure(tp: int, backend: str, context: int, out_dir: Path | None = None) -> dict:
+    """Run one case; append its record to KDENGINE_SAMPLES_OUT (when set) and, with out_dir, keep
+    the decode JSON there and append the record to out_dir/samples.jsonl too."""
     steps = env.bench_samples() or W.GPU_DECODE_STEPS
+    name = workload_name(tp, backend, context)
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "decode.json"
+        out = Path(tmp) / "decode.json" if out_dir is None else Path(out_dir) / (name.replace("/", "_") + ".json")
         start = fingerprint.clocks(0)  # index given: no CUDA context in this process
         proc = subprocess.run(decode_command(tp, backend, context, steps, out), env=parallel.launch_env(),
                               capture_output=True, text=True, check=False)
@@ -85,8 +92,10 @@ def measure(tp: int, backend: str, context: int) -> dict:
         if proc.returncode != 0:
             raise RuntimeError(f"kdengine decode --tp {tp} failed ({proc.returncode}): {proc.stderr[-2000:]}")
         result = json.loads(out.read_text())
-    record = record_from(result, workload_name(tp, backend, context), tp, (tp, backend, context), (start, end))
+    record = record_from(result, name, tp, (tp, backend, context), (start, end))
     sidecar.append_record(record)
+    if out_dir is not None:
+        sidecar.append_record(record, Path(out_dir) / "samples.jsonl")
     return record
 
 
@@ -120,3 +129,35 @@ class TPDecode:
     common.metric(track_tok_per_s, "tok/s", "higher")
     common.metric(track_all_reduce_share, "percent", "info")
     common.metric(track_moe_rank_imbalance, "ratio", "info")
+
+
+def summary_line(record: dict) -> str:
+    x = record["extra"]
+    mem = max((r.get("peak_mem_gib", 0.0) for r in x["per_rank"]), default=0.0)
+    return (f"{record['name']}: {record['median']:.1f} tok/s, all-reduce {100 * x['all_reduce_share']:.1f}% of the step, "
+            f"MoE tokens imbalance across ranks {x['rank_imbalance']['moe_tokens']:.3f}, "
+            f"MoE time imbalance {x['rank_imbalance']['moe_ms']:.3f}, peak memory per GPU {mem:.1f} GiB")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.bench_tp", description=__doc__)
+    p.add_argument("--tp", type=int, default=2, help="processes = GPUs")
+    p.add_argument("--backends", default="cuda", help="comma-separated verify backends, e.g. cuda,triton_extend")
+    p.add_argument("--contexts", default=",".join(map(str, W.CONTEXTS)), help="comma-separated contexts")
+    p.add_argument("--out", type=Path, required=True, help="directory for the decode JSONs and samples.jsonl")
+    args = p.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    ran = 0
+    for backend in args.backends.split(","):
+        reason = unavailable_reason(args.tp, backend)
+        if reason is not None:
+            print(f"decode-tp{args.tp}/{backend}: skipped ({reason})", file=sys.stderr)
+            continue
+        for context in (int(c) for c in args.contexts.split(",")):
+            print(summary_line(measure(args.tp, backend, context, args.out)), flush=True)
+            ran += 1
+    return 0 if ran else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -181,14 +181,16 @@ def test_cli_decode_tp2_relaunches_under_torchrun(tmp_path):
     assert rec["name"] == "decode-tp2/cuda/ctx4096" and rec["unit"] == "tok/s" and rec["direction"] == "higher"
     assert len(rec["samples"]) == 3 and min(rec["samples"]) <= rec["median"] <= max(rec["samples"])
     assert rec["extra"]["all_reduce_share"] == r["all_reduce_share"] and rec["fingerprint"]["gpus"] == 2
+    assert "tok/s, all-reduce" in bench_tp.summary_line(rec)
 
 
 @pytest.mark.skipif(torch.cuda.device_count() >= 8, reason="this machine has the GPUs: the case runs")
-def test_tp_benchmark_case_is_skipped_without_the_gpus():
+def test_tp_benchmark_case_is_skipped_without_the_gpus(tmp_path):
     from benchmarks import bench_tp
 
     with pytest.raises(NotImplementedError, match="decode-tp8/cuda/ctx65536: needs 8 CUDA GPUs"):
         bench_tp.TPDecode().setup(8, "cuda", 65536)
+    assert bench_tp.main(["--tp", "8", "--out", str(tmp_path)]) == 2  # nothing could run here
     cmd = bench_tp.decode_command(2, "triton", 16384, 64, Path("/tmp/x.json"))
     assert cmd[cmd.index("--tp") + 1] == "2" and cmd[cmd.index("--config") + 1] == "kimi-k2-tp8-rank"
 
