@@ -89,6 +89,8 @@ def test_publish_writes_site(tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium (.ci/run installs it)")
+@pytest.mark.skipif(not publish.ASSETS.is_dir(),
+                    reason="needs the site's JS in ci/assets/node_modules (.ci/run: npm install --prefix ci/assets)")
 def test_published_site_shows_a_graph_in_chromium(tmp_path):
     repo, results = make_site_repo(tmp_path)
     site = tmp_path / "site"
