@@ -101,3 +101,16 @@ def test_records_text_from_results(tmp_path):
     lines = [ln for ln in text.splitlines() if "triton " in ln or "triton_extend" in ln]
     assert len(lines) == 6 and all("x" in ln for ln in lines)  # speedup column filled
     assert " 4k " in text and "64k" in text and "NVIDIA H200" in text and "9" * 12 in text
+
+
+def test_records_keep_the_kernel_harness_section(tmp_path):
+    kernel = sorted((ROOT / "perf_history" / "kernel").glob("*.json"))
+    if not kernel:
+        pytest.skip("no kernel harness results committed")
+    (tmp_path / "ph" / "kernel").mkdir(parents=True)
+    for p in kernel:
+        (tmp_path / "ph" / "kernel" / p.name).write_bytes(p.read_bytes())
+    src = make_results(tmp_path, "a", "5" * 40, 5)
+    record.record(src, tmp_path / "ph", None, False, "origin", "main")
+    text = (tmp_path / "ph" / "records" / record.RECORD_FILE).read_text()
+    assert "kernel harness" in text and "# asv results" in text and "## gpu-a" in text
