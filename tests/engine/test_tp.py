@@ -19,7 +19,13 @@ from kdengine.cli import build_parser
 from kdengine.engine import parallel
 from kdengine.engine.accept import accepted_tokens
 from kdengine.engine.config import ModelConfig
-from kdengine.engine.generate import generate_plain, prefill, setup_engine, speculative_step
+from kdengine.engine.generate import (
+    fill_synthetic_context,
+    generate_plain,
+    prefill,
+    setup_engine,
+    speculative_step,
+)
 from kdengine.engine.model import Transformer
 from kdengine.engine.weights import hf_state_dict, load_checkpoint, materialize
 from tests.engine.test_lossless import oracle_drafter
@@ -106,11 +112,28 @@ def decode_and_record(cfg: ModelConfig, ckpt, reference: list[int], group=None) 
     return {"tokens": tokens[:N_TOKENS], "steps": steps, "logits": logits}
 
 
+def rank_config_steps(group) -> dict:
+    """The path of kimi-k2-tp8-rank on 2 GPUs, scaled down: a config with tp_size 8 run by 2
+    processes keeps its per-rank shapes (ranks 0 and 1 of 8) and all-reduces over the 2."""
+    cfg = parallel.rank_config(ModelConfig.from_name("tiny-tp8", tp_size=8), group)
+    engine = setup_engine(cfg, "cpu", 1, 512, backend="reference", seed=SEED, group=group)
+    fill_synthetic_context(engine, 300, SEED)
+    seen = {}
+    engine.model.layers[0].self_attn.q_b_proj.register_forward_hook(lambda _m, _i, out: seen.update(q=out.shape))
+    emitted = []
+    for _ in range(3):
+        path, count, bonus, tree_tokens, _ = speculative_step(engine, 7)
+        parallel.check_replicated(group, path=path, count=count, bonus=bonus, tree=tree_tokens)
+        emitted.append(accepted_tokens(tree_tokens, path, count, bonus)[0])
+    return {"tp": (cfg.tp_rank, cfg.tp_size), "q_width": seen["q"][-1], "heads": cfg.local_heads, "tokens": emitted}
+
+
 def tp_worker(rank: int, world: int, init: str, ckpt: str, reference: list[int], out: str) -> None:
     torch.set_num_threads(1)
     group = parallel.init_tp("gloo", init, rank, world)
     cfg = parallel.rank_config(ModelConfig.from_name("tiny", dtype="float64"), group)
     record = decode_and_record(cfg, ckpt, reference, group)
+    record["rank_config"] = rank_config_steps(group)
     try:  # the replication check must fire, on every rank, when the ranks disagree
         parallel.check_replicated(group, rank=torch.tensor([rank]))
         record["mismatch_caught"] = False
@@ -138,6 +161,10 @@ def test_tp2_tokens_logits_and_acceptance_equal_tp1(tmp_path):
         assert r["steps"] == single["steps"]
         assert r["mismatch_caught"]
     assert len(ranks[0]["logits"]) == len(single["logits"])
+    q_head = ModelConfig.from_name("tiny-tp8").q_head
+    for rank, r in enumerate(ranks):  # a tp_size-8 config on 2 processes: ranks 0 and 1 of 8, 1 head each
+        assert r["rank_config"]["tp"] == (rank, 8) and r["rank_config"]["q_width"] == r["rank_config"]["heads"] * q_head == q_head
+    assert ranks[0]["rank_config"]["tokens"] == ranks[1]["rank_config"]["tokens"]
     for i, full in enumerate(single["logits"]):
         shards = [r["logits"][i] for r in ranks]
         assert all(s.shape[-1] == cfg.vocab_size // 2 for s in shards)
