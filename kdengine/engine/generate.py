@@ -387,7 +387,8 @@ def gather_ranks(result: DecodeResult, engine: Engine, all_reduce_ms: float) -> 
     if result.cuda_graphs_used:
         result.notes.append("all-reduce time is not measured inside CUDA graph replays")
     mine = {
-        "rank": engine.cfg.tp_rank, "tok_per_s": result.tok_per_s, "step_ms": step_ms, "phase_ms": result.phase_ms,
+        "rank": engine.cfg.tp_rank, "device": result.device, "tok_per_s": result.tok_per_s, "step_ms": step_ms,
+        "phase_ms": result.phase_ms,
         "moe_load": result.moe_load, "moe_imbalance": result.moe_imbalance,
         "all_reduce_ms": all_reduce_ms, "all_reduce_share": result.all_reduce_share,
         "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30 if result.device.startswith("cuda") else 0.0,

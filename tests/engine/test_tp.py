@@ -229,3 +229,13 @@ def test_cli_decode_tp8_launch_path(tmp_path):
     r = run_cli(tmp_path, 8, "tiny-tp8", "--acceptance", "greedy", "--layers", "2")
     check_report(r, 8, local_experts=2)
     assert r["policy"] == "greedy"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")
+def test_cli_decode_tp2_over_nccl_one_gpu_per_rank(tmp_path):
+    """The GPU launch path: NCCL, rank r on cuda:r, real greedy acceptance replicated on both ranks."""
+    r = run_cli(tmp_path, 2, "tiny", "--device", "cuda", "--acceptance", "greedy")
+    check_report(r, 2, local_experts=4)
+    assert [x["device"] for x in r["per_rank"]] == ["cuda:0", "cuda:1"]
+    assert all(x["peak_mem_gib"] > 0 for x in r["per_rank"])
