@@ -25,6 +25,8 @@ step setup
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$SRC"/.whl/*.whl \
   || { echo "wheel install failed"; exit 1; }
 export PYTHONPATH=/tmp/site:$KD
+# asv starts benchmark processes without PYTHONPATH: make both paths visible through a .pth file.
+printf '%s\n' "$KD" /tmp/site > "$(python3 -c 'import site; print(site.getsitepackages()[0])')/kdengine-session.pth"
 if [[ ! -d $KD/.git ]]; then
   git clone -q -b main "$SRC/.whl/kdengine.bundle" "$KD" || { echo "clone of the bundle failed"; exit 1; }
 fi

@@ -54,10 +54,9 @@ def mask_from_parents(parents: torch.Tensor) -> torch.Tensor:
     device with no host sync.
     """
     T = parents.shape[0]
-    idx = torch.arange(T, device=parents.device)
-    step = torch.zeros(T, T, dtype=torch.float32, device=parents.device)
-    step[idx, idx] = 1.0
-    step[idx, parents.clamp(min=0).long()] = 1.0  # the root's -1 maps onto its own diagonal
+    # Scalar fills only (no host tensors), so this also runs inside CUDA graph capture.
+    step = torch.eye(T, dtype=torch.float32, device=parents.device)
+    step.scatter_(1, parents.clamp(min=0).long().view(T, 1), 1.0)  # the root's -1 maps onto its diagonal
     for _ in range(max(1, (T - 1).bit_length())):
         step = (step @ step).clamp_(max=1.0)
     return step > 0
