@@ -43,7 +43,7 @@ fi
 
 if want test; then
   step test
-  timeout 300 python3 -m pytest -q -m gpu tests/ops tests/engine tests/bench -p no:cacheprovider --durations=15 \
+  timeout 300 python3 -m pytest -q -m gpu ${TESTS:-tests/ops tests/engine tests/bench} -p no:cacheprovider --durations=15 \
     --junitxml "$LOG/pytest_gpu.xml" 2>&1 | tee "$LOG/pytest_gpu.log" | tail -25 || status=1
 fi
 
