@@ -26,10 +26,10 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   || { echo "wheel install failed"; exit 1; }
 export PYTHONPATH=/tmp/site:$KD
 # asv starts benchmark processes without PYTHONPATH: make both paths visible through a .pth file.
-printf '%s\n' "$KD" /tmp/site > "$(python3 -c 'import site; print(site.getsitepackages()[0])')/kdengine-session.pth"
-if [[ ! -d $KD/.git ]]; then
-  git clone -q -b main "$SRC/.whl/kdengine.bundle" "$KD" || { echo "clone of the bundle failed"; exit 1; }
-fi
+SITE=$(python3 -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
+printf '%s\n' "$KD" /tmp/site > "$SITE/kdengine-session.pth"
+rm -rf "$KD"  # a warm machine may hold an older clone
+git clone -q -b main "$SRC/.whl/kdengine.bundle" "$KD" || { echo "clone of the bundle failed"; exit 1; }
 cd "$KD" || exit 1
 SHA=$(git rev-parse HEAD); M=$(python3 -c 'from kdengine.bench.fingerprint import machine_name as m; print(m())')
 echo "commit $SHA machine $M"
