@@ -25,9 +25,7 @@ step setup
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$SRC"/.whl/*.whl \
   || { echo "wheel install failed"; exit 1; }
 export PYTHONPATH=/tmp/site:$KD
-# asv starts benchmark processes without PYTHONPATH: make both paths visible through a .pth file.
-SITE=$(python3 -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
-printf '%s\n' "$KD" /tmp/site > "$SITE/kdengine-session.pth"
+export ASV_PYTHONPATH=$PYTHONPATH  # asv drops PYTHONPATH for its benchmark processes, keeps this one
 rm -rf "$KD"  # a warm machine may hold an older clone
 git clone -q -b main "$SRC/.whl/kdengine.bundle" "$KD" || { echo "clone of the bundle failed"; exit 1; }
 cd "$KD" || exit 1
