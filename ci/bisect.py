@@ -81,13 +81,18 @@ def step(state_path: Path) -> int:
     tree = Path.cwd()
     if state["build"] and measure(tree, "true", 1, state["build"]) is None:
         return 125
-    got = measure_interleaved(tree, Path(state["good_tree"]), state["cmd"], state["runs"])
-    state["runs_done"] += 2 * state["runs"]
-    state_path.write_text(json.dumps(state))
-    if not got:
-        return 125
-    good, values = got
-    bad, worse, p = is_bad(good, values, state["direction"], state["threshold"], state["alpha"])
+    good, values = [], []
+    for attempt in range(3):  # ambiguous (not significant but worse than half the threshold): measure more
+        got = measure_interleaved(tree, Path(state["good_tree"]), state["cmd"], state["runs"])
+        state["runs_done"] += 2 * state["runs"]
+        state_path.write_text(json.dumps(state))
+        if not got:
+            return 125
+        good, values = good + got[0], values + got[1]
+        bad, worse, p = is_bad(good, values, state["direction"], state["threshold"], state["alpha"])
+        if bad or worse < state["threshold"] / 2:
+            break
+        print(f"[bisect] ambiguous ({worse:+.1%} worse, p={p:.2g}): measuring again ({attempt + 2}/3)")
     sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     print(f"[bisect] {sha}: median {statistics.median(values):.4g} vs good {statistics.median(good):.4g}"
           f" ({worse:+.1%} worse, p={p:.2g}) -> {'bad' if bad else 'good'}", flush=True)

@@ -55,7 +55,7 @@ def test_bisect_names_the_planted_commit(tmp_path):
                         direction="lower", threshold=0.10, alpha=0.05)
     assert out["culprit"] == culprit
     assert out["subject"] == "change 5"
-    assert 16 <= out["runs"] <= 16 + 16 * 4
+    assert 16 <= out["runs"] <= 16 + 16 * 3 * 4
     assert sh("git", "worktree", "list", cwd=repo).count("\n") == 0  # temporary worktree removed
 
 
