@@ -16,11 +16,15 @@
     }                                             \
   }()
 
-// Warps per 16-row group: 2 (BN 32, 2 stages) or 4 (BN 16, 3 stages).
+// Warps per 16-row group: 2 (BN 32, 2 stages) or 4 (BN 16, 3 stages); 8 = the wide layout
+// (verify_wide.cuh: 8 warps share all rows of the block).
 #define COLWARPS_SWITCH(VALUE, CONST_NAME, ...) \
   [&] {                                          \
     if ((VALUE) == 2) {                          \
       constexpr static int CONST_NAME = 2;       \
+      return __VA_ARGS__();                      \
+    } else if ((VALUE) == 8) {                   \
+      constexpr static int CONST_NAME = 8;       \
       return __VA_ARGS__();                      \
     } else {                                     \
       constexpr static int CONST_NAME = 4;       \

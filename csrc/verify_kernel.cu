@@ -3,6 +3,7 @@
 #include "static_switch.h"
 #include "verify_kernel.cuh"
 #include "verify_launch.h"
+#include "verify_wide.cuh"
 
 namespace kdengine {
 
@@ -17,14 +18,21 @@ int row_tiles(int R, int max_row_groups) {
 }
 
 template <class C>
+static auto kernel_of() {
+  if constexpr (C::WIDE)
+    return verify_split_kernel_wide<C>;
+  else
+    return verify_split_kernel<C>;
+}
+
+template <class C>
 static cudaError_t configure() {
   static bool configured = false;  // the attributes are per function, set once
   if (configured) return cudaSuccess;
-  cudaError_t err =
-      cudaFuncSetAttribute(verify_split_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+  cudaError_t err = cudaFuncSetAttribute(kernel_of<C>(), cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
   if (err != cudaSuccess) return err;
   // As much shared memory as the SM has, so two blocks fit where the SM allows (sm_90: 227 KB).
-  err = cudaFuncSetAttribute(verify_split_kernel<C>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+  err = cudaFuncSetAttribute(kernel_of<C>(), cudaFuncAttributePreferredSharedMemoryCarveout, 100);
   if (err == cudaSuccess) configured = true;
   return err;
 }
@@ -34,30 +42,43 @@ static cudaError_t launch_split(const VerifyParams& p, cudaStream_t stream) {
   const cudaError_t err = configure<C>();
   if (err != cudaSuccess) return err;
   const dim3 grid((p.R + C::BLOCK_M - 1) / C::BLOCK_M, p.nsplit, p.B);
-  verify_split_kernel<C><<<grid, C::THREADS, C::SMEM, stream>>>(p);
+  kernel_of<C>()<<<grid, C::THREADS, C::SMEM, stream>>>(p);
   return cudaGetLastError();
+}
+
+// The split-kernel configuration of (R, col_warps, max_row_groups) handed to `fn` as a type:
+// col_warps 2 or 4 -> Cfg<RG, CW>; 8 -> the wide layout (at least 32 rows per block).
+template <class F>
+static auto with_config(int R, int col_warps, int max_row_groups, F&& fn) {
+  return ROWGROUPS_SWITCH(row_groups(R, max_row_groups), RG, [&] {
+    return COLWARPS_SWITCH(col_warps, CW, [&] {
+      if constexpr (CW == 8)
+        return fn(WideCfg<(RG < 2 ? 2 : RG)>{});
+      else
+        return fn(Cfg<RG, CW>{});
+    });
+  });
 }
 
 int blocks_per_sm(int R, int col_warps, int max_row_groups) {
   int blocks = 0;
-  ROWGROUPS_SWITCH(row_groups(R, max_row_groups), RG, [&] {
-    COLWARPS_SWITCH(col_warps, CW, [&] {
-      using C = Cfg<RG, CW>;
-      if (configure<C>() == cudaSuccess)
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, verify_split_kernel<C>, C::THREADS, C::SMEM);
-    });
+  with_config(R, col_warps, max_row_groups, [&](auto cfg) {
+    using C = decltype(cfg);
+    if (configure<C>() == cudaSuccess)
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel_of<C>(), C::THREADS, C::SMEM);
+    return 0;
   });
   return blocks;
 }
 
 cudaError_t launch_verify(const VerifyParams& p, int col_warps, int max_row_groups, int combine,
                           cudaStream_t stream) {
-  cudaError_t err = ROWGROUPS_SWITCH(row_groups(p.R, max_row_groups), RG, [&] {
-    return COLWARPS_SWITCH(col_warps, CW, [&] { return launch_split<Cfg<RG, CW>>(p, stream); });
+  const cudaError_t err = with_config(p.R, col_warps, max_row_groups, [&](auto cfg) {
+    return launch_split<decltype(cfg)>(p, stream);
   });
   if (err != cudaSuccess) return err;
   if (combine == 1 && p.nsplit <= COMBINE_MAX_NSPLIT)
-    verify_combine_parallel_kernel<<<dim3(p.R, p.B), COMBINE_THREADS, 0, stream>>>(p);
+    verify_combine_parallel_kernel<<<dim3(p.R, p.B), COMBINE_PAR_THREADS, 0, stream>>>(p);
   else
     verify_combine_kernel<<<dim3(p.R, p.B), COMBINE_THREADS, 0, stream>>>(p);
   return cudaGetLastError();

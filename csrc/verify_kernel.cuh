@@ -14,6 +14,7 @@
 // Configurations (template parameters, picked by the switches in verify_kernel.cu):
 //   CW = 2: BN = 32, 2 stages, <= 255 registers (1 block of 8 warps per SM at RG = 4)
 //   CW = 4: BN = 16, 3 stages, <= 128 registers (16 warps per SM at RG = 4)
+//   "CW = 8": the wide layout of verify_wide.cuh (8 warps share all rows of the block)
 // Shared memory stays under sm_120's 99 KB in both.
 //
 // Shapes (R = T * H query rows per sequence, W = ceil(T / 32)): see VerifyParams in verify_launch.h.
@@ -38,6 +39,7 @@ constexpr int COMBINE_THREADS = DV / 4;
 
 template <int RG_, int CW_>
 struct Cfg {
+  static constexpr bool WIDE = false;
   static constexpr int RG = RG_, CW = CW_;
   static constexpr int WARPS = RG * CW, THREADS = 32 * WARPS, BLOCK_M = 16 * RG;
   static constexpr int BN = CW == 2 ? 32 : 16;     // KV tokens per tile
@@ -353,9 +355,14 @@ __global__ void __launch_bounds__(COMBINE_THREADS) verify_combine_kernel(const V
 }
 
 // The same merge with the splits in parallel: the block turns the NSPLIT lse values of its row into
-// weights in shared memory (two block reductions), then every thread sums its 4 columns over the
-// splits with independent loads (the loop above waits for one L2 round trip per split).
+// weights in shared memory (two block reductions); then COMBINE_GROUPS groups of threads each sum
+// their 4 columns over every COMBINE_GROUPS-th batch of COMBINE_BATCH splits, all loads of a batch
+// issued before their first use, and the groups' sums are added in a fixed order (the loop above
+// waits for one L2 round trip per split).
 constexpr int COMBINE_MAX_NSPLIT = 1024;
+constexpr int COMBINE_BATCH = 8;   // partial rows in flight per thread
+constexpr int COMBINE_GROUPS = 4;  // thread groups over the splits
+constexpr int COMBINE_PAR_THREADS = COMBINE_THREADS * COMBINE_GROUPS;
 
 template <bool IS_MAX>
 __device__ __forceinline__ float block_reduce(float v, float* red) {
@@ -368,47 +375,64 @@ __device__ __forceinline__ float block_reduce(float v, float* red) {
   __syncthreads();
   float r = red[0];
 #pragma unroll
-  for (int i = 1; i < COMBINE_THREADS / 32; ++i) r = IS_MAX ? fmaxf(r, red[i]) : r + red[i];
+  for (int i = 1; i < COMBINE_PAR_THREADS / 32; ++i) r = IS_MAX ? fmaxf(r, red[i]) : r + red[i];
   __syncthreads();  // red is reused by the next reduction
   return r;
 }
 
-__global__ void __launch_bounds__(COMBINE_THREADS) verify_combine_parallel_kernel(const VerifyParams p) {
+__global__ void __launch_bounds__(COMBINE_PAR_THREADS) verify_combine_parallel_kernel(const VerifyParams p) {
   __shared__ float w_s[COMBINE_MAX_NSPLIT];
-  __shared__ float red[COMBINE_THREADS / 32];
+  __shared__ float red[COMBINE_PAR_THREADS / 32];
+  __shared__ float4 acc_s[COMBINE_GROUPS - 1][COMBINE_THREADS];
   const int row = blockIdx.x, b = blockIdx.y, R = p.R;
+  const int col = threadIdx.x % COMBINE_THREADS, group = threadIdx.x / COMBINE_THREADS;
   const float* lse = p.part_lse + (size_t)b * p.nsplit * R + row;
   float mx = -INFINITY;
-  for (int s = threadIdx.x; s < p.nsplit; s += COMBINE_THREADS) {
+  for (int s = threadIdx.x; s < p.nsplit; s += COMBINE_PAR_THREADS) {
     const float v = lse[(size_t)s * R];
     w_s[s] = v;
     mx = fmaxf(mx, v);
   }
   mx = block_reduce<true>(mx, red);
   float sum = 0.f;
-  for (int s = threadIdx.x; s < p.nsplit; s += COMBINE_THREADS) {
+  for (int s = threadIdx.x; s < p.nsplit; s += COMBINE_PAR_THREADS) {
     const float v = w_s[s];
     const float w = (v == -INFINITY || mx == -INFINITY) ? 0.f : __expf(v - mx);
     w_s[s] = w;
     sum += w;
   }
   sum = block_reduce<false>(sum, red);  // its barrier also publishes w_s
-  const float* src = p.part_out + ((size_t)b * p.nsplit * R + row) * DV + threadIdx.x * 4;
+  const float* src = p.part_out + ((size_t)b * p.nsplit * R + row) * DV + col * 4;
   const size_t stride = (size_t)R * DV;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 8
-  for (int s = 0; s < p.nsplit; ++s) {
-    const float w = w_s[s];
-    if (w != 0.f) {  // an empty split's partial rows were never written
-      const float4 v = *reinterpret_cast<const float4*>(src + s * stride);
-      acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
+  for (int s0 = group * COMBINE_BATCH; s0 < p.nsplit; s0 += COMBINE_BATCH * COMBINE_GROUPS) {
+    float w[COMBINE_BATCH];
+    float4 v[COMBINE_BATCH];
+#pragma unroll
+    for (int k = 0; k < COMBINE_BATCH; ++k) {  // clamped in range; weight 0 past the end
+      const int s = min(s0 + k, p.nsplit - 1);
+      w[k] = s0 + k < p.nsplit ? w_s[s] : 0.f;
+      v[k] = __ldg(reinterpret_cast<const float4*>(src + s * stride));
+    }
+#pragma unroll
+    for (int k = 0; k < COMBINE_BATCH; ++k) {
+      if (w[k] == 0.f) continue;  // an empty split's partial rows were never written (any bits)
+      acc.x += w[k] * v[k].x, acc.y += w[k] * v[k].y, acc.z += w[k] * v[k].z, acc.w += w[k] * v[k].w;
     }
   }
+  if (group > 0) acc_s[group - 1][col] = acc;
+  __syncthreads();
+  if (group > 0) return;
+#pragma unroll
+  for (int g = 0; g < COMBINE_GROUPS - 1; ++g) {
+    const float4 a = acc_s[g][col];
+    acc.x += a.x, acc.y += a.y, acc.z += a.z, acc.w += a.w;
+  }
   const float inv = sum > 0.f ? 1.f / sum : 0.f;
-  __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(p.out + ((size_t)b * R + row) * DV + threadIdx.x * 4);
+  __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(p.out + ((size_t)b * R + row) * DV + col * 4);
   dst[0] = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
   dst[1] = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
-  if (threadIdx.x == 0) p.lse[(size_t)b * R + row] = sum > 0.f ? mx + logf(sum) : -INFINITY;
+  if (col == 0) p.lse[(size_t)b * R + row] = sum > 0.f ? mx + logf(sum) : -INFINITY;
 }
 
 }  // namespace kdengine

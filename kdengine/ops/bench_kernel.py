@@ -132,13 +132,14 @@ def backend_call(name: str, inp, bits, nsplit, *, scalar_loads: bool = False, la
 
 def variants(N: int, T: int):
     """(label, backend, nsplit, scalar_loads, (col_warps, row_groups, combine)) measured at one size:
-    every NSPLIT for the 2-warp layouts at 64 and 32 rows per block and for the parallel merge, the
-    4-warp layout and the scalar-load build at the automatic NSPLIT."""
-    layouts = ((2, 4, 0), (2, 2, 0), (2, 4, 1))
+    every NSPLIT for the wide layout (64 rows per block, parallel merge), the wide layout at 32 rows
+    and the 2-warp layout with the serial merge (the previous default) without NSPLIT 256, the
+    previous layout with the parallel merge and the scalar-load build at the automatic NSPLIT."""
     label = lambda cw, rg, comb: f"cw{cw}rg{rg}" + ("/comb1" if comb else "")
-    out = [(f"cuda/{label(*lay)}/s{s}", "cuda", s, False, lay) for lay in layouts for s in NSPLITS]
-    out += [("cuda/cw4rg4/sauto", "cuda", "auto", False, (4, 4, 0))]
-    out += [(f"cuda_scalar/cw2rg{rg}/sauto", "cuda", "auto", True, (2, rg, 0)) for rg in (4, 2)]
+    sweeps = (((8, 4, 1), NSPLITS), ((8, 2, 1), NSPLITS[:4] + ("auto",)), ((2, 4, 0), NSPLITS[:4] + ("auto",)))
+    out = [(f"cuda/{label(*lay)}/s{s}", "cuda", s, False, lay) for lay, splits in sweeps for s in splits]
+    out += [("cuda/cw2rg4/comb1/sauto", "cuda", "auto", False, (2, 4, 1))]
+    out += [("cuda_scalar/cw8rg4/comb1/sauto", "cuda", "auto", True, (8, 4, 1))]
     out += [("triton", "triton", None, False, None), ("torch", "torch", None, False, None)]
     if (N, T) == (65536, 16):
         out.append(("triton_extend", "triton_extend", None, False, None))
@@ -169,7 +170,7 @@ def measure_case(N: int, T: int, ceilings: dict) -> dict:
         median = statistics.median(samples)
         rows[label] = {"median_s": median, "samples": samples, "nsplit": splits, "rel_l2": err,
                        "floor_pct": 100 * floor / median}
-        print(f"ctx{N} T{T} {label:16s} nsplit={splits!s:5s} {median * 1e6:9.1f} us  "
+        print(f"ctx{N} T{T} {label:30s} nsplit={splits!s:5s} {median * 1e6:9.1f} us  "
               f"{100 * floor / median:5.1f}% of floor  relL2={err:.2e}", flush=True)
     return {"N": N, "T": T, "H": H, "floor_s": floor, "results": rows}
 
@@ -196,13 +197,16 @@ def measure(args) -> int:
         start["commit"], start["dirty"] = args.commit, None
     ceilings = measure_ceilings()
     print(f"ceilings: copy {ceilings['copy_bytes_per_s'] / 1e12:.2f} TB/s, bf16 mm {ceilings['matmul_flops_per_s'] / 1e12:.0f} TF/s")
-    cases = [measure_case(N, T, ceilings) for N in contexts for T in TREE_SIZES]
     doc = {"schema": 1, "kind": "verify_kernel_cudagraph", "date": dt.datetime.now(dt.timezone.utc).isoformat(),
            "method": f"CUDA events around CUDA-graph replays of one call, L2 flushed (256 MB memset) before each "
-                     f"of {SAMPLES} samples; median", "fingerprint": start, "clocks_end": fingerprint().get("clocks"),
-           "ceilings": ceilings, "cases": cases}
+                     f"of {SAMPLES} samples; median", "fingerprint": start, "clocks_end": None,
+           "ceilings": ceilings, "cases": []}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(doc, indent=1))
+    for N in contexts:
+        for T in TREE_SIZES:
+            doc["cases"].append(measure_case(N, T, ceilings))
+            doc["clocks_end"] = fingerprint().get("clocks")
+            Path(args.out).write_text(json.dumps(doc, indent=1))  # after every case: a cut-short run keeps its data
     print(f"wrote {args.out}")
     return 0
 
@@ -221,7 +225,7 @@ def render_doc(doc: dict) -> str:
         f"ceilings measured: copy {ceil['copy_bytes_per_s'] / 1e12:.2f} TB/s, bf16 matmul "
         f"{ceil['matmul_flops_per_s'] / 1e12:.0f} TF/s; floor = max(bytes/copy, flops/matmul)",
         "",
-        f"{'ctx':>6} {'T':>3}  {'backend':16s} {'nsplit':>6} {'median us':>10} {'tok/s':>10} {'% floor':>8} "
+        f"{'ctx':>6} {'T':>3}  {'backend':30s} {'nsplit':>6} {'median us':>10} {'tok/s':>10} {'% floor':>8} "
         f"{'x extend':>9} {'x torch':>8}",
     ]
     for case in doc["cases"]:
@@ -231,12 +235,12 @@ def render_doc(doc: dict) -> str:
         torch_s = res.get("torch", {}).get("median_s")
         for label, row in res.items():
             if "error" in row:
-                lines.append(f"{case['N']:>6} {case['T']:>3}  {label:16s} unavailable: {row['error'][:60]}")
+                lines.append(f"{case['N']:>6} {case['T']:>3}  {label:30s} unavailable: {row['error'][:60]}")
                 continue
             t = row["median_s"]
             x_ext = f"{ext / t:9.1f}" if ext else f"{'-':>9}"
             x_torch = f"{torch_s / t:8.1f}" if torch_s else f"{'-':>8}"
-            lines.append(f"{case['N']:>6} {case['T']:>3}  {label:16s} {row['nsplit']!s:>6} {t * 1e6:10.1f} "
+            lines.append(f"{case['N']:>6} {case['T']:>3}  {label:30s} {row['nsplit']!s:>6} {t * 1e6:10.1f} "
                          f"{case['T'] / t:10.0f} {row['floor_pct']:8.1f} {x_ext} {x_torch}")
         lines.append("")
     return "\n".join(lines)

@@ -17,7 +17,7 @@ from kdengine import env
 
 CSRC = Path(__file__).resolve().parents[2] / "csrc"
 SOURCES = ("verify_api.cpp", "verify_kernel.cu")
-HEADERS = ("verify_kernel.cuh", "verify_launch.h", "static_switch.h")
+HEADERS = ("verify_kernel.cuh", "verify_wide.cuh", "verify_launch.h", "static_switch.h")
 ALL_ARCHS = ("80", "90", "100", "120")
 SCALAR_LOADS_MACRO = "KDENGINE_SCALAR_LOADS"
 

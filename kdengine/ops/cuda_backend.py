@@ -15,18 +15,21 @@ from kdengine.ops.schedule import resolve_nsplit
 
 DV = 512
 # Warps per 16-row group of the split kernel (csrc/verify_kernel.cuh): 2 (BN 32, 2 stages, 255
-# registers) or 4 (BN 16, 3 stages, 128 registers, twice the warps per SM).
-COL_WARPS = (2, 4)
-DEFAULT_COL_WARPS = 2
-TILE_TOKENS = {2: 32, 4: 16}  # KV tokens per tile (BN) of each layout; a split is whole tiles
+# registers) or 4 (BN 16, 3 stages, 128 registers, twice the warps per SM); 8 = the wide layout
+# (csrc/verify_wide.cuh: 8 warps share all rows of the block, each K/V fragment feeds 2-4 m16 tiles;
+# BN 16, 4 stages, at least 32 rows per block).
+COL_WARPS = (2, 4, 8)
+WIDE = 8
+DEFAULT_COL_WARPS = WIDE
+TILE_TOKENS = {2: 32, 4: 16, 8: 16}  # KV tokens per tile (BN) of each layout; a split is whole tiles
 # Most 16-row groups per block (1, 2 or 4): 4 = 64 query rows per block (each KV tile read by fewer
 # blocks), 2 = 32 rows (blocks small enough for two per SM on sm_90).
 ROW_GROUPS = (1, 2, 4)
 DEFAULT_ROW_GROUPS = 4
-# Merge kernel: 0 = one loop over the splits per thread (measured), 1 = split weights computed in
-# parallel first, then independent loads (not yet measured on a GPU; see the README section).
+# Merge kernel: 0 = one loop over the splits per thread, 1 = split weights computed in parallel
+# first, then 4 thread groups over the splits with 8 partial rows in flight per thread.
 COMBINES = (0, 1)
-DEFAULT_COMBINE = 0
+DEFAULT_COMBINE = 1
 # Shortest split for `auto`: the sweep at ctx 4096, T 16 ran 32 splits of 128 tokens faster than 16
 # of 256 (perf_history/records/verify_kernel_cudagraph.txt).
 MIN_TOKENS_PER_SPLIT = 128
@@ -34,9 +37,11 @@ _REASON: dict[str, str | None] = {}
 _BLOCKS_PER_SM: dict[tuple, int] = {}
 
 
-def row_tiles(R: int, max_row_groups: int = DEFAULT_ROW_GROUPS) -> int:
-    """Query-row tiles per (sequence, split) for R = T * H rows (mirrors csrc row_tiles)."""
+def row_tiles(R: int, max_row_groups: int = DEFAULT_ROW_GROUPS, col_warps: int = DEFAULT_COL_WARPS) -> int:
+    """Query-row tiles per (sequence, split) for R = T * H rows (mirrors csrc with_config)."""
     groups = min(1 if R <= 16 else (2 if R <= 32 else 4), max_row_groups)
+    if col_warps == WIDE:
+        groups = max(groups, 2)
     return -(-R // (16 * groups))
 
 
@@ -111,7 +116,7 @@ def plan_nsplit(q, kv_cache, page_table, nsplit, row_groups: int = DEFAULT_ROW_G
     """The split count from host-known sizes only (graph safe). For `auto`, one wave of split blocks:
     row tiles are counted per resident block slot of an SM."""
     B, T, H, _ = q.shape
-    tiles = row_tiles(T * H, row_groups)
+    tiles = row_tiles(T * H, row_groups, col_warps)
     if q.is_cuda:
         tiles = -(-tiles // blocks_per_sm(T * H, col_warps, row_groups))
     return resolve_nsplit(

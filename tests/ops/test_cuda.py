@@ -86,9 +86,13 @@ def test_auto_nsplit_fills_one_wave_without_empty_splits():
 
 
 def test_row_tiles_follow_block_rows():
-    assert [cuda_backend.row_tiles(r, 4) for r in (1, 16, 17, 32, 33, 64, 65, 128, 4080)] == [1, 1, 1, 1, 1, 1, 2, 2, 64]
-    assert [cuda_backend.row_tiles(r, 2) for r in (16, 32, 33, 128)] == [1, 1, 2, 4]
-    assert [cuda_backend.row_tiles(r, 1) for r in (16, 17, 128)] == [1, 2, 8]
+    tiles = lambda r, rg, cw=2: cuda_backend.row_tiles(r, rg, cw)
+    assert [tiles(r, 4) for r in (1, 16, 17, 32, 33, 64, 65, 128, 4080)] == [1, 1, 1, 1, 1, 1, 2, 2, 64]
+    assert [tiles(r, 2) for r in (16, 32, 33, 128)] == [1, 1, 2, 4]
+    assert [tiles(r, 1) for r in (16, 17, 128)] == [1, 2, 8]
+    # the wide layout holds at least 32 rows per block
+    assert [tiles(r, 1, cuda_backend.WIDE) for r in (16, 17, 33, 128)] == [1, 1, 2, 4]
+    assert [tiles(r, 4, cuda_backend.WIDE) for r in (16, 33, 65, 512)] == [1, 1, 2, 8]
 
 
 def test_build_subcommand_is_registered():
@@ -188,12 +192,13 @@ def test_every_warp_layout(tp, layout):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("combine", cuda_backend.COMBINES)
 @pytest.mark.parametrize("tp", [TestParam(16, 65520 - 16, nsplit=64), TestParam(64, [4000, 65], B=2, nsplit=33),
                                 TestParam(16, 100, nsplit=256), TestParam(17, 3000, nsplit=1),
-                                TestParam(3, 40, H=2, nsplit=1100)], ids=str)
-def test_parallel_combine(tp):
+                                TestParam(3, 40, H=2, nsplit=1100), TestParam(16, 5000, nsplit=45)], ids=str)
+def test_both_merges(tp, combine):
     inp = _problem(tp, seed=21)
-    out, lse = _run_poisoned(inp, tp.nsplit, combine=1)
+    out, lse = _run_poisoned(inp, tp.nsplit, combine=combine)
     _check(inp, out, lse)
 
 

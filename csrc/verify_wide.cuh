@@ -1,0 +1,318 @@
+// The "wide" split kernel: every warp works on all BLOCK_M query rows of the block, so each K/V
+// fragment it loads from shared memory feeds RG/2 (Q*K^T) or RG (P*V) m16 tensor-core tiles instead
+// of one (the layouts of verify_kernel.cuh give each warp 16 rows, and 4 warps re-read every tile).
+//
+// Block: BLOCK_M = 16 * RG rows (RG = 2 or 4), 8 warps, KV tiles of BN = 16 tokens, 4 cp.async stages.
+//   Q*K^T: warp w holds Q fragments for rows [w / 4 * BLOCK_M / 2, +BLOCK_M / 2) and dims
+//          [w % 4 * 144, +144) in registers; the 4 partial score tiles of a row half go to shared
+//          memory (fp32).
+//   softmax: all 256 threads, EPT scores of one row each: the 4 partials summed in a fixed order, the
+//          packed tree mask, the online max/sum (fp32, log2 domain); P (bf16) and the per-row
+//          rescale factor go to shared memory.
+//   P*V:   warp w owns V columns [64 w, +64) of all rows: O (fp32) stays in registers, P comes
+//          in through ldmatrix.
+// Software pipeline per tile (two block barriers): P*V of tile i and Q*K^T of tile i + 1 in one
+// phase (independent tensor-core work for the scheduler to interleave), then the softmax of tile
+// i + 1. Tiles i and i + 1 are read while tiles i + 2 and i + 3 are in flight.
+//
+// Shared memory: 4 * 16 * 584 * 2 (KV) + 4 * BLOCK_M * 16 * 4 (partials) + BLOCK_M * 24 * 2 (P)
+// + BLOCK_M * 4 = 92.3 KB at RG = 4 (under sm_120's 99 KB), 82.6 KB at RG = 2 (two blocks per SM
+// on sm_90 at <= 128 registers).
+#pragma once
+
+#include "verify_kernel.cuh"
+
+namespace kdengine {
+
+template <int RG_>
+struct WideCfg {
+  static constexpr bool WIDE = true;
+  static constexpr int RG = RG_, BLOCK_M = 16 * RG;
+  static constexpr int WARPS = 8, THREADS = 32 * WARPS;
+  static constexpr int BN = 16, STAGES = 4;
+  static constexpr int K_PART = D_QK / 4, KSTEPS = K_PART / 16;  // per warp in Q*K^T: 144 dims
+  static constexpr int QM = RG / 2;                               // m16 tiles per warp in Q*K^T
+  static constexpr int QACC = 1;                                  // accumulator sets (chains) per tile
+  static constexpr int V_PART = DV / WARPS;                       // 64 V columns per warp
+  static constexpr int TILE_ELEMS = BN * STRIDE;
+  static constexpr int KV_BYTES = STAGES * TILE_ELEMS * 2;
+  static constexpr int EXCH_BYTES = 4 * BLOCK_M * BN * 4;         // [4 dim quarters][BLOCK_M][BN] fp32
+  static constexpr int P_STRIDE = BN + 8;                         // bf16; 48-byte rows: conflict-free ldmatrix
+  static constexpr int P_BYTES = BLOCK_M * P_STRIDE * 2;
+  static constexpr int SMEM = KV_BYTES + EXCH_BYTES + P_BYTES + BLOCK_M * 4;
+  static constexpr int EPT = BLOCK_M * BN / THREADS;              // scores per thread in the softmax
+  static constexpr int TPR = BN / EPT;                            // threads per row in the softmax
+  static constexpr int MIN_BLOCKS = RG == 2 ? 2 : 1;
+  static_assert(RG == 2 || RG == 4, "the wide layout holds 32 or 64 rows");
+  static_assert(EPT == 2 || EPT == 4, "softmax vector width");
+  static_assert(SMEM <= 99 * 1024, "over sm_120's 99 KB of shared memory per block");
+};
+
+// One KV tile (BN tokens from `tile_start`, zero-filled at and past `end`) into shared memory, with
+// the page-table lookups of all this thread's chunks issued before its copies (one L1 round trip per
+// tile instead of one per chunk).
+template <class C>
+__device__ __forceinline__ void load_kv_tile_hoisted(const VerifyParams& p, int b, int tile_start, int end,
+                                                     __nv_bfloat16* dst) {
+  constexpr int TOTAL = C::BN * CHUNKS, ITERS = (TOTAL + C::THREADS - 1) / C::THREADS;
+  const int* pages = p.page_table + (size_t)b * p.max_pages;
+  int page[ITERS];
+#pragma unroll
+  for (int k = 0; k < ITERS; ++k) {
+    const int c = threadIdx.x + k * C::THREADS;
+    const int pos = tile_start + c / CHUNKS;
+    page[k] = (c < TOTAL && pos < end) ? __ldg(pages + (pos >> p.page_shift)) : 0;
+  }
+#pragma unroll
+  for (int k = 0; k < ITERS; ++k) {
+    const int c = threadIdx.x + k * C::THREADS;
+    if (c < TOTAL) {
+      const int tok = c / CHUNKS, col = (c % CHUNKS) * 8;
+      const int pos = tile_start + tok;
+      const bool valid = pos < end;
+      const __nv_bfloat16* src = p.kv;
+      if (valid) src = p.kv + ((size_t)page[k] * p.page_size + (pos & (p.page_size - 1))) * D_QK + col;
+      copy_chunk(dst + tok * STRIDE + col, src, valid);
+    }
+  }
+}
+
+// This warp's partial scores of one tile (its row half x 16 tokens over its 144 dims) into `exch`.
+template <class C>
+__device__ __forceinline__ void wide_partial_scores(const __nv_bfloat16* tile, const uint32_t (&qa)[C::QM][C::KSTEPS][4],
+                                                    float* exch, int half, int quarter, int lane) {
+  float s[C::QACC][C::QM][2][4];
+#pragma unroll
+  for (int a = 0; a < C::QACC; ++a)
+#pragma unroll
+    for (int mi = 0; mi < C::QM; ++mi)
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) s[a][mi][nt][0] = s[a][mi][nt][1] = s[a][mi][nt][2] = s[a][mi][nt][3] = 0.f;
+  const __nv_bfloat16* kbase =
+      tile + ((lane & 7) + ((lane >> 4) << 3)) * STRIDE + quarter * C::K_PART + ((lane >> 3) & 1) * 8;
+#pragma unroll
+  for (int ks = 0; ks < C::KSTEPS; ++ks) {
+    uint32_t kb[4];
+    ldmatrix_x4(kb, kbase + ks * 16);
+#pragma unroll
+    for (int mi = 0; mi < C::QM; ++mi) {
+      mma_bf16(s[ks % C::QACC][mi][0], qa[mi][ks], kb[0], kb[1]);
+      mma_bf16(s[ks % C::QACC][mi][1], qa[mi][ks], kb[2], kb[3]);
+    }
+  }
+  float* dst = exch + (quarter * C::BLOCK_M + half * (C::BLOCK_M / 2)) * C::BN;
+#pragma unroll
+  for (int mi = 0; mi < C::QM; ++mi)
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float x = s[0][mi][nt][2 * h], y = s[0][mi][nt][2 * h + 1];
+#pragma unroll
+        for (int a = 1; a < C::QACC; ++a) x += s[a][mi][nt][2 * h], y += s[a][mi][nt][2 * h + 1];
+        *reinterpret_cast<float2*>(dst + (mi * 16 + lane / 4 + 8 * h) * C::BN + nt * 8 + (lane % 4) * 2) =
+            make_float2(x, y);
+      }
+}
+
+template <int N>
+__device__ __forceinline__ void load_floats(float (&v)[N], const float* src) {
+  if constexpr (N == 4) {
+    const float4 x = *reinterpret_cast<const float4*>(src);
+    v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+  } else {
+    const float2 x = *reinterpret_cast<const float2*>(src);
+    v[0] = x.x, v[1] = x.y;
+  }
+}
+
+// Online softmax of one tile for this thread's EPT scores of row `srow` (tokens [stok, +EPT)).
+// Writes P (bf16) and the row's rescale factor for the P*V phase; m is the row's running max (log2
+// domain, identical in the TPR threads of the row), l this thread's share of the running sum.
+template <class C>
+__device__ __forceinline__ void wide_softmax(const VerifyParams& p, const float* exch, __nv_bfloat16* p_s,
+                                             float* alpha_s, int srow, int stok, int mask_off, int tile_start,
+                                             int prefix, int end, float& m, float& l) {
+  constexpr int EPT = C::EPT;
+  float v[EPT], part[EPT];
+  load_floats(v, exch + srow * C::BN + stok);
+#pragma unroll
+  for (int q = 1; q < 4; ++q) {
+    load_floats(part, exch + (q * C::BLOCK_M + srow) * C::BN + stok);
+#pragma unroll
+    for (int e = 0; e < EPT; ++e) v[e] += part[e];
+  }
+  const bool tail = tile_start + C::BN > prefix;
+  float mx = -INFINITY;
+#pragma unroll
+  for (int e = 0; e < EPT; ++e) {
+    float x = v[e] * p.scale_log2;
+    if (tail) {
+      const int pos = tile_start + stok + e;
+      if (pos >= end) {
+        x = -INFINITY;
+      } else if (pos >= prefix) {
+        const int j = pos - prefix;
+        if (!((__ldg(p.mask_bits + mask_off + (j >> 5)) >> (j & 31)) & 1)) x = -INFINITY;
+      }
+    }
+    v[e] = x;
+    mx = fmaxf(mx, x);
+  }
+#pragma unroll
+  for (int off = 1; off < C::TPR; off *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, off));
+  const float m_new = fmaxf(m, mx);
+  const float m_use = m_new == -INFINITY ? 0.f : m_new;
+  const float alpha = exp2f(m - m_use);
+  float sum = 0.f;
+#pragma unroll
+  for (int e = 0; e < EPT; ++e) {
+    v[e] = exp2f(v[e] - m_use);
+    sum += v[e];
+  }
+  l = l * alpha + sum;  // this thread's share of the row sum (alpha is the row's): summed at the end
+  m = m_new;
+  __nv_bfloat16* dst = p_s + srow * C::P_STRIDE + stok;
+  if constexpr (EPT == 4) {
+    *reinterpret_cast<uint2*>(dst) = make_uint2(pack_bf16(v[0], v[1]), pack_bf16(v[2], v[3]));
+  } else {
+    *reinterpret_cast<uint32_t*>(dst) = pack_bf16(v[0], v[1]);
+  }
+  if (threadIdx.x % C::TPR == 0) alpha_s[srow] = alpha;
+}
+
+// O[:, this warp's 64 columns] = O * alpha + P * V of one tile.
+template <class C>
+__device__ __forceinline__ void wide_pv(const __nv_bfloat16* tile, const __nv_bfloat16* p_s, const float* alpha_s,
+                                        float (&o)[C::RG][C::V_PART / 8][4], int warp, int lane) {
+  float a[C::RG][2];
+  bool moved = false;
+#pragma unroll
+  for (int mi = 0; mi < C::RG; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      a[mi][h] = alpha_s[mi * 16 + lane / 4 + 8 * h];
+      moved |= a[mi][h] != 1.f;
+    }
+  if (__any_sync(0xffffffff, moved)) {  // rare once the row maxima have settled
+#pragma unroll
+    for (int mi = 0; mi < C::RG; ++mi)
+#pragma unroll
+      for (int nt = 0; nt < C::V_PART / 8; ++nt) {
+        o[mi][nt][0] *= a[mi][0];
+        o[mi][nt][1] *= a[mi][0];
+        o[mi][nt][2] *= a[mi][1];
+        o[mi][nt][3] *= a[mi][1];
+      }
+  }
+  uint32_t pa[C::RG][4];
+  const __nv_bfloat16* pbase = p_s + (lane & 15) * C::P_STRIDE + (lane >> 4) * 8;
+#pragma unroll
+  for (int mi = 0; mi < C::RG; ++mi) ldmatrix_x4(pa[mi], pbase + mi * 16 * C::P_STRIDE);
+  const __nv_bfloat16* vbase =
+      tile + ((lane & 7) + ((lane >> 3) & 1) * 8) * STRIDE + warp * C::V_PART + (lane >> 4) * 8;
+#pragma unroll
+  for (int np = 0; np < C::V_PART / 16; ++np) {
+    uint32_t vb[4];
+    ldmatrix_x4_trans(vb, vbase + np * 16);
+#pragma unroll
+    for (int mi = 0; mi < C::RG; ++mi) {
+      mma_bf16(o[mi][2 * np], pa[mi], vb[0], vb[1]);
+      mma_bf16(o[mi][2 * np + 1], pa[mi], vb[2], vb[3]);
+    }
+  }
+}
+
+template <class C>
+__global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel_wide(const VerifyParams p) {
+  constexpr int BN = C::BN, STAGES = C::STAGES, BLOCK_M = C::BLOCK_M;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __nv_bfloat16* kv_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  float* exch = reinterpret_cast<float*>(smem_raw + C::KV_BYTES);  // [4][BLOCK_M][BN]
+  __nv_bfloat16* p_s = reinterpret_cast<__nv_bfloat16*>(smem_raw + C::KV_BYTES + C::EXCH_BYTES);  // [BLOCK_M][P_STRIDE]
+  float* row_s = reinterpret_cast<float*>(smem_raw + C::KV_BYTES + C::EXCH_BYTES + C::P_BYTES);  // [BLOCK_M]
+
+  const int b = blockIdx.z, split = blockIdx.y, row0 = blockIdx.x * BLOCK_M;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int half = warp / 4, quarter = warp % 4;
+  const int T = p.T, R = p.R;
+  const int prefix = p.prefix_len[b], L = prefix + T;
+  int chunk = (L + p.nsplit - 1) / p.nsplit;
+  chunk = (chunk + BN - 1) / BN * BN;
+  const int start = split * chunk, end = min(L, start + chunk);
+  const size_t part_row0 = ((size_t)b * p.nsplit + split) * R;
+
+  if (start >= end) {  // an empty split: its weight in the merge is exp(-inf) = 0
+    for (int r = threadIdx.x; r < BLOCK_M; r += C::THREADS)
+      if (row0 + r < R) p.part_lse[part_row0 + row0 + r] = -INFINITY;
+    return;
+  }
+
+  const int ntiles = (end - start + BN - 1) / BN;
+#pragma unroll
+  for (int st = 0; st < STAGES - 1; ++st) {
+    if (st < ntiles) load_kv_tile_hoisted<C>(p, b, start + st * BN, end, kv_s + st * C::TILE_ELEMS);
+    cp_async_commit();
+  }
+
+  uint32_t qa[C::QM][C::KSTEPS][4];
+#pragma unroll
+  for (int mi = 0; mi < C::QM; ++mi)
+    load_q_fragments<C>(p, b, row0 + half * (BLOCK_M / 2) + mi * 16, quarter * C::K_PART, qa[mi]);
+
+  // The softmax role of this thread: EPT scores of one row.
+  const int srow = threadIdx.x / C::TPR, stok = (threadIdx.x % C::TPR) * C::EPT;
+  const int mask_row = min(row0 + srow, R - 1);
+  const int mask_off = (b * T + mask_row / p.H) * p.W;
+  float m_run = -INFINITY, l_run = 0.f;
+
+  float o[C::RG][C::V_PART / 8][4];
+#pragma unroll
+  for (int mi = 0; mi < C::RG; ++mi)
+#pragma unroll
+    for (int nt = 0; nt < C::V_PART / 8; ++nt) o[mi][nt][0] = o[mi][nt][1] = o[mi][nt][2] = o[mi][nt][3] = 0.f;
+
+  cp_async_wait<STAGES - 2>();  // tile 0
+  __syncthreads();
+  wide_partial_scores<C>(kv_s, qa, exch, half, quarter, lane);
+  __syncthreads();
+  wide_softmax<C>(p, exch, p_s, row_s, srow, stok, mask_off, start, prefix, end, m_run, l_run);
+
+  for (int it = 0; it < ntiles; ++it) {
+    cp_async_wait<STAGES - 3>();  // tile it + 1 (and P / alpha of tile it) visible after the barrier
+    __syncthreads();
+    const int next = it + STAGES - 1;  // into the stage of tile it - 1, which every warp has finished
+    if (next < ntiles) load_kv_tile_hoisted<C>(p, b, start + next * BN, end, kv_s + (next % STAGES) * C::TILE_ELEMS);
+    cp_async_commit();
+    wide_pv<C>(kv_s + (it % STAGES) * C::TILE_ELEMS, p_s, row_s, o, warp, lane);
+    const bool more = it + 1 < ntiles;
+    if (more) wide_partial_scores<C>(kv_s + ((it + 1) % STAGES) * C::TILE_ELEMS, qa, exch, half, quarter, lane);
+    __syncthreads();  // P / alpha of tile it consumed, partial scores of tile it + 1 written
+    if (more)
+      wide_softmax<C>(p, exch, p_s, row_s, srow, stok, mask_off, start + (it + 1) * BN, prefix, end, m_run, l_run);
+  }
+
+  // Normalise and write this split's partial rows (row_s now carries 1 / l).
+#pragma unroll
+  for (int off = 1; off < C::TPR; off *= 2) l_run += __shfl_xor_sync(0xffffffff, l_run, off);
+  if (threadIdx.x % C::TPR == 0) {
+    row_s[srow] = l_run > 0.f ? 1.f / l_run : 0.f;
+    if (row0 + srow < R)
+      p.part_lse[part_row0 + row0 + srow] = l_run > 0.f ? (m_run + log2f(l_run)) * 0.69314718056f : -INFINITY;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int mi = 0; mi < C::RG; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = mi * 16 + lane / 4 + 8 * h;
+      if (row0 + r >= R) continue;
+      const float inv = row_s[r];
+      float* dst = p.part_out + (part_row0 + row0 + r) * DV + warp * C::V_PART + (lane % 4) * 2;
+#pragma unroll
+      for (int nt = 0; nt < C::V_PART / 8; ++nt)
+        *reinterpret_cast<float2*>(dst + nt * 8) = make_float2(o[mi][nt][2 * h] * inv, o[mi][nt][2 * h + 1] * inv);
+    }
+}
+
+}  // namespace kdengine
