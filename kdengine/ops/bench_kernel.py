@@ -143,6 +143,8 @@ def variants(N: int, T: int):
     out += [("triton", "triton", None, False, None), ("torch", "torch", None, False, None)]
     if (N, T) == (65536, 16):
         out.append(("triton_extend", "triton_extend", None, False, None))
+    if (N, T) == (65536, 64):  # one wave (16 x 8 programs) against one program past it (17 x 8)
+        out += [(f"triton/s{s}", "triton", s, False, None) for s in (16, 17)]
     return out
 
 
