@@ -20,7 +20,7 @@ T* ptr(const at::Tensor& t) {
 // out [B, T, H, 512] bf16, lse [B, T, H] fp32, part_out [B, nsplit, T*H, 512] fp32, part_lse [B, nsplit, T*H].
 void launch(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& page_table, const at::Tensor& prefix_len,
             const at::Tensor& mask_bits, at::Tensor& out, at::Tensor& lse, at::Tensor& part_out, at::Tensor& part_lse,
-            double sm_scale, int64_t nsplit, int64_t col_warps, int64_t max_row_groups,
+            double sm_scale, int64_t nsplit, int64_t col_warps, int64_t max_row_groups, bool pingpong,
             int64_t combine) {
   for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&q, &kv, &page_table, &prefix_len, &mask_bits, &out, &lse, &part_out, &part_lse}) {
     TORCH_CHECK(t->is_cuda() && t->is_contiguous(), "kdengine verify: every tensor must be contiguous on the GPU");
@@ -52,7 +52,8 @@ void launch(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& page_ta
   p.nsplit = static_cast<int>(nsplit);
   p.scale_log2 = static_cast<float>(sm_scale * 1.4426950408889634);
   const cudaError_t err = kdengine::launch_verify(p, static_cast<int>(col_warps), static_cast<int>(max_row_groups),
-                                                   static_cast<int>(combine), c10::cuda::getCurrentCUDAStream());
+                                                   pingpong, static_cast<int>(combine),
+                                                   c10::cuda::getCurrentCUDAStream());
   TORCH_CHECK(err == cudaSuccess, "kdengine verify launch failed: ", cudaGetErrorString(err));
 }
 
@@ -61,5 +62,6 @@ void launch(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& page_ta
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "kdengine MLA tree-verify attention (split-KV, mma.sync)";
   m.def("launch", &launch, "split kernel + log-sum-exp merge into out/lse");
-  m.def("blocks_per_sm", &kdengine::blocks_per_sm, "resident split blocks per SM for (R, col_warps, row_groups)");
+  m.def("blocks_per_sm", &kdengine::blocks_per_sm,
+        "resident split blocks per SM for (R, col_warps, row_groups, pingpong)");
 }

@@ -46,23 +46,26 @@ static cudaError_t launch_split(const VerifyParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// The split-kernel configuration of (R, col_warps, max_row_groups) handed to `fn` as a type:
-// col_warps 2 or 4 -> Cfg<RG, CW>; 8 -> the wide layout (at least 32 rows per block).
+// The split-kernel configuration of (R, col_warps, max_row_groups, pingpong) handed to `fn` as a
+// type: col_warps 2 or 4 -> Cfg<RG, CW>; 8 -> the wide layout (at least 32 rows per block), its row
+// halves in opposite phase orders when `pingpong`.
 template <class F>
-static auto with_config(int R, int col_warps, int max_row_groups, F&& fn) {
+static auto with_config(int R, int col_warps, int max_row_groups, bool pingpong, F&& fn) {
   return ROWGROUPS_SWITCH(row_groups(R, max_row_groups), RG, [&] {
     return COLWARPS_SWITCH(col_warps, CW, [&] {
-      if constexpr (CW == 8)
-        return fn(WideCfg<(RG < 2 ? 2 : RG)>{});
-      else
+      if constexpr (CW == 8) {
+        constexpr int WRG = RG < 2 ? 2 : RG;
+        return pingpong ? fn(WideCfg<WRG, true>{}) : fn(WideCfg<WRG, false>{});
+      } else {
         return fn(Cfg<RG, CW>{});
+      }
     });
   });
 }
 
-int blocks_per_sm(int R, int col_warps, int max_row_groups) {
+int blocks_per_sm(int R, int col_warps, int max_row_groups, bool pingpong) {
   int blocks = 0;
-  with_config(R, col_warps, max_row_groups, [&](auto cfg) {
+  with_config(R, col_warps, max_row_groups, pingpong, [&](auto cfg) {
     using C = decltype(cfg);
     if (configure<C>() == cudaSuccess)
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel_of<C>(), C::THREADS, C::SMEM);
@@ -71,9 +74,9 @@ int blocks_per_sm(int R, int col_warps, int max_row_groups) {
   return blocks;
 }
 
-cudaError_t launch_verify(const VerifyParams& p, int col_warps, int max_row_groups, int combine,
+cudaError_t launch_verify(const VerifyParams& p, int col_warps, int max_row_groups, bool pingpong, int combine,
                           cudaStream_t stream) {
-  const cudaError_t err = with_config(p.R, col_warps, max_row_groups, [&](auto cfg) {
+  const cudaError_t err = with_config(p.R, col_warps, max_row_groups, pingpong, [&](auto cfg) {
     return launch_split<decltype(cfg)>(p, stream);
   });
   if (err != cudaSuccess) return err;

@@ -27,13 +27,14 @@ struct VerifyParams {
 int row_groups(int R, int max_row_groups);
 int row_tiles(int R, int max_row_groups);
 // Split-kernel blocks of that layout resident per SM on the current device (occupancy API).
-int blocks_per_sm(int R, int col_warps, int max_row_groups);
+int blocks_per_sm(int R, int col_warps, int max_row_groups, bool pingpong);
 
 // Split kernel then log-sum-exp merge, both on `stream`; fills p.out and p.lse. col_warps: warps per
 // 16-row group, 2 or 4 (see verify_kernel.cuh), or 8 for the wide layout (verify_wide.cuh, 32 or 64
 // rows per block); combine: 0 = one loop over the splits per thread, 1 = splits weighted in
-// parallel first, then batched loads in 4 thread groups (nsplit <= 1024, else 0 is used).
-cudaError_t launch_verify(const VerifyParams& p, int col_warps, int max_row_groups, int combine,
+// parallel first, then batched loads in 4 thread groups (nsplit <= 1024, else 0 is used);
+// pingpong (wide layout only): the two row halves run softmax and P*V in opposite orders.
+cudaError_t launch_verify(const VerifyParams& p, int col_warps, int max_row_groups, bool pingpong, int combine,
                           cudaStream_t stream);
 
 }  // namespace kdengine

@@ -11,22 +11,26 @@
 //          rescale factor go to shared memory.
 //   P*V:   warp w owns V columns [64 w, +64) of all rows: O (fp32) stays in registers, P comes
 //          in through ldmatrix.
-// Software pipeline per tile (two block barriers): P*V of tile i and Q*K^T of tile i + 1 in one
-// phase (independent tensor-core work for the scheduler to interleave), then the softmax of tile
-// i + 1. Tiles i and i + 1 are read while tiles i + 2 and i + 3 are in flight.
+// Software pipeline per tile: P*V of tile i and Q*K^T of tile i + 1 in one phase (independent
+// tensor-core work for the scheduler to interleave), a block barrier, the softmax of tile i + 1, a
+// block barrier. Tiles i and i + 1 are read while tiles i + 2 and i + 3 are in flight.
+// PINGPONG: a row half's partial scores and softmax involve only its own 4 warps, so the second
+// block barrier becomes a 128-thread barrier per half, and the halves run the phases in opposite
+// orders (half 0: Q*K^T, softmax, P*V; half 1: P*V, Q*K^T, softmax) over two P / rescale buffers:
+// each half's softmax overlaps the other half's tensor-core work.
 //
-// Shared memory: 4 * 16 * 584 * 2 (KV) + 4 * BLOCK_M * 16 * 4 (partials) + BLOCK_M * 24 * 2 (P)
-// + BLOCK_M * 4 = 92.3 KB at RG = 4 (under sm_120's 99 KB), 82.6 KB at RG = 2 (two blocks per SM
-// on sm_90 at <= 128 registers).
+// Shared memory: 4 * 16 * 584 * 2 (KV) + 4 * BLOCK_M * 16 * 4 (partials) + NBUF * BLOCK_M * 24 * 2
+// (P) + (NBUF + 1) * BLOCK_M * 4: at RG = 4 92.5 KB (95.8 KB with PINGPONG), under sm_120's 99 KB;
+// at RG = 2 83-84 KB (two blocks per SM on sm_90 at <= 128 registers).
 #pragma once
 
 #include "verify_kernel.cuh"
 
 namespace kdengine {
 
-template <int RG_>
+template <int RG_, bool PINGPONG_>
 struct WideCfg {
-  static constexpr bool WIDE = true;
+  static constexpr bool WIDE = true, PINGPONG = PINGPONG_;
   static constexpr int RG = RG_, BLOCK_M = 16 * RG;
   static constexpr int WARPS = 8, THREADS = 32 * WARPS;
   static constexpr int BN = 16, STAGES = 4;
@@ -38,12 +42,15 @@ struct WideCfg {
   static constexpr int KV_BYTES = STAGES * TILE_ELEMS * 2;
   static constexpr int EXCH_BYTES = 4 * BLOCK_M * BN * 4;         // [4 dim quarters][BLOCK_M][BN] fp32
   static constexpr int P_STRIDE = BN + 8;                         // bf16; 48-byte rows: conflict-free ldmatrix
-  static constexpr int P_BYTES = BLOCK_M * P_STRIDE * 2;
-  static constexpr int SMEM = KV_BYTES + EXCH_BYTES + P_BYTES + BLOCK_M * 4;
+  static constexpr int NBUF = PINGPONG ? 2 : 1;                   // P / rescale buffers
+  static constexpr int P_ELEMS = BLOCK_M * P_STRIDE;
+  static constexpr int P_BYTES = NBUF * P_ELEMS * 2;
+  static constexpr int SMEM = KV_BYTES + EXCH_BYTES + P_BYTES + (NBUF + 1) * BLOCK_M * 4;
   static constexpr int EPT = BLOCK_M * BN / THREADS;              // scores per thread in the softmax
   static constexpr int TPR = BN / EPT;                            // threads per row in the softmax
   static constexpr int MIN_BLOCKS = RG == 2 ? 2 : 1;
   static_assert(RG == 2 || RG == 4, "the wide layout holds 32 or 64 rows");
+  static_assert(THREADS / 2 / TPR == BLOCK_M / 2, "softmax threads of a row half = that half's warps");
   static_assert(EPT == 2 || EPT == 4, "softmax vector width");
   static_assert(SMEM <= 99 * 1024, "over sm_120's 99 KB of shared memory per block");
 };
@@ -230,7 +237,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
   __nv_bfloat16* kv_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);
   float* exch = reinterpret_cast<float*>(smem_raw + C::KV_BYTES);  // [4][BLOCK_M][BN]
   __nv_bfloat16* p_s = reinterpret_cast<__nv_bfloat16*>(smem_raw + C::KV_BYTES + C::EXCH_BYTES);  // [BLOCK_M][P_STRIDE]
-  float* row_s = reinterpret_cast<float*>(smem_raw + C::KV_BYTES + C::EXCH_BYTES + C::P_BYTES);  // [BLOCK_M]
+  float* row_s = reinterpret_cast<float*>(smem_raw + C::KV_BYTES + C::EXCH_BYTES + C::P_BYTES);  // [NBUF + 1][BLOCK_M]
 
   const int b = blockIdx.z, split = blockIdx.y, row0 = blockIdx.x * BLOCK_M;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -284,19 +291,48 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
     const int next = it + STAGES - 1;  // into the stage of tile it - 1, which every warp has finished
     if (next < ntiles) load_kv_tile_hoisted<C>(p, b, start + next * BN, end, kv_s + (next % STAGES) * C::TILE_ELEMS);
     cp_async_commit();
-    wide_pv<C>(kv_s + (it % STAGES) * C::TILE_ELEMS, p_s, row_s, o, warp, lane);
-    const bool more = it + 1 < ntiles;
-    if (more) wide_partial_scores<C>(kv_s + ((it + 1) % STAGES) * C::TILE_ELEMS, qa, exch, half, quarter, lane);
-    __syncthreads();  // P / alpha of tile it consumed, partial scores of tile it + 1 written
-    if (more)
-      wide_softmax<C>(p, exch, p_s, row_s, srow, stok, mask_off, start + (it + 1) * BN, prefix, end, m_run, l_run);
+    const __nv_bfloat16* cur = kv_s + (it % STAGES) * C::TILE_ELEMS;
+    const __nv_bfloat16* nxt = kv_s + ((it + 1) % STAGES) * C::TILE_ELEMS;
+    const bool more = it + 1 < ntiles;  // block-uniform
+    const int nxt_start = start + (it + 1) * BN;
+    if constexpr (!C::PINGPONG) {
+      wide_pv<C>(cur, p_s, row_s, o, warp, lane);
+      if (more) wide_partial_scores<C>(nxt, qa, exch, half, quarter, lane);
+      __syncthreads();  // P / alpha of tile it consumed, partial scores of tile it + 1 written
+      if (more) wide_softmax<C>(p, exch, p_s, row_s, srow, stok, mask_off, nxt_start, prefix, end, m_run, l_run);
+    } else {
+      // Tile it's P / alpha in buffer it % 2, tile it + 1's go to the other one. A row half's partial
+      // scores and softmax involve only its own 4 warps (threads 128 * half.. hold its rows), so the
+      // halves meet at a 128-thread barrier, in opposite orders: half 0 runs its softmax while half
+      // 1 runs P*V on the tensor cores, and the other way round.
+      const __nv_bfloat16* p_cur = p_s + (it & 1) * C::P_ELEMS;
+      const float* a_cur = row_s + (it & 1) * BLOCK_M;
+      __nv_bfloat16* p_nxt = p_s + ((it + 1) & 1) * C::P_ELEMS;
+      float* a_nxt = row_s + ((it + 1) & 1) * BLOCK_M;
+      if (half == 0) {
+        if (more) {
+          wide_partial_scores<C>(nxt, qa, exch, half, quarter, lane);
+          group_barrier(1, 128);
+          wide_softmax<C>(p, exch, p_nxt, a_nxt, srow, stok, mask_off, nxt_start, prefix, end, m_run, l_run);
+        }
+        wide_pv<C>(cur, p_cur, a_cur, o, warp, lane);
+      } else {
+        wide_pv<C>(cur, p_cur, a_cur, o, warp, lane);
+        if (more) {
+          wide_partial_scores<C>(nxt, qa, exch, half, quarter, lane);
+          group_barrier(2, 128);
+          wide_softmax<C>(p, exch, p_nxt, a_nxt, srow, stok, mask_off, nxt_start, prefix, end, m_run, l_run);
+        }
+      }
+    }
   }
 
   // Normalise and write this split's partial rows (row_s now carries 1 / l).
 #pragma unroll
   for (int off = 1; off < C::TPR; off *= 2) l_run += __shfl_xor_sync(0xffffffff, l_run, off);
+  float* inv_s = row_s + C::NBUF * BLOCK_M;  // [BLOCK_M], apart from the rescale buffers
   if (threadIdx.x % C::TPR == 0) {
-    row_s[srow] = l_run > 0.f ? 1.f / l_run : 0.f;
+    inv_s[srow] = l_run > 0.f ? 1.f / l_run : 0.f;
     if (row0 + srow < R)
       p.part_lse[part_row0 + row0 + srow] = l_run > 0.f ? (m_run + log2f(l_run)) * 0.69314718056f : -INFINITY;
   }
@@ -307,7 +343,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
     for (int h = 0; h < 2; ++h) {
       const int r = mi * 16 + lane / 4 + 8 * h;
       if (row0 + r >= R) continue;
-      const float inv = row_s[r];
+      const float inv = inv_s[r];
       float* dst = p.part_out + (part_row0 + row0 + r) * DV + warp * C::V_PART + (lane % 4) * 2;
 #pragma unroll
       for (int nt = 0; nt < C::V_PART / 8; ++nt)

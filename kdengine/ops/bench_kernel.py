@@ -107,15 +107,15 @@ def backend_call(name: str, inp, bits, nsplit, *, scalar_loads: bool = False, la
     if name == "cuda":
         from kdengine.ops import cuda_backend
 
-        cw, rg, combine = layout or (cuda_backend.DEFAULT_COL_WARPS, cuda_backend.DEFAULT_ROW_GROUPS,
-                                     cuda_backend.DEFAULT_COMBINE)
-        splits = cuda_backend.plan_nsplit(inp.q, inp.kv_cache, inp.page_table, nsplit, rg, cw)
+        cw, rg, combine, pp = layout or (cuda_backend.DEFAULT_COL_WARPS, cuda_backend.DEFAULT_ROW_GROUPS,
+                                         cuda_backend.DEFAULT_COMBINE, cuda_backend.DEFAULT_PINGPONG)
+        splits = cuda_backend.plan_nsplit(inp.q, inp.kv_cache, inp.page_table, nsplit, rg, cw, pp)
         B, T, Hq, _ = inp.q.shape
         out = torch.empty(B, T, Hq, 512, dtype=torch.bfloat16, device="cuda")
         lse = torch.empty(B, T, Hq, dtype=torch.float32, device="cuda")
         args = (inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, bits, out, lse)
         call = lambda: cuda_backend.launch(*args, sm_scale=inp.sm_scale, nsplit=splits, scalar_loads=scalar_loads,
-                                           col_warps=cw, row_groups=rg, combine=combine)
+                                           col_warps=cw, row_groups=rg, combine=combine, pingpong=pp)
         return call, splits, lambda: out
     module = importlib.import_module(f"kdengine.ops.{ {'triton': 'triton_verify', 'triton_extend': 'triton_extend'}[name] }")
     reason = module.available(inp.q.device)
@@ -131,15 +131,19 @@ def backend_call(name: str, inp, bits, nsplit, *, scalar_loads: bool = False, la
 
 
 def variants(N: int, T: int):
-    """(label, backend, nsplit, scalar_loads, (col_warps, row_groups, combine)) measured at one size:
-    every NSPLIT for the wide layout (64 rows per block, parallel merge), the wide layout at 32 rows
-    and the 2-warp layout with the serial merge (the previous default) without NSPLIT 256, the
-    previous layout with the parallel merge and the scalar-load build at the automatic NSPLIT."""
-    label = lambda cw, rg, comb: f"cw{cw}rg{rg}" + ("/comb1" if comb else "")
-    sweeps = (((8, 4, 1), NSPLITS), ((8, 2, 1), NSPLITS[:4] + ("auto",)), ((2, 4, 0), NSPLITS[:4] + ("auto",)))
+    """(label, backend, nsplit, scalar_loads, (col_warps, row_groups, combine, pingpong)) measured at
+    one size: every NSPLIT for the wide layout (64 rows per block, parallel merge) with and without
+    ping-pong halves, the wide layout at 32 rows and the 2-warp layout with the serial merge (the
+    previous default) without NSPLIT 256, the previous layout with the parallel merge and the
+    scalar-load build at the automatic NSPLIT."""
+    label = lambda cw, rg, comb, pp: f"cw{cw}rg{rg}" + ("/comb1" if comb else "") + ("/pp" if pp else "")
+    short = NSPLITS[:4] + ("auto",)
+    sweeps = (((8, 4, 1, False), NSPLITS), ((8, 4, 1, True), NSPLITS), ((8, 2, 1, True), short),
+              ((2, 4, 0, False), short))
     out = [(f"cuda/{label(*lay)}/s{s}", "cuda", s, False, lay) for lay, splits in sweeps for s in splits]
-    out += [("cuda/cw2rg4/comb1/sauto", "cuda", "auto", False, (2, 4, 1))]
-    out += [("cuda_scalar/cw8rg4/comb1/sauto", "cuda", "auto", True, (8, 4, 1))]
+    out += [("cuda/cw8rg2/comb1/sauto", "cuda", "auto", False, (8, 2, 1, False))]
+    out += [("cuda/cw2rg4/comb1/sauto", "cuda", "auto", False, (2, 4, 1, False))]
+    out += [("cuda_scalar/cw8rg4/comb1/sauto", "cuda", "auto", True, (8, 4, 1, False))]
     out += [("triton", "triton", None, False, None), ("torch", "torch", None, False, None)]
     if (N, T) == (65536, 16):
         out.append(("triton_extend", "triton_extend", None, False, None))

@@ -26,6 +26,9 @@ TILE_TOKENS = {2: 32, 4: 16, 8: 16}  # KV tokens per tile (BN) of each layout; a
 # blocks), 2 = 32 rows (blocks small enough for two per SM on sm_90).
 ROW_GROUPS = (1, 2, 4)
 DEFAULT_ROW_GROUPS = 4
+# Wide layout only: the two row halves of a block run their softmax and P*V in opposite orders (each
+# half's softmax overlaps the other half's tensor-core work; two P buffers, one 128-thread barrier).
+DEFAULT_PINGPONG = False
 # Merge kernel: 0 = one loop over the splits per thread, 1 = split weights computed in parallel
 # first, then 4 thread groups over the splits with 8 partial rows in flight per thread.
 COMBINES = (0, 1)
@@ -66,7 +69,8 @@ def available(device: torch.device) -> str | None:
 
 
 def launch(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_scale, nsplit, scalar_loads=False,
-           col_warps=DEFAULT_COL_WARPS, row_groups=DEFAULT_ROW_GROUPS, combine=DEFAULT_COMBINE):
+           col_warps=DEFAULT_COL_WARPS, row_groups=DEFAULT_ROW_GROUPS, combine=DEFAULT_COMBINE,
+           pingpong=DEFAULT_PINGPONG):
     """Run the kernels into caller-given out/lse (tests poison them first)."""
     if col_warps not in COL_WARPS:
         raise ValueError(f"col_warps: expected one of {COL_WARPS}, got {col_warps!r}")
@@ -79,7 +83,7 @@ def launch(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_scale
     part_lse = torch.empty(B, nsplit, T * H, dtype=torch.float32, device=q.device)
     module = build.load_extension(scalar_loads=scalar_loads)
     module.launch(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, part_out, part_lse, sm_scale, nsplit,
-                  col_warps, row_groups, combine)
+                  col_warps, row_groups, bool(pingpong), combine)
 
 
 @torch.library.custom_op("kdengine::verify_cuda", mutates_args=())
@@ -105,22 +109,23 @@ def _verify_cuda_fake(q, kv_cache, page_table, prefix_len, mask_bits, sm_scale, 
     return q.new_empty(B, T, H, DV), q.new_empty(B, T, H, dtype=torch.float32)
 
 
-def blocks_per_sm(R: int, col_warps: int = DEFAULT_COL_WARPS, row_groups: int = DEFAULT_ROW_GROUPS) -> int:
+def blocks_per_sm(R: int, col_warps: int = DEFAULT_COL_WARPS, row_groups: int = DEFAULT_ROW_GROUPS,
+                  pingpong: bool = DEFAULT_PINGPONG) -> int:
     """Split blocks resident per SM for this layout (the occupancy API, cached per process)."""
-    key = (min(R, 64), col_warps, row_groups)
+    key = (min(R, 64), col_warps, row_groups, bool(pingpong))
     if key not in _BLOCKS_PER_SM:
-        _BLOCKS_PER_SM[key] = max(1, build.load_extension().blocks_per_sm(R, col_warps, row_groups))
+        _BLOCKS_PER_SM[key] = max(1, build.load_extension().blocks_per_sm(R, col_warps, row_groups, bool(pingpong)))
     return _BLOCKS_PER_SM[key]
 
 
 def plan_nsplit(q, kv_cache, page_table, nsplit, row_groups: int = DEFAULT_ROW_GROUPS,
-                col_warps: int = DEFAULT_COL_WARPS) -> int:
+                col_warps: int = DEFAULT_COL_WARPS, pingpong: bool = DEFAULT_PINGPONG) -> int:
     """The split count from host-known sizes only (graph safe). For `auto`, one wave of split blocks:
     row tiles are counted per resident block slot of an SM."""
     B, T, H, _ = q.shape
     tiles = row_tiles(T * H, row_groups, col_warps)
     if q.is_cuda:
-        tiles = -(-tiles // blocks_per_sm(T * H, col_warps, row_groups))
+        tiles = -(-tiles // blocks_per_sm(T * H, col_warps, row_groups, pingpong))
     return resolve_nsplit(
         nsplit,
         backend="cuda",

@@ -141,15 +141,16 @@ def _problem(tp: TestParam, seed: int = 0):
 
 
 def _run_poisoned(inp, nsplit, *, scalar_loads: bool = False, col_warps: int = cuda_backend.DEFAULT_COL_WARPS,
-                  row_groups: int = cuda_backend.DEFAULT_ROW_GROUPS, combine: int = cuda_backend.DEFAULT_COMBINE):
+                  row_groups: int = cuda_backend.DEFAULT_ROW_GROUPS, combine: int = cuda_backend.DEFAULT_COMBINE,
+                  pingpong: bool = cuda_backend.DEFAULT_PINGPONG):
     B, T, H, _ = inp.q.shape
     bits = pack_tree_mask(inp.tree_mask)
-    splits = cuda_backend.plan_nsplit(inp.q, inp.kv_cache, inp.page_table, nsplit, row_groups, col_warps)
+    splits = cuda_backend.plan_nsplit(inp.q, inp.kv_cache, inp.page_table, nsplit, row_groups, col_warps, pingpong)
     out = torch.full((B, T, H, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
     lse = torch.full((B, T, H), float("nan"), dtype=torch.float32, device="cuda")
     cuda_backend.launch(inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, bits, out, lse,
                         sm_scale=inp.sm_scale, nsplit=splits, scalar_loads=scalar_loads, col_warps=col_warps,
-                        row_groups=row_groups, combine=combine)
+                        row_groups=row_groups, combine=combine, pingpong=pingpong)
     return out, lse
 
 
@@ -181,13 +182,14 @@ def test_nsplit_variants_agree(nsplit):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("layout", [(cw, rg) for cw in cuda_backend.COL_WARPS for rg in cuda_backend.ROW_GROUPS])
+@pytest.mark.parametrize("layout", [(cw, rg, pp) for cw in cuda_backend.COL_WARPS for rg in cuda_backend.ROW_GROUPS
+                                    for pp in ((False, True) if cw == cuda_backend.WIDE else (False,))], ids=str)
 @pytest.mark.parametrize("tp", [TestParam(1, 70, H=1), TestParam(17, 63, H=2), TestParam(64, [4000, 65], B=2),
                                 TestParam(16, 100, nsplit=256), TestParam(16, 65520 - 16)], ids=str)
 def test_every_warp_layout(tp, layout):
-    col_warps, row_groups = layout
-    inp = _problem(tp, seed=col_warps + row_groups)
-    out, lse = _run_poisoned(inp, tp.nsplit, col_warps=col_warps, row_groups=row_groups)
+    col_warps, row_groups, pingpong = layout
+    inp = _problem(tp, seed=col_warps + row_groups + pingpong)
+    out, lse = _run_poisoned(inp, tp.nsplit, col_warps=col_warps, row_groups=row_groups, pingpong=pingpong)
     _check(inp, out, lse)
 
 
