@@ -264,11 +264,20 @@ def render(args) -> int:
 
 def once(args) -> int:
     """One checked cuda call (for compute-sanitizer and ncu)."""
+    from kdengine.ops import cuda_backend
     from kdengine.ops.inputs import make_verify_inputs, rel_l2
+    from kdengine.ops.mask import pack_tree_mask
     from kdengine.ops.verify import verify_attention
 
     inp = make_verify_inputs(B=args.B, T=args.T, H=args.H, prefix=args.prefix, seed=1, device="cuda")
-    out = verify_attention(*inp.args(), sm_scale=inp.sm_scale, backend="cuda", nsplit=args.nsplit)
+    if args.pingpong is None:
+        out = verify_attention(*inp.args(), sm_scale=inp.sm_scale, backend="cuda", nsplit=args.nsplit)
+    else:  # the wide layout with or without ping-pong halves, whatever the default
+        call, _, result = backend_call("cuda", inp, pack_tree_mask(inp.tree_mask), args.nsplit,
+                                       layout=(cuda_backend.WIDE, cuda_backend.DEFAULT_ROW_GROUPS,
+                                               cuda_backend.DEFAULT_COMBINE, bool(args.pingpong)))
+        call()
+        out = result()
     ref = verify_attention(*inp.args(), sm_scale=inp.sm_scale, backend="reference")
     err = rel_l2(out, ref)
     print(f"once B={args.B} T={args.T} H={args.H} prefix={args.prefix}: rel L2 {err:.2e}")
@@ -291,6 +300,8 @@ def main(argv=None) -> int:
     for name, default in (("B", 1), ("T", 16), ("H", 8), ("prefix", 300)):
         p.add_argument(f"--{name}", type=int, default=default)
     p.add_argument("--nsplit", type=int, default=None)
+    p.add_argument("--pingpong", type=int, choices=(0, 1), default=None,
+                   help="run the wide layout with (1) or without (0) ping-pong halves instead of the default")
     p.set_defaults(func=once)
     args = parser.parse_args(argv)
     return args.func(args)
