@@ -196,14 +196,16 @@ def clocks(index: int | None = None) -> dict:
 
 
 def throttled(start: dict, end: dict) -> bool:
-    """True when the SM clock moved more than CLOCK_CHANGE_LIMIT, or a non-benign throttle reason
-    was active at the start or the end."""
+    """True when a non-benign throttle reason was active at the start or the end, or the SM clock
+    moved more than CLOCK_CHANGE_LIMIT between two busy readings (a reading taken while the GPU was
+    idle has a parked clock and is not compared)."""
     if not start and not end:
         return False
     for state in (start, end):
         if int(state.get("throttle_mask", 0)) & ~BENIGN_REASONS:
             return True
+    idle = any(int(state.get("throttle_mask", 0)) & 0x1 for state in (start, end))
     a, b = start.get("sm_mhz"), end.get("sm_mhz")
-    if a and b:
+    if a and b and not idle:  # an idle GPU parks its clock: a change from idle says nothing
         return abs(b - a) / max(a, b) > CLOCK_CHANGE_LIMIT
     return False

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from kdengine import env
+from kdengine.bench import fingerprint
 
 SCHEMA = 1
 RESULT_FIELDS = ("asv_name", "asv_params", "unit", "direction", "median", "samples", "throttled", "extra")
@@ -85,8 +86,18 @@ def _merge_fingerprints(records: list[dict]) -> dict:
     merged = dict(first)
     merged["clocks_start"] = first.get("clocks_start", {})
     merged["clocks_end"] = last.get("clocks_end", {})
-    merged["throttled"] = any(r.get("throttled") or r.get("fingerprint", {}).get("throttled") for r in records)
+    merged["throttled"] = any(_record_throttled(r) for r in records)
     return merged
+
+
+def _record_throttled(record: dict) -> bool:
+    """A record's throttle verdict, re-derived from its raw clock readings where it has them (so a rule
+    fixed later applies to old raw data), else the flags it was written with."""
+    fp = record.get("fingerprint", {})
+    start, end = fp.get("clocks_start"), fp.get("clocks_end")
+    if start or end:
+        return fingerprint.throttled(start or {}, end or {})
+    return bool(record.get("throttled") or fp.get("throttled"))
 
 
 def collect_jsonl(jsonl_path: Path | str, commit: str, machine: str) -> dict:
@@ -99,6 +110,7 @@ def collect_jsonl(jsonl_path: Path | str, commit: str, machine: str) -> dict:
     results = {}
     for record in records:
         results[record["name"]] = {k: record.get(k) for k in RESULT_FIELDS}
+        results[record["name"]]["throttled"] = _record_throttled(record)
     return {
         "schema": SCHEMA,
         "commit": commit,

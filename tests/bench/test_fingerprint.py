@@ -49,3 +49,33 @@ def test_clocks_empty_without_gpu():
         assert "source" in fp.clocks()
     else:
         assert fp.clocks() == {}
+
+
+def test_idle_start_is_not_a_clock_change():
+    """A run whose first reading found the GPU idle (clock parked at 345 MHz) is not throttled by
+    the clock-change rule; a busy-to-busy drop still is, and a power cap always is."""
+    from kdengine.bench.fingerprint import throttled
+
+    idle = {"sm_mhz": 345, "throttle_mask": 0x1}
+    busy = {"sm_mhz": 1980, "throttle_mask": 0}
+    assert not throttled(idle, busy)
+    assert throttled(busy, {"sm_mhz": 1500, "throttle_mask": 0})
+    assert throttled(idle, {"sm_mhz": 1980, "throttle_mask": 0x4})
+
+
+def test_collect_jsonl_rederives_throttled_from_raw_clocks(tmp_path):
+    import json
+
+    from kdengine.bench.samples import collect_jsonl
+
+    idle = {"sm_mhz": 345, "throttle_mask": 0x1}
+    busy = {"sm_mhz": 1980, "throttle_mask": 0}
+    rec = {"name": "decode/x/ctx4096", "unit": "tok/s", "direction": "higher", "median": 1.0, "samples": [1.0],
+           "throttled": True, "fingerprint": {"clocks_start": idle, "clocks_end": busy, "throttled": True}}
+    capped = dict(rec, name="decode/y/ctx4096", fingerprint={"clocks_start": busy, "clocks_end": {"sm_mhz": 1400, "throttle_mask": 0x4}})
+    path = tmp_path / "run.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in (rec, capped)) + "\n")
+    side = collect_jsonl(path, "a" * 40, "gpu-test")
+    assert side["results"]["decode/x/ctx4096"]["throttled"] is False
+    assert side["results"]["decode/y/ctx4096"]["throttled"] is True
+    assert side["fingerprint"]["throttled"] is True
