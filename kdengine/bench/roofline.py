@@ -70,12 +70,14 @@ def _measure_gpu(device: torch.device) -> tuple[float, float]:
 
 
 def _measure_cpu() -> tuple[float, float]:
-    src = torch.randn(8 * 2**20)  # 32 MiB fp32
+    # Sizes big enough for the BLAS to reach its rate (a 512 matmul reads ~30% low), best of several
+    # samples: a ceiling measured while the machine is busy would let "% of floor" exceed 100.
+    src = torch.randn(16 * 2**20)  # 64 MiB fp32
     dst = torch.empty_like(src)
-    copy = timer.time_cpu(lambda: dst.copy_(src), samples=5, warmup=1)
-    n = 512
+    copy = timer.time_cpu(lambda: dst.copy_(src), samples=9, warmup=2)
+    n = 1536
     a, b = torch.randn(n, n), torch.randn(n, n)
-    mm = timer.time_cpu(lambda: torch.mm(a, b), samples=5, warmup=1)
+    mm = timer.time_cpu(lambda: torch.mm(a, b), samples=9, warmup=2)
     return 2 * src.numel() * 4 / min(copy.samples), 2 * n**3 / min(mm.samples)
 
 
