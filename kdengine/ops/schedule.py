@@ -17,7 +17,9 @@ from kdengine import env
 # least as fast as 64 at every benchmarked size (perf_history/records/verify_kernel_cudagraph.txt);
 # then that backend's default becomes "auto".
 SEED_NSPLIT = 64
-DEFAULT_NSPLIT: dict[str, int | str] = {"triton": "auto", "cuda": SEED_NSPLIT}
+# cuda: auto measured within 1% of (or faster than) the best fixed NSPLIT at every benchmarked size
+# on the H200 (perf_history/kernel/verify_kernel_gpu-nvidia-h200-sm90_9f5b1a0.json).
+DEFAULT_NSPLIT: dict[str, int | str] = {"triton": "auto", "cuda": "auto"}
 
 # A split shorter than this many KV tokens costs more in partial-result traffic and merge work than
 # it gains in parallelism.

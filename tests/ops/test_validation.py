@@ -139,7 +139,7 @@ def test_nsplit_env_var_values(monkeypatch):
     monkeypatch.setenv("KDENGINE_NSPLIT", "auto")
     assert resolve_nsplit(None, **kw) >= 1
     monkeypatch.delenv("KDENGINE_NSPLIT")
-    assert resolve_nsplit(None, **{**kw, "backend": "cuda"}) == 64
+    assert resolve_nsplit(None, **{**kw, "backend": "cuda"}) == resolve_nsplit("auto", **{**kw, "backend": "cuda"})
 
 
 def test_sm_scale_and_backend(inp):
