@@ -33,10 +33,9 @@ DEFAULT_PINGPONG = False
 # first, then 4 thread groups over the splits with 8 partial rows in flight per thread.
 COMBINES = (0, 1)
 DEFAULT_COMBINE = 1
-# Shortest split for `auto`: four 16-token tiles of the wide layout. A split's fixed cost (Q fragments
-# from L2, the pipeline fill, its partial rows) is a few tiles' worth, so at ctx 4096, T 16 one wave of
-# 64 splits of 64 tokens should beat 32 splits of 128 (the first layout, 32-token tiles, measured 32
-# of 128 faster than 16 of 256: perf_history/records/verify_kernel_cudagraph.txt).
+# Shortest split for `auto`: four 16-token tiles of the wide layout. At ctx 4096, T 16 one wave of 64
+# splits of 64 tokens ran faster than 32 splits of 128 on the H200
+# (perf_history/records/verify_kernel_cudagraph.txt).
 MIN_TOKENS_PER_SPLIT = 64
 _REASON: dict[str, str | None] = {}
 _BLOCKS_PER_SM: dict[tuple, int] = {}
