@@ -54,3 +54,32 @@ class CpuDecode:
 
     common.metric(track_tok_per_s, "tok/s", "higher")
     common.metric(track_mean_accept, "tokens", "higher")
+
+
+class TreeBuild:
+    """GPU: tree/device/budget63, the DDTree build and its ancestor mask at budget 63 from one drafter
+    output (kimi drafter: 16 positions x top-8), graph-replayed; seconds, lower is better (target 0.2 ms)."""
+
+    timeout = 300
+
+    def setup(self):
+        self.workload = common.require(W.tree_workload("cuda"))
+
+    def track_time(self):
+        return common.record(self.workload, "bench_decode.TreeBuild.track_time", ())["median"]
+
+    common.metric(track_time, "seconds", "lower")
+
+
+class CpuTreeBuild:
+    """CPU default: cpu-tree/device/budget15 (tiny drafter: top-4)."""
+
+    timeout = 300
+
+    def setup(self):
+        self.workload = common.require(W.tree_workload("cpu"))
+
+    def track_time(self):
+        return common.record(self.workload, "bench_decode.CpuTreeBuild.track_time", ())["median"]
+
+    common.metric(track_time, "seconds", "lower")

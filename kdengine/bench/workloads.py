@@ -4,7 +4,9 @@ never rename one (tests/bench/test_workloads.py holds the frozen list).
 GPU names:  verify/<backend>/ctx<N>/T<T>                 one layer's verify call, H=8, seconds
             verify-nsplit/<backend>/ctx65536/T<T>/s<S>    the same at a forced KV split count S
             decode/<backend>/ctx<N>                       engine decode throughput, tok/s
-CPU names:  cpu-verify/reference/ctx<N>/T<T>, cpu-decode/reference/ctx256 (the embedded tiny default,
+            tree/device/budget63                          DDTree build + ancestor mask, seconds
+CPU names:  cpu-verify/reference/ctx<N>/T<T>, cpu-decode/reference/ctx256, cpu-tree/device/budget15
+            (the embedded tiny default,
             small enough that the whole suite runs on a laptop in well under two minutes).
 `measure(workload)` returns one record (kdengine.bench.samples.make_record) and appends it to the
 KDENGINE_SAMPLES_OUT file when that is set.
@@ -33,6 +35,8 @@ DECODE_BACKENDS = ("triton_extend", "triton", "cuda")
 CPU_CONTEXTS = (512, 2048)
 CPU_TREE_SIZES = (4, 16)
 CPU_DECODE_CONTEXT = 256
+TREE_BUDGET, TREE_DEPTH, TREE_TOP_K = 63, 16, 8  # kimi-k2-tp8-rank drafter: block of 16, top-8
+CPU_TREE_BUDGET, CPU_TREE_TOP_K = 15, 4  # tiny
 
 GPU_VERIFY_SAMPLES = 50
 CPU_SAMPLES, CPU_QUICK_SAMPLES = 20, 5
@@ -43,7 +47,7 @@ CPU_DECODE_STEPS, CPU_QUICK_DECODE_STEPS = 16, 8
 @dataclass(frozen=True)
 class Workload:
     name: str
-    kind: str  # "verify" or "decode"
+    kind: str  # "verify", "decode" or "tree"
     backend: str
     context: int  # N: KV tokens a verify call reads (prefix N - T plus the T tree tokens); decode context
     device: str  # "cuda" or "cpu"
@@ -53,11 +57,11 @@ class Workload:
 
     @property
     def unit(self) -> str:
-        return "seconds" if self.kind == "verify" else "tok/s"
+        return "tok/s" if self.kind == "decode" else "seconds"
 
     @property
     def direction(self) -> str:
-        return "lower" if self.kind == "verify" else "higher"
+        return "higher" if self.kind == "decode" else "lower"
 
 
 # --- the catalogue --------------------------------------------------------------------------------
@@ -84,15 +88,23 @@ def cpu_decode_workload() -> Workload:
     return Workload(f"cpu-decode/reference/ctx{CPU_DECODE_CONTEXT}", "decode", "reference", CPU_DECODE_CONTEXT, "cpu")
 
 
+def tree_workload(device: str = "cuda") -> Workload:
+    """The draft tree and its mask from one drafter output (context does not enter: 0)."""
+    if device == "cuda":
+        return Workload(f"tree/device/budget{TREE_BUDGET}", "tree", "device", 0, "cuda", TREE_BUDGET + 1)
+    return Workload(f"cpu-tree/device/budget{CPU_TREE_BUDGET}", "tree", "device", 0, "cpu", CPU_TREE_BUDGET + 1)
+
+
 def gpu_workloads() -> list[Workload]:
     verify = [verify_workload(b, n, t) for b in VERIFY_BACKENDS for n in CONTEXTS for t in TREE_SIZES]
     sweep = [nsplit_workload(b, t, s) for b in NSPLIT_BACKENDS for t in TREE_SIZES for s in NSPLITS]
     decode = [decode_workload(b, n) for b in DECODE_BACKENDS for n in CONTEXTS]
-    return verify + sweep + decode
+    return verify + sweep + decode + [tree_workload("cuda")]
 
 
 def cpu_workloads() -> list[Workload]:
-    return [cpu_verify_workload(n, t) for n in CPU_CONTEXTS for t in CPU_TREE_SIZES] + [cpu_decode_workload()]
+    verify = [cpu_verify_workload(n, t) for n in CPU_CONTEXTS for t in CPU_TREE_SIZES]
+    return verify + [cpu_decode_workload(), tree_workload("cpu")]
 
 
 def all_workloads() -> list[Workload]:
@@ -124,6 +136,12 @@ def unavailable_reason(w: Workload) -> str | None:
     """None when `w` can run here, else why not (no GPU, backend unavailable, engine missing, memory)."""
     if w.device == "cuda" and not torch.cuda.is_available():
         return "needs a CUDA GPU"
+    if w.kind == "tree":
+        try:
+            _engine()
+        except ImportError as exc:
+            return f"the engine is not importable ({exc})"
+        return None
     from kdengine.ops.verify import unavailable_reason as backend_reason
 
     reason = backend_reason(w.backend, w.device)
@@ -153,6 +171,30 @@ def sample_count(w: Workload, samples: int | None = None, quick: bool = False) -
             return CPU_QUICK_DECODE_STEPS if quick else CPU_DECODE_STEPS
         return CPU_QUICK_SAMPLES if quick else CPU_SAMPLES
     return GPU_DECODE_STEPS if w.kind == "decode" else GPU_VERIFY_SAMPLES
+
+
+def _measure_tree(w: Workload, n_samples: int) -> tuple[timer.Measurement, dict]:
+    """build_tree_device + the packed ancestor mask from random drafter top-k log-probs [1, L, K],
+    as the engine runs them (captured in a CUDA graph on the GPU; hot inputs: the drafter just wrote
+    them)."""
+    from kdengine.engine.generate import tree_mask_bits
+    from kdengine.engine.tree import build_tree_device
+
+    budget = w.T - 1
+    K = TREE_TOP_K if w.device == "cuda" else CPU_TREE_TOP_K
+    gen = torch.Generator().manual_seed(0)
+    lp = torch.randn(1, TREE_DEPTH, K, generator=gen).log_softmax(-1).sort(-1, descending=True).values.to(w.device)
+    ids = torch.randint(0, 32000, (1, TREE_DEPTH, K), generator=gen).to(w.device)
+    root = torch.zeros(1, dtype=torch.int64, device=w.device)
+
+    def call(_i=0):
+        tree = build_tree_device(lp, ids, budget, root_token=root, with_mask=False)
+        return tree_mask_bits(tree.parents)
+
+    if w.device == "cpu":
+        return timer.time_cpu(call, samples=n_samples, warmup=2), {"budget": budget, "top_k": K}
+    m = timer.time_gpu(call, samples=n_samples, warmup=3, launches=8, l2_flush=False, use_graph=True)
+    return m, {"budget": budget, "top_k": K, "depth": TREE_DEPTH, "target_s": 2e-4}
 
 
 # --- measuring ------------------------------------------------------------------------------------
@@ -269,6 +311,8 @@ def measure(w: Workload, *, samples: int | None = None, quick: bool = False, asv
         ceil = roofline.ceilings(w.device)
         extra.update(roofline.verify_roofline(m.median, N=w.context, T=w.T, H=w.H, ceil=ceil))
         extra.update({"nsplit": w.nsplit, "N": w.context, "T": w.T, "H": w.H})
+    elif w.kind == "tree":
+        m, extra = _measure_tree(w, n)
     else:
         m, extra = _measure_decode(w, n)
     extra.update({"method": m.method, "launches_per_sample": m.launches_per_sample, "l2_flush": m.l2_flush})

@@ -13,11 +13,12 @@ FROZEN_GPU = (
     + [f"verify-nsplit/{b}/ctx65536/T{t}/s{s}" for b in ("cuda", "triton") for t in (16, 64)
        for s in ("16", "32", "64", "128", "256", "auto")]
     + [f"decode/{b}/ctx{n}" for b in ("triton_extend", "triton", "cuda") for n in (4096, 16384, 65536)]
+    + ["tree/device/budget63"]
 )
 FROZEN_CPU = [
     "cpu-verify/reference/ctx512/T4", "cpu-verify/reference/ctx512/T16",
     "cpu-verify/reference/ctx2048/T4", "cpu-verify/reference/ctx2048/T16",
-    "cpu-decode/reference/ctx256",
+    "cpu-decode/reference/ctx256", "cpu-tree/device/budget15",
 ]
 
 
@@ -70,3 +71,13 @@ def test_measure_cpu_verify_writes_one_record(tmp_path, monkeypatch):
     assert W.measure_once(w, "run-a", samples=3) == rec  # a second metric of the same run reuses it
     W.measure_once(w, "run-b", samples=3)  # another run measures again
     assert len(out.read_text().splitlines()) == 2
+
+
+def test_tree_workload_measures_on_the_cpu(tmp_path, monkeypatch):
+    """cpu-tree/device/budget15 times build_tree_device + mask: a time in seconds, lower is better."""
+    monkeypatch.setenv("KDENGINE_SAMPLES_OUT", str(tmp_path / "s.jsonl"))
+    w = W.find("cpu-tree/device/budget15")
+    assert (w.unit, w.direction, w.T) == ("seconds", "lower", 16)
+    rec = W.measure(w, samples=3, write=False)
+    assert rec["unit"] == "seconds" and len(rec["samples"]) >= 3 and rec["median"] > 0
+    assert rec["extra"]["budget"] == 15
