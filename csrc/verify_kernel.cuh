@@ -158,6 +158,24 @@ __device__ __forceinline__ void load_q_fragments(const VerifyParams& p, int b, i
 
 // --- the split kernel -------------------------------------------------------------------------------
 
+// The KV range [start, end) of split `split` of sequence b, in whole BN-token tiles, from the device
+// length (graph-safe). An empty split (start >= end) writes lse = -inf for its rows (its weight in the
+// merge is exp(-inf) = 0) and returns false: the caller returns.
+template <int BN, int BLOCK_M, int THREADS>
+__device__ __forceinline__ bool split_range(const VerifyParams& p, int b, int split, int row0, int& start, int& end,
+                                            size_t& part_row0) {
+  const int L = p.prefix_len[b] + p.T;
+  int chunk = (L + p.nsplit - 1) / p.nsplit;
+  chunk = (chunk + BN - 1) / BN * BN;
+  start = split * chunk;
+  end = min(L, start + chunk);
+  part_row0 = ((size_t)b * p.nsplit + split) * p.R;
+  if (start < end) return true;
+  for (int r = threadIdx.x; r < BLOCK_M; r += THREADS)
+    if (row0 + r < p.R) p.part_lse[part_row0 + row0 + r] = -INFINITY;
+  return false;
+}
+
 template <class C>
 __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel(const VerifyParams p) {
   constexpr int BN = C::BN, STAGES = C::STAGES, RG = C::RG, CW = C::CW;
@@ -169,17 +187,10 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int rg = warp % RG, cw = warp / RG;
   const int T = p.T, R = p.R;
-  const int prefix = p.prefix_len[b], L = prefix + T;
-  int chunk = (L + p.nsplit - 1) / p.nsplit;
-  chunk = (chunk + BN - 1) / BN * BN;
-  const int start = split * chunk, end = min(L, start + chunk);
-  const size_t part_row0 = ((size_t)b * p.nsplit + split) * R;
-
-  if (start >= end) {  // an empty split: its weight in the merge is exp(-inf) = 0
-    for (int r = threadIdx.x; r < C::BLOCK_M; r += C::THREADS)
-      if (row0 + r < R) p.part_lse[part_row0 + row0 + r] = -INFINITY;
-    return;
-  }
+  const int prefix = p.prefix_len[b];
+  int start, end;
+  size_t part_row0;
+  if (!split_range<BN, C::BLOCK_M, C::THREADS>(p, b, split, row0, start, end, part_row0)) return;
 
   const int ntiles = (end - start + BN - 1) / BN;
 #pragma unroll

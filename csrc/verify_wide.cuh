@@ -243,17 +243,10 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int half = warp / 4, quarter = warp % 4;
   const int T = p.T, R = p.R;
-  const int prefix = p.prefix_len[b], L = prefix + T;
-  int chunk = (L + p.nsplit - 1) / p.nsplit;
-  chunk = (chunk + BN - 1) / BN * BN;
-  const int start = split * chunk, end = min(L, start + chunk);
-  const size_t part_row0 = ((size_t)b * p.nsplit + split) * R;
-
-  if (start >= end) {  // an empty split: its weight in the merge is exp(-inf) = 0
-    for (int r = threadIdx.x; r < BLOCK_M; r += C::THREADS)
-      if (row0 + r < R) p.part_lse[part_row0 + row0 + r] = -INFINITY;
-    return;
-  }
+  const int prefix = p.prefix_len[b];
+  int start, end;
+  size_t part_row0;
+  if (!split_range<BN, BLOCK_M, C::THREADS>(p, b, split, row0, start, end, part_row0)) return;
 
   const int ntiles = (end - start + BN - 1) / BN;
 #pragma unroll
