@@ -131,6 +131,7 @@ class MLA(nn.Module):
             o_lat = verify_attention(
                 q_abs, step.cache.pool[layer], step.cache.page_table, step.cache.lengths, step.mask_bits,
                 sm_scale=cfg.sm_scale, backend=step.backend,
+                check_values=layer == 0,  # one step's lengths, pages and mask serve every layer
             )  # [B, T, H, C]
         o = torch.einsum("bthc,hvc->bthv", o_lat.to(x.dtype), w_uv).reshape(B, T, -1)
         return all_reduce(self.o_proj(o), step.group, timer)  # TP: heads

@@ -36,8 +36,10 @@ def capturing() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
-def check_inputs(q, kv_cache, page_table, prefix_len, tree_mask, *, sm_scale, check_mask: bool):
-    """Validate every argument; return the packed int32 mask [B, T, W] the kernels read."""
+def check_inputs(q, kv_cache, page_table, prefix_len, tree_mask, *, sm_scale, check_mask: bool,
+                 check_values: bool = True):
+    """Validate every argument; return the packed int32 mask [B, T, W] the kernels read. The checks of
+    device values (host syncs) run when check_values is set and no CUDA graph is being captured."""
     _check_tensor("q", q, torch.bfloat16, 4)
     B, T, H, D = q.shape
     if D != D_QK:
@@ -66,7 +68,7 @@ def check_inputs(q, kv_cache, page_table, prefix_len, tree_mask, *, sm_scale, ch
     if not isinstance(sm_scale, (int, float)) or isinstance(sm_scale, bool) or not math.isfinite(sm_scale) or sm_scale <= 0:
         _fail("sm_scale", "a finite float > 0", sm_scale)
     bits = _mask_bits(tree_mask, B, T, q.device)
-    if not capturing():
+    if check_values and not capturing():
         _check_device_values(q, kv_cache, page_table, prefix_len, tree_mask, bits, check_mask)
     return bits
 

@@ -85,10 +85,16 @@ def verify_attention(
     backend: str = "auto",
     return_lse: bool = False,
     check_mask: bool = False,
+    check_values: bool = True,
 ):
-    """Tree-verify attention; see the module docstring for shapes. Returns out, or (out, lse)."""
+    """Tree-verify attention; see the module docstring for shapes. Returns out, or (out, lse).
+
+    check_values=False skips the checks that read device values (prefix_len against the pages, page ids,
+    the mask diagonal: host syncs) for a caller that already checked these very buffers, e.g. the
+    engine's layers 1.. after layer 0 of the same step. Shape, dtype and device checks always run."""
     check_nsplit(nsplit)
-    bits = check_inputs(q, kv_cache, page_table, prefix_len, tree_mask, sm_scale=sm_scale, check_mask=check_mask)
+    bits = check_inputs(q, kv_cache, page_table, prefix_len, tree_mask, sm_scale=sm_scale, check_mask=check_mask,
+                        check_values=check_values)
     name = select_backend(backend, q.device)
     out, lse = _module(name).run(
         q, kv_cache, page_table, prefix_len, bits, sm_scale=float(sm_scale), nsplit=nsplit, return_lse=return_lse

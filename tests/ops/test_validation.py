@@ -155,3 +155,11 @@ def test_cuda_backend_reports_clear_error_when_absent(inp):
         pytest.skip("cuda backend available here")
     with pytest.raises(RuntimeError, match="backend 'cuda' cannot run on cpu"):
         call(inp, backend="cuda")
+
+
+def test_check_values_false_skips_only_the_device_value_checks(inp):
+    """check_values=False gives the same output on valid buffers and still checks shapes and dtypes."""
+    checked = call(inp)
+    unchecked = call(inp, check_values=False)
+    assert torch.equal(checked, unchecked)
+    expect(r"^q: expected dtype torch.bfloat16", inp, q=inp.q.float(), check_values=False)
