@@ -20,17 +20,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from ci.history import DataError
+    from kdengine.cli import run_subcommand
 
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
-    try:
-        return int(args.func(args) or 0)
-    except (DataError, ValueError, RuntimeError) as exc:
-        print(f"ci {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+    return run_subcommand(build_parser(), argv, "ci", (DataError, ValueError, RuntimeError))
 
 
 if __name__ == "__main__":

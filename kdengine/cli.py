@@ -8,11 +8,9 @@ import importlib
 import json
 import sys
 
-# Subcommand modules (each defines add_parser(subparsers)); missing ones are skipped so the CLI
-# keeps working while a verb is being built.
+# Subcommand modules (each defines add_parser(subparsers)).
 SUBCOMMANDS = (
     "kdengine.cli_info",
-    "kdengine.cli_selfcheck",
     "kdengine.ops.build",
     "kdengine.engine.cli",
     "kdengine.bench.cli",
@@ -26,27 +24,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue
-            raise
-        module.add_parser(sub)
+        importlib.import_module(name).add_parser(sub)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+def run_subcommand(parser: argparse.ArgumentParser, argv, name: str, errors: tuple = (ValueError, RuntimeError)) -> int:
+    """Parse argv and run the chosen subcommand's func; help and exit 2 without one, and a one-line
+    `<name> <command>: error: ...` with exit 2 for the expected errors. Shared with `python -m ci`."""
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
     try:
         return int(args.func(args) or 0)
-    except (ValueError, RuntimeError) as exc:
-        print(f"kdengine {args.command}: error: {exc}", file=sys.stderr)
+    except errors as exc:
+        print(f"{name} {args.command}: error: {exc}", file=sys.stderr)
         return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_subcommand(build_parser(), argv, "kdengine")
 
 
 def print_json_or_table(data: dict, as_json: bool) -> None:
