@@ -64,4 +64,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("launch", &launch, "split kernel + log-sum-exp merge into out/lse");
   m.def("blocks_per_sm", &kdengine::blocks_per_sm,
         "resident split blocks per SM for (R, col_warps, row_groups, pingpong)");
+  m.def("row_tiles", &kdengine::row_tiles, "row tiles per (sequence, split) for R = T * H rows");
+  // The shape contract (verify_launch.h), checked against kdengine/ops/shapes.py on load.
+  m.attr("D_QK") = kdengine::D_QK;
+  m.attr("DV") = kdengine::DV;
+  m.attr("D_ROPE") = kdengine::D_ROPE;
+  m.attr("ROWS_PER_GROUP") = kdengine::ROWS_PER_GROUP;
+  m.attr("MAX_ROW_GROUPS") = kdengine::MAX_ROW_GROUPS;
 }

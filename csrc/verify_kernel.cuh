@@ -31,8 +31,7 @@
 
 namespace kdengine {
 
-constexpr int D_QK = 576;
-constexpr int DV = 512;
+// D_QK and DV: verify_launch.h (the shape contract)
 constexpr int STRIDE = D_QK + 8;  // smem row pitch in elements (+16 B: conflict-free ldmatrix)
 constexpr int CHUNKS = D_QK / 8;  // 16-byte chunks per KV row
 constexpr int COMBINE_THREADS = DV / 4;

@@ -6,6 +6,14 @@
 
 namespace kdengine {
 
+// The MLA shape contract, once for C++ (kdengine/ops/shapes.py mirrors it; the binding exports these and
+// Python checks them on load; tests/ops/test_shapes.py compares this header with it on the CPU).
+constexpr int DV = 512;             // latent dims; V is the first DV dims of a KV row
+constexpr int D_ROPE = 64;          // rope dims appended to the latent
+constexpr int D_QK = DV + D_ROPE;   // 576: the dims of q and of a KV row
+constexpr int ROWS_PER_GROUP = 16;  // query rows per m16 group
+constexpr int MAX_ROW_GROUPS = 4;   // 16-row groups a split-kernel block may hold (1, 2 or 4)
+
 // Device pointers and sizes of one call (R = T * H query rows per sequence, W = ceil(T / 32)).
 struct VerifyParams {
   const __nv_bfloat16* q;  // [B, R, 576]

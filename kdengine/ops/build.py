@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from kdengine import env
+from kdengine.ops import shapes
 
 CSRC = Path(__file__).resolve().parents[2] / "csrc"
 SOURCES = ("verify_api.cpp", "verify_kernel.cu")
@@ -124,6 +125,7 @@ def load_extension(arch: str | None = None, *, scalar_loads: bool = False, verbo
         build_directory=str(build_dir),
         verbose=verbose,
     )
+    shapes.check_binding(module)  # the C++ shape constants must equal kdengine.ops.shapes
     _LOADED[key] = module
     return module
 

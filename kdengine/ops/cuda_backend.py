@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import torch
 
-from kdengine.ops import build
+from kdengine.ops import build, shapes
 from kdengine.ops.schedule import resolve_nsplit
 
-DV = 512
+DV = shapes.DV
 # Warps per 16-row group of the split kernel (csrc/verify_kernel.cuh): 2 (BN 32, 2 stages, 255
 # registers) or 4 (BN 16, 3 stages, 128 registers, twice the warps per SM); 8 = the wide layout
 # (csrc/verify_wide.cuh: 8 warps share all rows of the block, each K/V fragment feeds 2-4 m16 tiles;
@@ -24,7 +24,7 @@ DEFAULT_COL_WARPS = WIDE
 TILE_TOKENS = {2: 32, 4: 16, 8: 16}  # KV tokens per tile (BN) of each layout; a split is whole tiles
 # Most 16-row groups per block (1, 2 or 4): 4 = 64 query rows per block (each KV tile read by fewer
 # blocks), 2 = 32 rows (blocks small enough for two per SM on sm_90).
-ROW_GROUPS = (1, 2, 4)
+ROW_GROUPS = shapes.ROW_GROUPS
 DEFAULT_ROW_GROUPS = 4
 # Wide layout only: the two row halves of a block run their softmax and P*V in opposite orders (each
 # half's softmax overlaps the other half's tensor-core work; two P buffers, one 128-thread barrier).
@@ -42,11 +42,12 @@ _BLOCKS_PER_SM: dict[tuple, int] = {}
 
 
 def row_tiles(R: int, max_row_groups: int = DEFAULT_ROW_GROUPS, col_warps: int = DEFAULT_COL_WARPS) -> int:
-    """Query-row tiles per (sequence, split) for R = T * H rows (mirrors csrc with_config)."""
-    groups = min(1 if R <= 16 else (2 if R <= 32 else 4), max_row_groups)
+    """Query-row tiles per (sequence, split) for R = T * H rows (mirrors csrc with_config: the wide
+    layout holds at least two 16-row groups)."""
+    groups = shapes.row_groups(R, max_row_groups)
     if col_warps == WIDE:
         groups = max(groups, 2)
-    return -(-R // (16 * groups))
+    return -(-R // (shapes.ROWS_PER_GROUP * groups))
 
 
 def available(device: torch.device) -> str | None:

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from kdengine.ops.mask import chain_mask, mask_from_parents
-
-D_QK, DV = 576, 512
+from kdengine.ops.shapes import D_QK, DV, PAGE_SIZE
 
 
 @dataclass
@@ -46,7 +45,7 @@ def make_verify_inputs(
     T: int = 16,
     H: int = 8,
     prefix: int | list[int] = 1000,
-    page_size: int = 64,
+    page_size: int = PAGE_SIZE,
     shuffle_pages: bool = True,
     chain: bool = False,
     extra_pages: int = 0,

@@ -11,8 +11,8 @@ import math
 import torch
 
 from kdengine.ops.mask import is_ancestor_closed, mask_words, pack_tree_mask, unpack_tree_mask
+from kdengine.ops.shapes import D_QK, D_ROPE, DV
 
-D_QK = 576  # 512 latent + 64 rope
 MAX_T = 256
 PAGE_SIZES = tuple(2**k for k in range(4, 9))  # 16 .. 256
 
@@ -43,7 +43,7 @@ def check_inputs(q, kv_cache, page_table, prefix_len, tree_mask, *, sm_scale, ch
     _check_tensor("q", q, torch.bfloat16, 4)
     B, T, H, D = q.shape
     if D != D_QK:
-        _fail("q", f"last dim {D_QK} (512 latent + 64 rope)", D)
+        _fail("q", f"last dim {D_QK} ({DV} latent + {D_ROPE} rope)", D)
     if not 1 <= T <= MAX_T:
         _fail("q", f"T (dim 1) in [1, {MAX_T}]", T)
     if B < 1 or H < 1:
