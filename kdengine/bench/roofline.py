@@ -5,7 +5,13 @@ One verify call of one layer, one rank (H heads), context N, T tree tokens:
     FLOPs = 2*T*H*N*1088 (QK^T over 576 dims plus PV over 512 dims)
 floor = max(bytes / copy bandwidth, FLOPs / matmul rate); `percent_of_floor` = floor / time * 100.
 The ceilings (copy bandwidth, bf16 matmul on a GPU; fp32 on the CPU, where the reference computes)
-are measured once per machine and cached as JSON in kdengine.env.cache_dir().
+are measured once per machine and cached as JSON in kdengine.env.cache_dir(); every front end (asv,
+pytest-benchmark, `kdengine bench`, the kernel sweep kdengine.bench.kernel) reads them from here.
+
+The copy ceiling counts the bytes a device copy reads plus the bytes it writes (2 x its size), timed
+on launches of the copy between CUDA events, not on a captured graph: a copy captured in a CUDA graph
+becomes a memcpy node, which ran at 2.7 TB/s on the H200 against ~4.2 TB/s for the same copy launched
+(the ceiling the kernel records used until COPY_METHOD v2, so their "% of floor" read ~1.5x high).
 """
 
 from __future__ import annotations
@@ -19,9 +25,12 @@ import torch
 
 from kdengine import env
 from kdengine.bench import fingerprint, timer
+from kdengine.ops.shapes import D_QK, DV
 
-D_QK, DV = 576, 512
 BYTES_BF16 = 2
+# How the ceilings are measured; part of the cache key, so a machine measured another way measures again.
+COPY_METHOD = "v2: launched device copy (copy_ and an elementwise kernel, best), read + write bytes, best sample"
+_CACHE_VERSION = "v2"
 
 
 @dataclass(frozen=True)
@@ -30,6 +39,7 @@ class Ceilings:
     matmul_flops_per_s: float  # dense matmul rate (bf16 on a GPU, fp32 on the CPU)
     machine: str
     dtype: str
+    method: str = COPY_METHOD
 
 
 def verify_bytes(*, N: int, T: int, H: int) -> int:
@@ -57,16 +67,25 @@ def percent_of_floor(seconds: float, floor: float) -> float:
 # --- measured ceilings ----------------------------------------------------------------------------
 
 
-def _measure_gpu(device: torch.device) -> tuple[float, float]:
-    src = torch.empty(2**30 // 2, dtype=torch.bfloat16, device=device).normal_()
+def copy_bandwidth_gpu(device: torch.device, nbytes: int = 2**30) -> dict[str, float]:
+    """Read + write bytes per second of a launched device copy of `nbytes` (far over the L2), best
+    sample, for the two ways torch copies: copy_ (cudaMemcpyAsync) and an elementwise kernel."""
+    src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device=device).normal_()
     dst = torch.empty_like(src)
-    copy = timer.time_gpu(lambda i: dst.copy_(src), samples=20, launches=4, device=device)
+    ways = {"copy_": lambda i: dst.copy_(src), "elementwise": lambda i: torch.mul(src, 1, out=dst)}
+    moved = 2 * src.numel() * src.element_size()
+    return {name: moved / min(timer.time_gpu(fn, samples=20, launches=4, use_graph=False, device=device).samples)
+            for name, fn in ways.items()}
+
+
+def _measure_gpu(device: torch.device) -> tuple[float, float]:
+    copy = max(copy_bandwidth_gpu(device).values())
     n = 8192
     a = torch.randn(n, n, dtype=torch.bfloat16, device=device)
     b = torch.randn(n, n, dtype=torch.bfloat16, device=device)
     mm = timer.time_gpu(lambda i: torch.mm(a, b), samples=20, launches=4, device=device)
     # best sample: a ceiling is what the machine can do, not its typical time
-    return 2 * src.numel() * 2 / min(copy.samples), 2 * n**3 / min(mm.samples)
+    return copy, 2 * n**3 / min(mm.samples)
 
 
 def _measure_cpu() -> tuple[float, float]:
@@ -82,7 +101,7 @@ def _measure_cpu() -> tuple[float, float]:
 
 
 def _cache_path(machine: str):
-    return env.cache_dir() / f"ceilings-{machine}-torch{torch.__version__}.json"
+    return env.cache_dir() / f"ceilings-{_CACHE_VERSION}-{machine}-torch{torch.__version__}.json"
 
 
 def ceilings(device: torch.device | str = "cpu", *, refresh: bool = False) -> Ceilings:
@@ -93,9 +112,11 @@ def ceilings(device: torch.device | str = "cpu", *, refresh: bool = False) -> Ce
     path = _cache_path(machine)
     if path.exists() and not refresh:
         try:
-            return Ceilings(**json.loads(path.read_text()))
+            cached = Ceilings(**json.loads(path.read_text()))
+            if cached.method == COPY_METHOD:
+                return cached
         except (ValueError, TypeError):
-            pass  # a damaged cache is measured again
+            pass  # a damaged cache (or one measured another way) is measured again
     bw, rate = _measure_gpu(device) if on_gpu else _measure_cpu()
     result = Ceilings(copy_bytes_per_s=bw, matmul_flops_per_s=rate, machine=machine,
                       dtype="bfloat16" if on_gpu else "float32")
@@ -104,6 +125,11 @@ def ceilings(device: torch.device | str = "cpu", *, refresh: bool = False) -> Ce
         json.dump(asdict(result), fh, indent=1)
     os.replace(tmp, path)
     return result
+
+
+def verify_floor(*, N: int, T: int, H: int, ceil: Ceilings) -> float:
+    """The floor of one verify call: the slower of its bytes and its FLOPs against the ceilings."""
+    return floor_seconds(verify_bytes(N=N, T=T, H=H), verify_flops(N=N, T=T, H=H), ceil)
 
 
 def verify_roofline(seconds: float, *, N: int, T: int, H: int, ceil: Ceilings) -> dict:

@@ -8,6 +8,12 @@ end; `throttled` marks a run that must not serve as a baseline. A launch that ca
 falls back to eager launches between events (method "cuda-events").
 
 CPU (`time_cpu`): perf_counter (or any injected clock) around `inner` calls per sample.
+
+Harnesses that time a call with their own clock (pytest-benchmark) get `gpu_sampler` / `cpu_sampler`:
+each call runs one finished sample and advances `SAMPLE_CLOCK` by that sample's measured time (CUDA
+events on the GPU, so the L2 flush, the host sync and the harness's own overhead stay outside the
+span). Give the harness `sample_clock` as its timer and its statistics are the same per-launch times
+as `time_gpu`'s.
 """
 
 from __future__ import annotations
@@ -51,6 +57,35 @@ def _check_counts(samples: int, warmup: int, launches: int) -> None:
             raise ValueError(f"{name}: expected an integer >= {low}, got {value!r}")
 
 
+# --- a clock that advances by measured sample time -----------------------------------------------
+
+
+class SampleClock:
+    """Seconds of measured sample time so far: reading it costs nothing and it stands still between
+    samples, so `clock() - clock()` around one sampler call is exactly that sample's time."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def __call__(self) -> float:
+        return self.seconds
+
+    def advance(self, seconds: float) -> float:
+        if not seconds >= 0:
+            raise ValueError(f"seconds: expected a time >= 0, got {seconds!r}")
+        self.seconds += seconds
+        return seconds
+
+
+SAMPLE_CLOCK = SampleClock()
+
+
+def sample_clock() -> float:
+    """The process's sample clock (a plain function, so harnesses can name it: pytest-benchmark's
+    `@pytest.mark.benchmark(timer=sample_clock)` or `--benchmark-timer kdengine.bench.timer.sample_clock`)."""
+    return SAMPLE_CLOCK.seconds
+
+
 # --- CPU ------------------------------------------------------------------------------------------
 
 
@@ -73,6 +108,20 @@ def time_cpu(
             fn()
         values.append((clock() - t0) / inner)
     return Measurement(samples=values, method="perf_counter", launches_per_sample=inner, warmup=warmup)
+
+
+def cpu_sampler(fn: Callable[[], object], *, inner: int = 1, clock: Callable[[], float] = time.perf_counter,
+                advance: SampleClock = SAMPLE_CLOCK) -> Callable[[], float]:
+    """A callable that runs `inner` calls of fn, advances `advance` by their mean time and returns it."""
+    _check_counts(1, 0, inner)
+
+    def sample() -> float:
+        t0 = clock()
+        for _ in range(inner):
+            fn()
+        return advance.advance((clock() - t0) / inner)
+
+    return sample
 
 
 # --- GPU ------------------------------------------------------------------------------------------
@@ -166,10 +215,11 @@ def gpu_sampler(
     l2_flush: bool = False,
     use_graph: bool = True,
     device: torch.device | str | None = None,
+    advance: SampleClock = SAMPLE_CLOCK,
 ) -> Callable[[], float]:
     """A callable that runs one synchronised sample (graph replay of `launches` launches between
-    events, after an optional L2 flush) and returns GPU seconds per launch: for host-timed
-    harnesses (pytest-benchmark), which then time a finished GPU sample, never a bare launch."""
+    events, after an optional L2 flush outside the events), advances `advance` by the GPU seconds
+    per launch and returns them: the same sample as one of `time_gpu`'s."""
     _check_counts(1, warmup, launches)
     device = torch.device(device or "cuda")
     for w in range(warmup):
@@ -190,6 +240,6 @@ def gpu_sampler(
                 launch(i)
         end.record()
         end.synchronize()
-        return start.elapsed_time(end) / 1e3 / launches
+        return advance.advance(start.elapsed_time(end) / 1e3 / launches)
 
     return sample

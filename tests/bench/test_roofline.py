@@ -37,7 +37,27 @@ def test_ceilings_are_measured_once_and_cached(tmp_path, monkeypatch):
     first = rl.ceilings("cpu")
     second = rl.ceilings("cpu")
     assert calls == [1] and first == second and first.copy_bytes_per_s == 5e9
-    cached = list(tmp_path.glob("ceilings-cpu-*.json"))
+    cached = list(tmp_path.glob(f"ceilings-{rl._CACHE_VERSION}-cpu-*.json"))
     assert len(cached) == 1 and json.loads(cached[0].read_text())["matmul_flops_per_s"] == 7e10
     rl.ceilings("cpu", refresh=True)
     assert calls == [1, 1]
+
+
+def test_a_ceiling_measured_another_way_is_measured_again(tmp_path, monkeypatch):
+    """Caches of the one-way / graph-captured copy ceiling (no method, or an older one) are not reused."""
+    monkeypatch.setenv("KDENGINE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(rl, "_measure_cpu", lambda: (4.2e12, 7.5e14))
+    path = rl._cache_path(rl.fingerprint.machine_name({"gpu": "cpu"}))
+    path.write_text(json.dumps({"copy_bytes_per_s": 2.7e12, "matmul_flops_per_s": 8e14, "machine": "m",
+                                "dtype": "float32", "method": "v1"}))
+    assert rl.ceilings("cpu").copy_bytes_per_s == 4.2e12
+    assert json.loads(path.read_text())["method"] == rl.COPY_METHOD
+
+
+def test_issue_floor_at_65k():
+    """DESIGN: at 65k on the H200 (4.18 TB/s counted read + write, 750 TF/s) the floor is 24 us at
+    T=16 and 97 us at T=64, both compute-bound; the bytes alone take 18 us."""
+    h200 = rl.Ceilings(copy_bytes_per_s=4.18e12, matmul_flops_per_s=7.5e14, machine="m", dtype="bfloat16")
+    assert rl.verify_floor(N=65536, T=16, H=8, ceil=h200) == pytest.approx(24.3e-6, rel=0.01)
+    assert rl.verify_floor(N=65536, T=64, H=8, ceil=h200) == pytest.approx(97.4e-6, rel=0.01)
+    assert rl.verify_bytes(N=65536, T=16, H=8) / h200.copy_bytes_per_s == pytest.approx(18.1e-6, rel=0.01)

@@ -165,3 +165,36 @@ def test_gpu_sampler_flow_on_a_fake_device(monkeypatch):
     fake.install(monkeypatch)
     sample = timer.gpu_sampler(lambda i: fake.work(2.0), launches=3, device="cpu")
     assert sample() == pytest.approx(2e-3) and fake.syncs == 1  # each sample waits for its own end event
+
+
+def test_gpu_sampler_advances_the_sample_clock_by_event_time_only(monkeypatch):
+    """The flush (5 ms of device time) and the host side fall outside: the clock moves by the
+    events' time per launch, exactly what the sampler returns."""
+    fake = FakeCuda()
+    flushes = fake.install(monkeypatch)
+    clock = timer.SampleClock()
+    cost_ms = [1.0, 3.0]
+    sample = timer.gpu_sampler(lambda i: fake.work(cost_ms[i % 2]), launches=4, l2_flush=True, device="cpu",
+                               advance=clock)
+    before = clock()
+    values = [sample() for _ in range(3)]
+    assert values == pytest.approx([2e-3] * 3) and len(flushes) == 3
+    assert clock() - before == pytest.approx(6e-3)
+
+
+def test_cpu_sampler_advances_the_sample_clock():
+    fake = FakeClock([2.0, 4.0])
+    clock = timer.SampleClock()
+    sample = timer.cpu_sampler(fake.work, inner=2, clock=fake, advance=clock)
+    assert sample() == 3.0 and clock() == 3.0
+    assert clock() == clock()  # reading it costs nothing: it stands still between samples
+    with pytest.raises(ValueError, match="seconds"):
+        clock.advance(-1.0)
+
+
+def test_sample_clock_is_a_named_function():
+    """pytest-benchmark names its timer module.attr in saved runs and --benchmark-timer."""
+    assert f"{timer.sample_clock.__module__}.{timer.sample_clock.__name__}" == "kdengine.bench.timer.sample_clock"
+    start = timer.sample_clock()
+    timer.SAMPLE_CLOCK.advance(0.25)
+    assert timer.sample_clock() - start == 0.25
