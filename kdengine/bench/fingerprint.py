@@ -15,6 +15,8 @@ from pathlib import Path
 
 import torch
 
+from kdengine.bench import names
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -97,13 +99,14 @@ def _slug(text: str) -> str:
 
 
 def machine_name(info: dict | None = None) -> str:
-    """`gpu-nvidia-h200-sm90` on a GPU, `cpu-x86_64` without one (from `info` = gpu() if given)."""
+    """`gpu-nvidia-h200-sm90` on a GPU, `cpu-x86_64` without one (from `info` = gpu() if given); always
+    within kdengine.bench.names' machine character set (ValueError otherwise)."""
     info = gpu() if info is None else info
     if info.get("sm_count", 0) and info.get("gpu", "cpu") != "cpu":
-        cc = str(info.get("capability", "")).replace("sm_", "")
-        return f"gpu-{_slug(info['gpu'])}-sm{cc}"
+        cc = _slug(str(info.get("capability", "")).replace("sm_", ""))
+        return names.check_machine_name(f"gpu-{_slug(str(info['gpu']))}-sm{cc}")
     arch = re.sub(r"[^A-Za-z0-9_]+", "-", platform.machine() or "unknown")
-    return f"cpu-{arch}"
+    return names.check_machine_name(f"cpu-{arch}")
 
 
 # --- clocks and throttle reasons ------------------------------------------------------------------
