@@ -5,6 +5,7 @@ GPU names:  verify/<backend>/ctx<N>/T<T>                 one layer's verify call
             verify-nsplit/<backend>/ctx65536/T<T>/s<S>    the same at a forced KV split count S
             decode/<backend>/ctx<N>                       engine decode throughput, tok/s
             tree/device/budget63                          DDTree build + ancestor mask, seconds
+            verify-peer/<peer>/ctx<N>/T<T>                a peer (FlashMLA) on the verify shapes, seconds
 CPU names:  cpu-verify/reference/ctx<N>/T<T>, cpu-decode/reference/ctx256, cpu-tree/device/budget15
             (the embedded tiny default,
             small enough that the whole suite runs on a laptop in well under two minutes).
@@ -14,14 +15,13 @@ KDENGINE_SAMPLES_OUT file when that is set.
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass
 
 import torch
 
 from kdengine import env
-from kdengine.bench import fingerprint, roofline, timer
+from kdengine.bench import fingerprint, peers, roofline, timer, verify_timing
 from kdengine.bench import samples as sidecar
 
 CONTEXTS = (4096, 16384, 65536)
@@ -37,6 +37,7 @@ CPU_TREE_SIZES = (4, 16)
 CPU_DECODE_CONTEXT = 256
 TREE_BUDGET, TREE_DEPTH, TREE_TOP_K = 63, 16, 8  # kimi-k2-tp8-rank drafter: block of 16, top-8
 CPU_TREE_BUDGET, CPU_TREE_TOP_K = 15, 4  # tiny
+PEER_BACKENDS = peers.PEERS
 
 GPU_VERIFY_SAMPLES = 50
 CPU_SAMPLES, CPU_QUICK_SAMPLES = 20, 5
@@ -95,11 +96,16 @@ def tree_workload(device: str = "cuda") -> Workload:
     return Workload(f"cpu-tree/device/budget{CPU_TREE_BUDGET}", "tree", "device", 0, "cpu", CPU_TREE_BUDGET + 1)
 
 
+def peer_workload(peer: str, context: int, T: int) -> Workload:
+    return Workload(f"verify-peer/{peer}/ctx{context}/T{T}", "verify", peer, context, "cuda", T)
+
+
 def gpu_workloads() -> list[Workload]:
     verify = [verify_workload(b, n, t) for b in VERIFY_BACKENDS for n in CONTEXTS for t in TREE_SIZES]
     sweep = [nsplit_workload(b, t, s) for b in NSPLIT_BACKENDS for t in TREE_SIZES for s in NSPLITS]
     decode = [decode_workload(b, n) for b in DECODE_BACKENDS for n in CONTEXTS]
-    return verify + sweep + decode + [tree_workload("cuda")]
+    peer = [peer_workload(p, n, t) for p in PEER_BACKENDS for n in CONTEXTS for t in TREE_SIZES]
+    return verify + sweep + decode + [tree_workload("cuda")] + peer
 
 
 def cpu_workloads() -> list[Workload]:
@@ -144,7 +150,7 @@ def unavailable_reason(w: Workload) -> str | None:
         return None
     from kdengine.ops.verify import unavailable_reason as backend_reason
 
-    reason = backend_reason(w.backend, w.device)
+    reason = peers.unavailable_reason(w.backend, w.device) if w.backend in PEER_BACKENDS else backend_reason(w.backend, w.device)
     if reason is not None:
         return reason
     if w.kind == "decode":
@@ -200,20 +206,10 @@ def _measure_tree(w: Workload, n_samples: int) -> tuple[timer.Measurement, dict]
 # --- measuring ------------------------------------------------------------------------------------
 
 
-def _verify_inputs(w: Workload, seed: int):
-    from kdengine.ops.inputs import make_verify_inputs
-    from kdengine.ops.mask import pack_tree_mask
-
-    # context N = every KV token the call reads: N - T committed tokens plus the T tree tokens
-    inp = make_verify_inputs(B=1, T=w.T, H=w.H, prefix=w.context - w.T, seed=seed, device=w.device)
-    return inp, pack_tree_mask(inp.tree_mask)
-
-
-def _input_copies(w: Workload) -> int:
-    """Distinct input sets a GPU sample rotates through, so the KV of consecutive launches exceeds
-    twice the L2 (each layer of a real model reads its own, cold KV)."""
-    l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0)) or (64 << 20)
-    return max(1, min(32, math.ceil(2 * l2 / roofline.verify_bytes(N=w.context, T=w.T, H=w.H))))
+def _verify_sets(w: Workload) -> list:
+    """The input sets one sample rotates through (kdengine.bench.verify_timing: context N = every KV
+    token the call reads, N - T committed tokens plus the T tree tokens)."""
+    return verify_timing.input_sets(N=w.context, T=w.T, H=w.H, device=w.device)
 
 
 def _capturable(w: Workload) -> bool:
@@ -224,6 +220,9 @@ def _capturable(w: Workload) -> bool:
 
 def _verify_call(w: Workload):
     from kdengine.ops.verify import verify_attention
+
+    if w.backend in PEER_BACKENDS:
+        return peers.verify_call(w.backend)
 
     def call(inp, bits):
         return verify_attention(inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, bits,
@@ -237,27 +236,13 @@ def verify_sampler(w: Workload):
     GPU a synchronised graph replay that returns GPU seconds per launch, on the CPU one call."""
     if w.kind != "verify":
         raise ValueError(f"w: expected a verify workload, got {w.name}")
-    call = _verify_call(w)
-    if w.device == "cpu":
-        inp, bits = _verify_inputs(w, seed=0)
-        return lambda: call(inp, bits)
-    copies = _input_copies(w)
-    sets = [_verify_inputs(w, seed=i) for i in range(copies)]
-    return timer.gpu_sampler(lambda i: call(*sets[i % copies]), launches=max(8, copies), l2_flush=True,
-                             use_graph=_capturable(w))
+    return verify_timing.sampler(_verify_call(w), _verify_sets(w), capturable=_capturable(w))
 
 
 def _measure_verify(w: Workload, n_samples: int) -> tuple[timer.Measurement, dict]:
-    call = _verify_call(w)
-    if w.device == "cpu":
-        inp, bits = _verify_inputs(w, seed=0)
-        m = timer.time_cpu(lambda: call(inp, bits), samples=n_samples, warmup=1)
-        return m, {"copies": 1}
-    copies = _input_copies(w)
-    sets = [_verify_inputs(w, seed=i) for i in range(copies)]
-    m = timer.time_gpu(lambda i: call(*sets[i % copies]), samples=n_samples, warmup=3,
-                       launches=max(8, copies), l2_flush=True, use_graph=_capturable(w))
-    return m, {"copies": copies}
+    sets = _verify_sets(w)
+    m = verify_timing.time_verify(_verify_call(w), sets, samples=n_samples, capturable=_capturable(w))
+    return m, {"copies": len(sets)}
 
 
 def _measure_decode(w: Workload, steps: int) -> tuple[timer.Measurement, dict]:

@@ -14,6 +14,7 @@ FROZEN_GPU = (
        for s in ("16", "32", "64", "128", "256", "auto")]
     + [f"decode/{b}/ctx{n}" for b in ("triton_extend", "triton", "cuda") for n in (4096, 16384, 65536)]
     + ["tree/device/budget63"]
+    + [f"verify-peer/flashmla/ctx{n}/T{t}" for n in (4096, 16384, 65536) for t in (16, 64)]
 )
 FROZEN_CPU = [
     "cpu-verify/reference/ctx512/T4", "cpu-verify/reference/ctx512/T16",

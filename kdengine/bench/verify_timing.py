@@ -1,0 +1,69 @@
+"""How one verify call is timed, for every front end: the workload suite (asv, pytest-benchmark,
+`kdengine bench`) and the kernel sweep (kdengine.bench.kernel) build the same input sets and time them
+the same way, so they report the same figures.
+
+GPU: `copies` distinct input sets (so the KV of consecutive launches exceeds twice the L2: each layer
+of a real model reads its own cold KV), K = max(8, copies) launches rotating through them captured in
+one CUDA graph, the L2 flushed before each sample, CUDA events around each replay, seconds per launch
+(kdengine.bench.timer.time_gpu). CPU: one input set, perf_counter around each call.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from kdengine.bench import roofline, timer
+
+MIN_LAUNCHES = 8
+MAX_COPIES = 32
+
+# call(inp, bits) -> out: one verify launch on one input set (inp: kdengine.ops.inputs.VerifyInputs,
+# bits: its packed tree mask)
+VerifyCall = Callable[[object, torch.Tensor], object]
+
+
+def input_copies(*, N: int, T: int, H: int, device: str | torch.device = "cuda") -> int:
+    """Input sets a GPU sample rotates through: enough that their KV exceeds twice the L2."""
+    if torch.device(device).type != "cuda":
+        return 1
+    l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)) or (64 << 20)
+    return max(1, min(MAX_COPIES, math.ceil(2 * l2 / roofline.verify_bytes(N=N, T=T, H=H))))
+
+
+def make_inputs(*, N: int, T: int, H: int, seed: int, device: str | torch.device, chain: bool = False):
+    """One problem of context N (N - T committed tokens, then the T tree tokens): (inputs, packed mask)."""
+    from kdengine.ops.inputs import make_verify_inputs
+    from kdengine.ops.mask import pack_tree_mask
+
+    inp = make_verify_inputs(B=1, T=T, H=H, prefix=N - T, seed=seed, device=device, chain=chain)
+    return inp, pack_tree_mask(inp.tree_mask)
+
+
+def input_sets(*, N: int, T: int, H: int, device: str | torch.device = "cuda", chain: bool = False) -> list:
+    return [make_inputs(N=N, T=T, H=H, seed=i, device=device, chain=chain)
+            for i in range(input_copies(N=N, T=T, H=H, device=device))]
+
+
+def _rotating(call: VerifyCall, sets: list) -> Callable[[int], object]:
+    return lambda i: call(*sets[i % len(sets)])
+
+
+def time_verify(call: VerifyCall, sets: list, *, samples: int, capturable: bool = True) -> timer.Measurement:
+    """Seconds per launch of `call` over `sets` (see the module docstring)."""
+    inp, _ = sets[0]
+    if inp.q.device.type != "cuda":
+        return timer.time_cpu(lambda: call(*sets[0]), samples=samples, warmup=1)
+    return timer.time_gpu(_rotating(call, sets), samples=samples, warmup=3, launches=max(MIN_LAUNCHES, len(sets)),
+                          l2_flush=True, use_graph=capturable)
+
+
+def sampler(call: VerifyCall, sets: list, *, capturable: bool = True) -> Callable[[], float]:
+    """One sample of `time_verify` per call, advancing kdengine.bench.timer.SAMPLE_CLOCK by it."""
+    inp, _ = sets[0]
+    if inp.q.device.type != "cuda":
+        return timer.cpu_sampler(lambda: call(*sets[0]))
+    return timer.gpu_sampler(_rotating(call, sets), launches=max(MIN_LAUNCHES, len(sets)), l2_flush=True,
+                             use_graph=capturable)
