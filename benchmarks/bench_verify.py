@@ -1,5 +1,6 @@
 """asv: verify attention, time per layer (one call, H=8) per backend x context x T, an NSPLIT sweep for
-the split-KV backends, and % of the roofline floor. Times are lower-is-better, % of floor higher."""
+the split-KV backends, the peers on the same shapes, and % of the roofline floor. Times are lower-is-better,
+% of floor higher."""
 
 from __future__ import annotations
 
@@ -58,6 +59,30 @@ class CpuVerify:
 
     def _record(self, *params):
         return common.record(self.workload, "bench_verify.CpuVerify.track_time", params)
+
+    def track_time(self, *params):
+        return self._record(*params)["median"]
+
+    def track_roofline_pct(self, *params):
+        return self._record(*params)["extra"]["roofline_pct"]
+
+    common.metric(track_time, "seconds", "lower")
+    common.metric(track_roofline_pct, "percent", "higher")
+
+
+class VerifyPeer:
+    """GPU: verify-peer/<peer>/ctx<N>/T<T>, the state of the art on the same shapes in the same run
+    (FlashMLA, causal tail; kdengine.bench.peers). Skipped where the peer is not installed."""
+
+    params = (list(W.PEER_BACKENDS), list(W.CONTEXTS), list(W.TREE_SIZES))
+    param_names = ["peer", "context", "T"]
+    timeout = 900
+
+    def setup(self, peer, context, T):
+        self.workload = common.require(W.peer_workload(peer, context, T))
+
+    def _record(self, *params):
+        return common.record(self.workload, "bench_verify.VerifyPeer.track_time", params)
 
     def track_time(self, *params):
         return self._record(*params)["median"]
