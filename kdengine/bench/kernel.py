@@ -1,0 +1,352 @@
+"""The kernel sweep of verify attention on one GPU: every cuda layout and NSPLIT, triton, the unfused
+torch composition and the peers, timed by the one measurement core (kdengine.bench.verify_timing, the
+ceilings of kdengine.bench.roofline), written as JSON with the GPU fingerprint; and the renderer of its
+table (`python -m ci record` puts it into perf_history/records/verify_kernel_cudagraph.txt beside the
+asv section, through render_doc; never written by hand).
+
+    python -m kdengine.bench.kernel measure --out perf_history/kernel/<name>.json [--set full|peers]
+    python -m kdengine.bench.kernel render perf_history/kernel/*.json [--out FILE]   (the table; stdout)
+    python -m kdengine.bench.kernel once --T 16 --prefix 300     (one checked call: sanitizers, ncu)
+
+Workloads: per layer, one rank, H=8, B=1, page_size 64, context N = prefix + T tokens; the same inputs
+and the same timing as the suite's verify/<backend>/ctx<N>/T<T> (so the default cuda row and
+verify/cuda/... agree within run-to-run noise). Schema 1 documents (before the one core: one call per
+graph replay, the copy ceiling timed inside a graph) still render.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from kdengine.bench import peers, roofline, verify_timing
+from kdengine.ops.shapes import DV
+
+CONTEXTS = (4096, 16384, 65536)
+TREE_SIZES = (16, 64)
+NSPLITS = (16, 32, 64, 128, 256, "auto")
+SETS = ("full", "peers")
+H = 8
+SAMPLES = 50  # = kdengine.bench.workloads.GPU_VERIFY_SAMPLES
+SCHEMA = 2
+
+# --- launchers ----------------------------------------------------------------------------------------
+
+
+def torch_unfused(inp, bits, N: int):
+    """Plain torch, one op at a time (bf16 matmuls, fp32 softmax); N is host-known so it captures."""
+    from kdengine.ops.mask import unpack_tree_mask
+
+    q, kv_cache, page_table = inp.q, inp.kv_cache, inp.page_table
+    T = q.shape[1]
+    page_size = kv_cache.shape[1]
+    pos = torch.arange(N, device=q.device)
+    allowed = torch.ones(T, N, dtype=torch.bool, device=q.device)
+    tree = unpack_tree_mask(bits, T)[0]
+
+    def call():
+        kv = kv_cache[page_table[0, pos // page_size].long(), pos % page_size]  # [N, 576]
+        scores = torch.einsum("thd,nd->thn", q[0], kv).float() * inp.sm_scale  # [T, H, N]
+        allowed[:, N - T :] = tree
+        scores = scores.masked_fill(~allowed[:, None, :], float("-inf"))
+        probs = torch.softmax(scores, dim=-1).to(kv.dtype)
+        return torch.einsum("thn,nd->thd", probs, kv[:, :DV])
+
+    return call
+
+
+def default_layout():
+    from kdengine.ops import cuda_backend
+
+    return (cuda_backend.DEFAULT_COL_WARPS, cuda_backend.DEFAULT_ROW_GROUPS, cuda_backend.DEFAULT_COMBINE,
+            cuda_backend.DEFAULT_PINGPONG)
+
+
+def launcher(name: str, inp, bits, nsplit, *, scalar_loads: bool = False, layout=None):
+    """(call, nsplit used, result) for one backend on one input set: call() launches, result() the output."""
+    if name == "cuda":
+        from kdengine.ops import cuda_backend
+
+        cw, rg, combine, pp = layout or default_layout()
+        splits = cuda_backend.plan_nsplit(inp.q, inp.kv_cache, inp.page_table, nsplit, rg, cw, pp)
+        B, T, Hq, _ = inp.q.shape
+        out = torch.empty(B, T, Hq, DV, dtype=torch.bfloat16, device=inp.q.device)
+        lse = torch.empty(B, T, Hq, dtype=torch.float32, device=inp.q.device)
+        args = (inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, bits, out, lse)
+        call = lambda: cuda_backend.launch(*args, sm_scale=inp.sm_scale, nsplit=splits, scalar_loads=scalar_loads,
+                                           col_warps=cw, row_groups=rg, combine=combine, pingpong=pp)
+        return call, splits, lambda: out
+    result = {}
+    if name == "torch":
+        fn = torch_unfused(inp, bits, int(inp.prefix_len[0]) + inp.q.shape[1])
+    elif name in peers.PEERS:
+        reason = peers.unavailable_reason(name, inp.q.device)
+        if reason is not None:
+            raise RuntimeError(reason)
+        fn = peers.flashmla_call(inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, sm_scale=inp.sm_scale)
+    else:
+        module = importlib.import_module(f"kdengine.ops.{ {'triton': 'triton_verify', 'triton_extend': 'triton_extend'}[name] }")
+        reason = module.available(inp.q.device)
+        if reason is not None:
+            raise RuntimeError(reason)
+        fn = lambda: module.run(inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, bits, sm_scale=inp.sm_scale,
+                                nsplit=nsplit, return_lse=False)[0]
+
+    def call():
+        result["out"] = fn()
+
+    return call, nsplit, lambda: result["out"]
+
+
+def rotating_call(name: str, nsplit, *, scalar_loads: bool = False, layout=None):
+    """verify_timing's call(inp, bits): one launcher per input set, made on first use."""
+    made: dict[int, tuple] = {}
+
+    def call(inp, bits):
+        if id(inp) not in made:
+            made[id(inp)] = launcher(name, inp, bits, nsplit, scalar_loads=scalar_loads, layout=layout)
+        return made[id(inp)][0]()
+
+    return call, made
+
+
+# --- the sweep ----------------------------------------------------------------------------------------
+
+
+def layout_label(cw, rg, comb, pp) -> str:
+    return f"cw{cw}rg{rg}" + ("/comb1" if comb else "") + ("/pp" if pp else "")
+
+
+def default_label() -> str:
+    """The row of the cuda default (auto NSPLIT, default layout): what verify/cuda/... times."""
+    return f"cuda/{layout_label(*default_layout())}/sauto"
+
+
+def variants(N: int, T: int, which: str = "full"):
+    """(label, backend, nsplit, scalar_loads, layout) measured at one size. `peers`: the cuda default,
+    triton, the unfused torch composition and the peers. `full` adds every NSPLIT for the wide layout
+    (64 rows per block, parallel merge) with and without ping-pong halves, the wide layout at 32 rows,
+    the 2-warp layout with the serial merge (the previous default), the previous layout with the
+    parallel merge and the scalar-load build at the automatic NSPLIT, and triton_extend at 65k T=16."""
+    base = [(default_label(), "cuda", "auto", False, None), ("triton", "triton", None, False, None),
+            ("torch", "torch", None, False, None)] + [(p, p, None, False, None) for p in peers.PEERS]
+    if which == "peers":
+        return base
+    short = NSPLITS[:4] + ("auto",)
+    sweeps = (((8, 4, 1, False), NSPLITS), ((8, 4, 1, True), NSPLITS), ((8, 2, 1, True), short),
+              ((2, 4, 0, False), short))
+    out = [(f"cuda/{layout_label(*lay)}/s{s}", "cuda", s, False, lay) for lay, splits in sweeps for s in splits]
+    out += [("cuda/cw8rg2/comb1/sauto", "cuda", "auto", False, (8, 2, 1, False))]
+    out += [("cuda/cw2rg4/comb1/sauto", "cuda", "auto", False, (2, 4, 1, False))]
+    out += [("cuda_scalar/cw8rg4/comb1/sauto", "cuda", "auto", True, (8, 4, 1, False))]
+    out = [v for v in out if v[0] != default_label()] + base
+    if (N, T) == (65536, 16):
+        out.append(("triton_extend", "triton_extend", None, False, None))
+    if (N, T) == (65536, 64):  # one wave (16 x 8 programs) against one program past it (17 x 8)
+        out += [(f"triton/s{s}", "triton", s, False, None) for s in (16, 17)]
+    return out
+
+
+def measure_case(N: int, T: int, ceil: roofline.Ceilings, which: str = "full", samples: int = SAMPLES) -> dict:
+    from kdengine.ops.inputs import rel_l2
+    from kdengine.ops.reference import verify_attention_reference
+
+    sets = {chain: verify_timing.input_sets(N=N, T=T, H=H, chain=chain) for chain in (False, True)}
+    refs = {chain: verify_attention_reference(*s[0][0].args()[:4], s[0][1], sm_scale=s[0][0].sm_scale)[0]
+            for chain, s in sets.items()}
+    floor = roofline.verify_floor(N=N, T=T, H=H, ceil=ceil)
+    rows = {}
+    for label, backend, nsplit, scalar, layout in variants(N, T, which):
+        chain = backend in peers.PEERS  # a peer applies a causal tail: checked against a chain mask
+        try:
+            call, made = rotating_call(backend, nsplit, scalar_loads=scalar, layout=layout)
+            m = verify_timing.time_verify(call, sets[chain], samples=samples, capturable=True)
+            _, splits, result = made[id(sets[chain][0][0])]
+            err = rel_l2(result().reshape(refs[chain].shape), refs[chain])
+        except Exception as exc:  # noqa: BLE001 - a backend that cannot run is recorded, not fatal
+            rows[label] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+            print(f"ctx{N} T{T} {label}: {rows[label]['error']}", flush=True)
+            continue
+        rows[label] = {"median_s": m.median, "samples": m.samples, "nsplit": splits, "rel_l2": err,
+                       "floor_pct": 100 * floor / m.median, "throttled": m.throttled, "copies": len(sets[chain]),
+                       "launches_per_sample": m.launches_per_sample, "method": m.method}
+        print(f"ctx{N} T{T} {label:30s} nsplit={splits!s:5s} {m.median * 1e6:9.1f} us  "
+              f"{100 * floor / m.median:5.1f}% of floor  relL2={err:.2e}", flush=True)
+    return {"N": N, "T": T, "H": H, "floor_s": floor, "results": rows}
+
+
+def fingerprint() -> dict:
+    from kdengine.bench import fingerprint as fp
+
+    info = fp.collect()
+    info["clocks"] = fp.clocks()
+    try:
+        info["nvidia_smi"] = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,temperature.gpu",
+             "--format=csv"], capture_output=True, text=True, timeout=20).stdout.strip()
+    except OSError:
+        info["nvidia_smi"] = None
+    return info
+
+
+def measure(args) -> int:
+    from dataclasses import asdict
+
+    contexts = [int(c) for c in args.contexts.split(",")]
+    start = fingerprint()
+    if not start.get("commit") and args.commit:  # a copy of the tree without .git (device runners)
+        start["commit"], start["dirty"] = args.commit, None
+    ceil = roofline.ceilings("cuda")
+    print(f"ceilings: copy {ceil.copy_bytes_per_s / 1e12:.2f} TB/s (read + write), bf16 mm "
+          f"{ceil.matmul_flops_per_s / 1e12:.0f} TF/s")
+    doc = {"schema": SCHEMA, "kind": "verify_kernel_cudagraph", "set": args.set, "default_label": default_label(),
+           "date": dt.datetime.now(dt.timezone.utc).isoformat(),
+           "method": "kdengine.bench.verify_timing: input sets whose KV exceeds 2x L2, K = max(8, sets) launches "
+                     f"per CUDA-graph replay between CUDA events, L2 flushed before each of {SAMPLES} samples; "
+                     "seconds per launch, median",
+           "fingerprint": start, "clocks_end": None, "ceilings": asdict(ceil), "cases": []}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    for N in contexts:
+        for T in TREE_SIZES:
+            doc["cases"].append(measure_case(N, T, ceil, args.set))
+            doc["clocks_end"] = fingerprint().get("clocks")
+            Path(args.out).write_text(json.dumps(doc, indent=1))  # after every case: a cut-short run keeps its data
+    print(f"wrote {args.out}")
+    return 0
+
+
+# --- rendering ----------------------------------------------------------------------------------------
+
+
+def _ours_label(doc: dict, results: dict) -> str | None:
+    """The cuda default's row of a case (schema 2 names it; schema 1: the wide layout at auto)."""
+    for label in (doc.get("default_label"), "cuda/cw8rg4/comb1/sauto"):
+        if label and label in results and "median_s" in results[label]:
+            return label
+    return None
+
+
+def peer_lines(doc: dict) -> list[str]:
+    """ours / peer per size (time over time, below 1: ours is faster), for the cuda default and triton."""
+    medians = {}
+    for case in doc["cases"]:
+        res, size = case["results"], f"ctx{case['N']}/T{case['T']}"
+        ours = _ours_label(doc, res)
+        if ours:
+            medians[f"verify/cuda/{size}"] = res[ours]["median_s"]
+        if "median_s" in res.get("triton", {}):
+            medians[f"verify/triton/{size}"] = res["triton"]["median_s"]
+        for p in peers.PEERS:
+            if "median_s" in res.get(p, {}):
+                medians[f"verify-peer/{p}/{size}"] = res[p]["median_s"]
+    return peers.ratio_lines(medians)
+
+
+def render_doc(doc: dict) -> str:
+    fp = doc["fingerprint"]
+    ceil = doc["ceilings"]
+    how = (f" ({ceil['method']})" if ceil.get("method") else
+           " (schema 1: the copy timed as a CUDA-graph replay)")
+    lines = [
+        f"verify attention kernel, per layer (H={doc['cases'][0]['H'] if doc['cases'] else H}, B=1, page 64), "
+        f"{doc['method']}",
+        f"GPU {fp.get('gpu')} ({fp.get('sm_count')} SMs, {fp.get('capability')}), torch {fp.get('torch')}, "
+        f"triton {fp.get('triton')}, CUDA {fp.get('cuda')}, commit {str(fp.get('commit'))[:10]}"
+        f"{' (dirty)' if fp.get('dirty') else ''}, {doc['date'][:19]}",
+        f"ceilings measured: copy {ceil['copy_bytes_per_s'] / 1e12:.2f} TB/s read + write{how}, bf16 matmul "
+        f"{ceil['matmul_flops_per_s'] / 1e12:.0f} TF/s; floor = max(bytes/copy, flops/matmul)",
+        "",
+        f"{'ctx':>6} {'T':>3}  {'backend':30s} {'nsplit':>6} {'median us':>10} {'tok/s':>10} {'% floor':>8} "
+        f"{'x extend':>9} {'x torch':>8} {'/flashmla':>9}",
+    ]
+    for case in doc["cases"]:
+        res = case["results"]
+        ext = res.get("triton_extend", {}).get("median_s")
+        torch_s = res.get("torch", {}).get("median_s")
+        peer_s = res.get("flashmla", {}).get("median_s")
+        for label, row in res.items():
+            if "error" in row:
+                lines.append(f"{case['N']:>6} {case['T']:>3}  {label:30s} unavailable: {row['error'][:60]}")
+                continue
+            t = row["median_s"]
+            x_ext = f"{ext / t:9.1f}" if ext else f"{'-':>9}"
+            x_torch = f"{torch_s / t:8.1f}" if torch_s else f"{'-':>8}"
+            x_peer = f"{t / peer_s:9.2f}" if peer_s else f"{'-':>9}"
+            lines.append(f"{case['N']:>6} {case['T']:>3}  {label:30s} {row['nsplit']!s:>6} {t * 1e6:10.1f} "
+                         f"{case['T'] / t:10.0f} {row['floor_pct']:8.1f} {x_ext} {x_torch} {x_peer}")
+        lines.append("")
+    extra = peer_lines(doc)
+    return "\n".join(lines + (extra + [""] if extra else []))
+
+
+def render(args) -> int:
+    docs = [json.loads(Path(p).read_text()) for p in args.inputs]
+    text = "\n\n".join(render_doc(d) for d in sorted(docs, key=lambda d: d["date"]))
+    text = "# generated by `python -m kdengine.bench.kernel render` from perf_history/kernel/*.json\n" + text
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text + "\n")
+    print(text)
+    return 0
+
+
+def once(args) -> int:
+    """One checked cuda call (for compute-sanitizer and ncu)."""
+    from kdengine.ops import cuda_backend
+    from kdengine.ops.inputs import make_verify_inputs, rel_l2
+    from kdengine.ops.mask import pack_tree_mask
+    from kdengine.ops.verify import verify_attention
+
+    inp = make_verify_inputs(B=args.B, T=args.T, H=args.H, prefix=args.prefix, seed=1, device="cuda")
+    if args.pingpong is None:
+        out = verify_attention(*inp.args(), sm_scale=inp.sm_scale, backend="cuda", nsplit=args.nsplit)
+    else:  # the wide layout with or without ping-pong halves, whatever the default
+        call, _, result = launcher("cuda", inp, pack_tree_mask(inp.tree_mask), args.nsplit,
+                                   layout=(cuda_backend.WIDE, cuda_backend.DEFAULT_ROW_GROUPS,
+                                           cuda_backend.DEFAULT_COMBINE, bool(args.pingpong)))
+        call()
+        out = result()
+    ref = verify_attention(*inp.args(), sm_scale=inp.sm_scale, backend="reference")
+    err = rel_l2(out, ref)
+    print(f"once B={args.B} T={args.T} H={args.H} prefix={args.prefix}: rel L2 {err:.2e}")
+    return 0 if err < 1e-2 else 1
+
+
+def build_parser(prog: str = "python -m kdengine.bench.kernel") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("measure")
+    p.add_argument("--out", required=True)
+    p.add_argument("--contexts", default=",".join(map(str, CONTEXTS)))
+    p.add_argument("--set", choices=SETS, default="full",
+                   help="full: every layout and NSPLIT; peers: cuda default, triton, torch, the peers")
+    p.add_argument("--commit", default=None, help="the commit measured, when the tree has no .git")
+    p.set_defaults(func=measure)
+    p = sub.add_parser("render")
+    p.add_argument("inputs", nargs="+")
+    p.add_argument("--out", default=None, help="also write the table here (the records file is ci record's)")
+    p.set_defaults(func=render)
+    p = sub.add_parser("once")
+    for name, default in (("B", 1), ("T", 16), ("H", 8), ("prefix", 300)):
+        p.add_argument(f"--{name}", type=int, default=default)
+    p.add_argument("--nsplit", type=int, default=None)
+    p.add_argument("--pingpong", type=int, choices=(0, 1), default=None,
+                   help="run the wide layout with (1) or without (0) ping-pong halves instead of the default")
+    p.set_defaults(func=once)
+    return parser
+
+
+def main(argv=None, prog: str = "python -m kdengine.bench.kernel") -> int:
+    args = build_parser(prog).parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""The kernel sweep (kdengine.bench.kernel) on the CPU: the committed perf_history/kernel/*.json
+(schema 1) still render, a schema 2 document renders ours / FlashMLA per size, the old module name
+still runs the CLI; on a GPU one case is measured by the one core."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kdengine.bench import kernel
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_committed_records_still_render():
+    paths = sorted((ROOT / "perf_history" / "kernel").glob("*.json"))
+    assert paths
+    for path in paths:
+        text = kernel.render_doc(json.loads(path.read_text()))
+        assert "ceilings measured" in text and "schema 1" in text and "cuda/" in text
+
+
+def _doc():
+    def row(us, nsplit=None):
+        return {"median_s": us * 1e-6, "samples": [us * 1e-6] * 3, "nsplit": nsplit, "rel_l2": 1e-3,
+                "floor_pct": 10.0}
+
+    cases = [{"N": n, "T": t, "H": 8, "floor_s": 1e-5,
+              "results": {"cuda/cw8rg4/comb1/sauto": row(cuda, 64), "triton": row(tri), "torch": row(300.0),
+                          "flashmla": row(peer), "cuda/cw2rg4/s16": {"error": "RuntimeError: planted"}}}
+             for n, t, cuda, tri, peer in ((4096, 16, 27.0, 41.0, 24.0), (65536, 64, 443.0, 415.0, 123.7))]
+    return {"schema": 2, "kind": "verify_kernel_cudagraph", "set": "peers", "default_label": "cuda/cw8rg4/comb1/sauto",
+            "date": "2026-11-30T12:00:00+00:00", "method": "planted", "fingerprint": {"gpu": "NVIDIA H200"},
+            "ceilings": {"copy_bytes_per_s": 4.2e12, "matmul_flops_per_s": 7.5e14, "machine": "m",
+                         "dtype": "bfloat16", "method": "v2: planted"}, "cases": cases}
+
+
+def test_schema_2_renders_ours_over_flashmla():
+    text = kernel.render_doc(_doc())
+    assert "copy 4.20 TB/s read + write (v2: planted)" in text and "/flashmla" in text
+    assert "ours / peer" in text and "unavailable: RuntimeError: planted" in text
+    ratio = [x for x in text.splitlines() if x.lstrip().startswith("65536") and "flashmla" in x][-1]
+    assert "3.58x" in ratio and "3.35x" in ratio  # cuda 443 / 123.7 and triton 415 / 123.7
+
+
+def test_peers_set_is_the_default_row_and_the_peers():
+    labels = [v[0] for v in kernel.variants(4096, 16, "peers")]
+    assert labels == [kernel.default_label(), "triton", "torch", "flashmla"]
+    full = [v[0] for v in kernel.variants(65536, 16, "full")]
+    assert len(full) == len(set(full)) and set(labels) <= set(full) and "triton_extend" in full
+
+
+def test_old_module_name_runs_the_cli(tmp_path):
+    doc = tmp_path / "d.json"
+    doc.write_text(json.dumps(_doc()))
+    out = subprocess.run([sys.executable, "-m", "kdengine.ops.bench_kernel", "render", str(doc)],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert "python -m kdengine.bench.kernel render" in out.stdout and "ours / peer" in out.stdout
+
+
+@pytest.mark.gpu
+def test_one_case_on_the_gpu():
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from kdengine.bench import roofline
+
+    case = kernel.measure_case(4096, 16, roofline.ceilings("cuda"), "peers", samples=20)
+    row = case["results"][kernel.default_label()]
+    assert row["rel_l2"] < 1e-2 and row["median_s"] > 0 and row["method"] == "cuda-graph"
