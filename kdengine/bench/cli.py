@@ -64,6 +64,13 @@ def render_table(records: list[dict], skipped: dict[str, str]):
     return table
 
 
+def peer_ratio_lines(records: list[dict]) -> list[str]:
+    """ours / peer per size where a peer was measured in this run (kdengine.bench.peers)."""
+    from kdengine.bench import peers
+
+    return peers.ratio_lines({r["name"]: r["median"] for r in records if r["unit"] == "seconds"})
+
+
 def run(args) -> int:
     from rich.console import Console
     from rich.progress import Progress
@@ -91,6 +98,8 @@ def run(args) -> int:
                 skipped[w.name] = reason
             progress.advance(task)
     console.print(render_table(records, skipped))
+    for line in peer_ratio_lines(records):
+        console.print(line, highlight=False)
     if args.json:
         write_json(args.json, records, fingerprint.commit()["commit"] or "unknown", fingerprint.machine_name(),
                    samples)

@@ -29,3 +29,14 @@ def test_bench_list_and_bad_arguments(capsys):
     assert "--filter" in capsys.readouterr().err
     assert main(["bench", "--filter", "no-such-workload"]) == 2
     assert main(["bench", "--samples", "0"]) == 2
+
+
+def test_peer_ratio_lines_from_a_run():
+    from kdengine.bench.cli import peer_ratio_lines
+
+    records = [{"name": "verify/cuda/ctx4096/T16", "unit": "seconds", "median": 27e-6},
+               {"name": "verify-peer/flashmla/ctx4096/T16", "unit": "seconds", "median": 24e-6},
+               {"name": "decode/cuda/ctx4096", "unit": "tok/s", "median": 900.0}]
+    lines = peer_ratio_lines(records)
+    assert lines[0].startswith("ours / peer") and "1.12x" in lines[-1]
+    assert peer_ratio_lines(records[:1]) == []
