@@ -17,7 +17,9 @@ def test_bench_filter_json(tmp_path, monkeypatch, capsys):
     assert main(["bench", "--filter", pattern, "--samples", "3", "--json", str(out)]) == 0
     assert "kdengine bench" in capsys.readouterr().out
     data = json.loads(out.read_text())
-    assert data["schema"] == 1 and list(data["results"]) == [pattern]
+    from kdengine.bench import samples
+
+    assert data["schema"] == samples.SCHEMA and list(data["results"]) == [pattern]
     assert len(data["results"][pattern]["samples"]) == (3 if not torch.cuda.is_available() else 20)
 
 
