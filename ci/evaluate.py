@@ -14,6 +14,7 @@ Figures (per machine and overall):
 - pairs failing: share of pairs with any red benchmark, gate vs asv;
 - flags not persisting: a (pair, benchmark) flag whose next run is back within the threshold of the base
   value (worse by < threshold), over flags that have a next run;
+- spikes and steps are looked for within one benchmark version (a changed `version` starts a new series);
 - one-run slow spikes: run i worse by >= threshold than both neighbours (i-1 and i+1), with i+1 back within
   the threshold of i-1; how many of them each turned red;
 - persistent steps (robust before/after medians): at run i, the median of the `--step-runs` N runs after
@@ -142,9 +143,8 @@ def _asv_resultset(paths: list[str]):
 
 def asv_pair(results_dir: Path, base, head, factor: float) -> dict[str, str]:
     """{benchmark display name: asv's mark} from asv compare's own table for this pair."""
-    from asv.commands.compare import Compare
-
     from asv.commands import compare as asv_compare
+    from asv.commands.compare import Compare
 
     conf = types.SimpleNamespace(results_dir=str(results_dir), benchmark_dir=str(results_dir))
     buf = io.StringIO()
@@ -199,11 +199,29 @@ def direction_of(runs: list, name: str) -> str:
     return "lower"
 
 
-def find_spikes(vals: list, thr: float, direction: str) -> list[int]:
+def run_versions(run) -> dict[str, str]:
+    """{asv benchmark name: version} over the run's asv files."""
+    out = {}
+    for f in asv_files(run):
+        try:
+            data = json.loads(Path(f).read_text(encoding="utf-8"))
+            k = data["result_columns"].index("version")
+            out.update({name: row[k] for name, row in data["results"].items()})
+        except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
+            continue
+    return out
+
+
+def _same(segs: list | None, idx) -> bool:
+    return segs is None or len({segs[j] for j in idx}) == 1
+
+
+def find_spikes(vals: list, thr: float, direction: str, segs: list | None = None) -> list[int]:
+    """segs: a series id per run (the benchmark version): a spike never spans two versions."""
     out = []
     for i in range(1, len(vals) - 1):
         a, b, c = vals[i - 1], vals[i], vals[i + 1]
-        if None in (a, b, c):
+        if None in (a, b, c) or not _same(segs, (i - 1, i, i + 1)):
             continue
         if (gate.worse_fraction(a, b, direction) >= thr and gate.worse_fraction(c, b, direction) >= thr
                 and abs(gate.worse_fraction(a, c, direction)) < thr):
@@ -211,12 +229,13 @@ def find_spikes(vals: list, thr: float, direction: str) -> list[int]:
     return out
 
 
-def find_steps(vals: list, thr: float, direction: str, n: int) -> list[int]:
+def find_steps(vals: list, thr: float, direction: str, n: int, segs: list | None = None) -> list[int]:
+    """segs: as for find_spikes; a version change is not a step."""
     out = []
     prev = False
     for i in range(n, len(vals) - n + 1):
         before, after = vals[i - n:i], vals[i:i + n]
-        if None in before or None in after:
+        if None in before or None in after or not _same(segs, range(i - n, i + n)):
             prev = False
             continue
         ref = statistics.median(before)
@@ -242,6 +261,7 @@ def evaluate_machine(results_dir: Path, machine: str, runs: list, config: dict, 
         asv_v[i] = asv_pair(results_dir, runs[i - 1], runs[i], factor)
         asv_times.append(time.perf_counter() - t0)
     names = sorted({k for r in runs for k in r.points})
+    versions = [run_versions(r) for r in runs]
     gate_red = [{k for k, v in gate_v[i].items() if v == "regressed"} for i in range(n)]
     asv_red = [{k for k, v in asv_v[i].items() if v in RED_MARKS} for i in range(n)]
     judged = {"gate": sum(1 for i in range(1, n) if gate_v[i]), "asv": sum(1 for i in range(1, n) if asv_v[i])}
@@ -253,6 +273,9 @@ def evaluate_machine(results_dir: Path, machine: str, runs: list, config: dict, 
         for m in asv_v[i].values():
             key = m or " "
             fig["asv_marks"][key] = fig["asv_marks"].get(key, 0) + 1
+    across = [(i, k) for i in range(1, n) for k, m in asv_v[i].items() if m == "x"]
+    fig["version_changed_points"] = {"asv_not_comparable": len(across), "gate_compared_anyway": sum(
+        1 for i, k in across if gate_v[i].get(k) in ("regressed", "improved", "unchanged", "noisy"))}
     fig["pairs_failing"] = {"gate": sum(1 for i in range(1, n) if gate_red[i]),
                             "asv": sum(1 for i in range(1, n) if asv_red[i])}
     flags = {"gate": [0, 0], "asv": [0, 0]}  # [flags with a next run, of which not persisting]
@@ -264,17 +287,18 @@ def evaluate_machine(results_dir: Path, machine: str, runs: list, config: dict, 
         vals = series_of(runs, name)
         direction = direction_of(runs, name)
         thr_gate = gate.threshold_for(name, config)
+        segs = [v.get(name.split("(", 1)[0]) for v in versions]
         for who, red, thr in (("gate", gate_red, thr_gate), ("asv", asv_red, factor - 1.0)):
             for i in range(1, n - 1):
                 if name in red[i] and None not in (vals[i - 1], vals[i + 1]):
                     flags[who][0] += 1
                     if gate.worse_fraction(vals[i - 1], vals[i + 1], direction) < thr:
                         flags[who][1] += 1
-        for i in find_spikes(vals, thr_gate, direction):
+        for i in find_spikes(vals, thr_gate, direction, segs):
             spikes["count"] += 1
             spikes["gate"] += name in gate_red[i]
             spikes["asv"] += name in asv_red[i]
-        for i in find_steps(vals, thr_gate, direction, step_runs):
+        for i in find_steps(vals, thr_gate, direction, step_runs, segs):
             steps["count"] += 1
             steps["gate_caught"] += name in gate_red[i]
             steps["asv_caught"] += name in asv_red[i]
@@ -382,6 +406,9 @@ def render(result: dict) -> str:
         lines.append(f"{f['machine']}: {f['runs']} runs x {f['benchmarks']} benchmarks; gate per pair mean "
                      f"{tm['gate_mean_pair']:.3f} s, max {tm['gate_max_pair']:.3f} s; verdicts {f['verdicts']}; "
                      f"asv marks {f['asv_marks']}")
+        vc = f["version_changed_points"]
+        lines.append(f"  changed benchmark version: asv 'not comparable' on {vc['asv_not_comparable']} points; the gate "
+                     f"compared {vc['gate_compared_anyway']} of them anyway")
         lines.append(f"  data: {len(d['runs_with_several_files'])} runs with several env files, "
                      f"{len(d['version_changes'])} version changes, {len(d['appeared'])} benchmarks appearing, "
                      f"{len(d['disappeared'])} disappearing, {d['dates_out_of_run_order']} commit dates out of "

@@ -29,7 +29,7 @@ def test_saved_data_is_the_source_values():
     assert row["benchmarks.Nrm2.time_nrm2"][0][0] == 6.898395748983188e-07  # as published, never rounded
     for f in files:
         for name, r in json.loads(f.read_text())["results"].items():
-            assert all(a <= v <= b for v, a, b in zip(r[0], r[4], r[5])), (f.name, name)  # median inside its CI
+            assert all(a <= v <= b for v, a, b in zip(r[0], r[4], r[5], strict=True)), (f.name, name)  # median inside its CI
 
 
 def test_every_pair_judged_by_both(result):
@@ -39,6 +39,9 @@ def test_every_pair_judged_by_both(result):
     assert m["pairs_judged"] == {"gate": m["pairs"], "asv": m["pairs"]}
     # asv gave a mark for every benchmark of every pair (the suite was renamed once: that pair has both sets)
     assert sum(m["asv_marks"].values()) == sum(m["verdicts"].values()) > 0
+    vc = m["version_changed_points"]
+    assert vc["asv_not_comparable"] == m["asv_marks"].get("x", 0) > 0  # the published versions did change
+    assert 0 <= vc["gate_compared_anyway"] <= vc["asv_not_comparable"]
     heads = [p["head"] for p in m["per_pair"]]
     assert len(set(heads)) == len(heads)
 
@@ -63,6 +66,8 @@ def test_data_oddities_reported(result):
     assert {n["benchmark"] for n in notes["disappeared"]} == {
         "benchmarks.Nrm2.time_dnrm2", "benchmarks.DDot.time_ddot", "benchmarks.Dgesdd.time_dgesdd"}
     assert len(notes["appeared"]) == 3 and notes["old_format_files"] == []
+    # the same names changed their version hash (and parameter grid) twice in June 2024
+    assert {n["benchmark"] for n in notes["version_changes"]} >= {"benchmarks.DDot.time_ddot"}
 
 
 def test_asv_decision_comes_from_asv(tmp_path):
@@ -91,6 +96,8 @@ def test_spike_and_step_rules():
     assert evaluate.find_spikes([1, 1, 0.8, 1, 1], 0.05, "higher") == [2]
     assert evaluate.find_steps([1, 1, 1, 1.2, 1.2, 1.2], 0.05, "lower", 3) == [3]
     assert evaluate.find_steps([1, 1, 1, 1.2, 1, 1], 0.05, "lower", 3) == []
+    assert evaluate.find_steps([1, 1, 1, 1.2, 1.2, 1.2], 0.05, "lower", 3, list("aaabbb")) == []  # new version
+    assert evaluate.find_spikes([1, 1, 1.2, 1, 1], 0.05, "lower", list("aabbb")) == []
 
 
 def test_cli_writes_strict_json(tmp_path, capsys):
