@@ -1,8 +1,8 @@
 """Find the commit that slowed one benchmark: measure the good commit's distribution, then drive
 `git bisect run` (in a temporary worktree, so the caller's checkout is untouched) with a step that builds,
 runs the benchmark --runs times interleaved with the good commit (a second worktree: drift hits both) and
-calls the commit bad when it is significantly worse than the good distribution (one-sided Mann-Whitney U) by at least the benchmark's threshold. Prints the culprit and how
-many benchmark runs it took.
+calls the commit bad when the gate's own rule (ci.noise.decide: beyond the run-to-run noise and past the
+benchmark's floor) says regressed. Prints the culprit and how many benchmark runs it took.
 
 `python -m ci bisect --good SHA --bad SHA --benchmark NAME [--runs N] [--cmd CMD] [--build CMD]`
 --cmd is a shell command run in the checkout under test that prints the benchmark's value(s) (one float a
@@ -56,11 +56,22 @@ def measure(tree: Path, cmd: str, runs: int, build: str | None) -> list[float] |
 
 
 def is_bad(good: list[float], values: list[float], direction: str, threshold: float,
-           alpha: float) -> tuple[bool, float, float]:
-    """(bad?, relative worsening, one-sided Mann-Whitney p)."""
-    worse = gate.worse_fraction(statistics.median(good), statistics.median(values), direction)
-    p_worse, _, _ = gate.test_samples(good, values, direction)
-    return worse >= threshold and p_worse < alpha, worse, p_worse
+           alpha: float) -> tuple[bool, float, str]:
+    """(bad?, relative worsening, the decision's reason): the gate's own rule (ci.noise.decide), each
+    value one run of the good or the candidate commit, the spread estimated from both sides' runs."""
+    import math
+
+    from ci import noise
+
+    xg = [noise.log_worse(v, direction) for v in good]
+    xc = [noise.log_worse(v, direction) for v in values]
+    mg, mc = statistics.fmean(xg), statistics.fmean(xc)
+    dof = len(xg) + len(xc) - 2
+    ss = sum((x - mg) ** 2 for x in xg) + sum((x - mc) ** 2 for x in xc)
+    sigma = math.sqrt(ss / dof) if dof > 0 else math.inf
+    est = noise.Estimate(mc - mg, sigma * math.sqrt(1 / len(xg) + 1 / len(xc)), dof)
+    decision = noise.decide(est, threshold, alpha)
+    return decision.verdict == "regressed", est.worse, decision.verdict
 
 
 def measure_interleaved(tree: Path, good_tree: Path, cmd: str, runs: int) -> tuple[list, list] | None:
@@ -89,13 +100,13 @@ def step(state_path: Path) -> int:
         if not got:
             return 125
         good, values = good + got[0], values + got[1]
-        bad, worse, p = is_bad(good, values, state["direction"], state["threshold"], state["alpha"])
-        if bad or worse < state["threshold"] / 2:
+        bad, worse, verdict = is_bad(good, values, state["direction"], state["threshold"], state["alpha"])
+        if verdict != "noisy":
             break
-        print(f"[bisect] ambiguous ({worse:+.1%} worse, p={p:.2g}): measuring again ({attempt + 2}/3)")
+        print(f"[bisect] ambiguous ({worse:+.1%} worse, {verdict}): measuring again ({attempt + 2}/3)")
     sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     print(f"[bisect] {sha}: median {statistics.median(values):.4g} vs good {statistics.median(good):.4g}"
-          f" ({worse:+.1%} worse, p={p:.2g}) -> {'bad' if bad else 'good'}", flush=True)
+          f" ({worse:+.1%} worse, {verdict}) -> {'bad' if bad else 'good'}", flush=True)
     return 1 if bad else 0
 
 
@@ -153,7 +164,7 @@ def add_parser(sub) -> None:
     p.add_argument("--build", default=None, help="shell command to build each checkout (e.g. kdengine build)")
     p.add_argument("--direction", choices=("lower", "higher"), default="lower")
     p.add_argument("--threshold", type=float, default=None, help="default: from ci/thresholds.toml")
-    p.add_argument("--alpha", type=float, default=0.01)
+    p.add_argument("--alpha", type=float, default=0.001, help="false-alarm rate per step (default 0.001)")
     p.add_argument("--asv-filter", default=None, help="asv --bench regex for the default cmd")
     p.add_argument("--repo", default=".")
     p.set_defaults(func=main)

@@ -1,106 +1,99 @@
-"""A/A calibration: from repeated runs of one commit (several asv result files or sidecars of the same code),
-measure each benchmark's run-to-run noise and widen its threshold in ci/thresholds.toml where the noise
-demands it (threshold >= k x the relative spread of the run medians, and of the samples within a run).
-Thresholds are only ever widened; the file is rewritten with its comment header for review.
+"""A/A calibration: from repeated runs of unchanged code on one machine (several runs of one commit, or
+runs of commits that changed nothing measured), measure each benchmark's run-to-run spread and write it as
+the machine's prior in ci/noise_prior.toml, the gate's fallback while a benchmark's history is short.
 
-`python -m ci calibrate --results-dir DIR --commits SHA[,SHA...] [--machine NAME] [--k 3] [--write]`
-(A/A runs are usually recorded as distinct commit keys, e.g. with `asv run --set-commit-hash`.)
+`python -m ci calibrate --results-dir DIR --commits SHA[,SHA...] [--machine NAME] [--write]`
+Prints, per benchmark, the within-run spread (samples), the run-to-run spread (run medians) and their
+ratio: a ratio far above 1 is a benchmark whose samples cannot judge a rerun (the eager reference).
+The file is rewritten for review (a pull request), never silently.
 """
 
 from __future__ import annotations
 
+import math
+import os
 import statistics
+import tempfile
 from pathlib import Path
 
-from ci import gate, history
+from ci import gate, history, noise
 
-HEADER = """# Regression-gate thresholds: reviewed in pull requests like code.
-# threshold = the smallest relative change (in the benchmark's bad direction) the gate may call a
-# regression; alpha = significance level of the one-sided Mann-Whitney U test.
-# [thresholds] keys are workload names or glob patterns (fnmatch); the most specific match wins.
-# `python -m ci calibrate` widens entries from A/A runs; it never narrows them.
+HEADER = """# Run-to-run noise priors per machine: reviewed in pull requests like code (`python -m ci calibrate` writes
+# them from A/A runs: several runs of unchanged code on one machine).
+# [machines."<machine glob>"] "<benchmark glob>" = {sigma = <relative sd of run medians>, runs = <weight>}
+# sigma is the spread a rerun of the same code shows (log scale, 0.01 = 1%); runs is how many runs' worth
+# of evidence the prior carries against the history's own runs. The gate uses the prior while a benchmark's
+# history is short; without one, a change past the floor on a short history is "noisy: needs confirmation".
 """
+MIN_SIGMA = 1e-4  # a prior of exactly 0 would make any difference significant
 
 
-def relative_spread(values: list[float]) -> float:
-    """Robust relative spread: 1.4826 * MAD / median (0 for fewer than 2 values)."""
-    if len(values) < 2:
-        return 0.0
-    med = statistics.median(values)
-    mad = statistics.median(abs(v - med) for v in values)
-    return 1.4826 * mad / abs(med) if med else 0.0
+def measure_noise(runs: list[history.Run]) -> dict[str, dict]:
+    """{workload: {"sigma", "runs", "within"}} over runs of unchanged code (>= 2 runs of a workload)."""
+    out = {}
+    for name in sorted({n for r in runs for n in r.points}):
+        pts = [r.points[name] for r in runs if name in r.points and r.points[name].direction != "info"]
+        if len(pts) < 2:
+            continue
+        logs = [math.log(p.value) for p in pts]
+        sigma = max(statistics.stdev(logs), MIN_SIGMA)
+        within = statistics.median([noise.within_run_sd(p.samples) for p in pts])
+        out[name] = {"sigma": sigma, "runs": len(pts) - 1, "within": within}
+    return out
 
 
-def measure_noise(runs: list[history.Run]) -> dict[str, float]:
-    """{workload: noise}: the larger of the spread of run medians and the median within-run spread."""
-    names = sorted({n for r in runs for n in r.points})
-    noise = {}
-    for name in names:
-        pts = [r.points[name] for r in runs if name in r.points]
-        between = relative_spread([p.value for p in pts])
-        within = statistics.median([relative_spread(p.samples) for p in pts if p.samples] or [0.0])
-        noise[name] = max(between, within)
-    return noise
+def format_toml(priors: dict[str, dict[str, dict]]) -> str:
+    lines = [HEADER]
+    for machine in sorted(priors):
+        lines.append(f'[machines."{machine}"]')
+        for name, p in sorted(priors[machine].items()):
+            lines.append(f'"{name}" = {{sigma = {p["sigma"]:.3g}, runs = {p["runs"]:g}}}')
+        lines.append("")
+    return "\n".join(lines)
 
 
-def widen(config: dict, noise: dict[str, float], k: float) -> dict[str, tuple[float, float]]:
-    """{workload: (old, new)} for every benchmark whose threshold must grow to k x its noise."""
-    changes = {}
-    for name, n in noise.items():
-        old = gate.threshold_for(name, config)
-        need = round(k * n + 0.005, 2)
-        if need > old:
-            changes[name] = (old, need)
-    return changes
-
-
-def format_toml(config: dict) -> str:
-    lines = [HEADER, "[defaults]"]
-    for key in ("threshold", "alpha"):
-        lines.append(f"{key} = {config['defaults'][key]}")
-    lines += ["", "[thresholds]"]
-    lines += [f'"{name}" = {value}' for name, value in sorted(config["thresholds"].items())]
-    return "\n".join(lines) + "\n"
-
-
-def write_thresholds(config: dict, path: Path) -> None:
-    import os
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".thresholds.")
+def write_atomic(text: str, path: Path) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     with os.fdopen(fd, "w") as fh:
-        fh.write(format_toml(config))
+        fh.write(text)
     os.replace(tmp, path)
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("calibrate", help="A/A noise per benchmark; widen thresholds for review")
+    p = sub.add_parser("calibrate", help="A/A runs -> run-to-run noise priors per benchmark, for review",
+                       description=__doc__)
     p.add_argument("--results-dir", default="perf_history")
-    p.add_argument("--commits", required=True, help="comma-separated commit keys of the A/A runs (>= 2)")
+    p.add_argument("--commits", required=True, help="comma-separated commits whose runs are A/A (>= 2 runs)")
     p.add_argument("--machine", default=None)
-    p.add_argument("--k", type=float, default=3.0, help="threshold >= k x noise (default 3)")
-    p.add_argument("--thresholds", default=str(gate.THRESHOLDS_FILE))
-    p.add_argument("--write", action="store_true", help="rewrite the thresholds file (else dry run)")
+    p.add_argument("--priors", default=str(gate.PRIOR_FILE), help="priors TOML (default ci/noise_prior.toml)")
+    p.add_argument("--write", action="store_true", help="rewrite the priors file (else dry run)")
     p.set_defaults(func=main)
 
 
 def main(args) -> int:
-    shas = [s for s in args.commits.split(",") if s]
-    if len(shas) < 2:
-        raise ValueError(f"--commits: expected at least 2 A/A runs, got {len(shas)}")
-    config = gate.load_thresholds(args.thresholds)
+    shas = [s for s in args.commits.split(",") if s.strip()]
+    if not shas:
+        raise ValueError("--commits: expected at least one commit")
+    existing = gate.load_toml(Path(args.priors)).get("machines", {})
+    priors = {m: dict(t) for m, t in existing.items()}
+    found = 0
     for machine, runs in history.load_all(args.results_dir, args.machine).items():
-        picked = [r for r in (history.find_run(runs, s) for s in shas) if r is not None]
+        commits = {history.resolve_commit([r.commit for r in runs], s, "--commits") for s in shas
+                   if any(r.commit.startswith(s) for r in runs)}
+        picked = [r for r in runs if r.commit in commits and not r.throttled]
         if len(picked) < 2:
             continue
-        noise = measure_noise(picked)
-        changes = widen(config, noise, args.k)
-        for name, n in sorted(noise.items()):
-            old, new = changes.get(name, (gate.threshold_for(name, config), None))
-            note = f"widen {old:.0%} -> {new:.0%}" if new else f"keep {old:.0%}"
-            print(f"[calibrate] {machine} {name}: noise {n:.2%} over {len(picked)} runs: {note}")
-        config["thresholds"].update({name: new for name, (_, new) in changes.items()})
+        found += 1
+        measured = measure_noise(picked)
+        for name, n in measured.items():
+            ratio = n["sigma"] / n["within"] if n["within"] else math.inf
+            print(f"[calibrate] {machine} {name}: run-to-run {n['sigma']:.2%} over {n['runs'] + 1} runs, "
+                  f"within-run {n['within']:.2%} (ratio {ratio:.1f})")
+        priors.setdefault(machine, {}).update({k: {"sigma": v["sigma"], "runs": v["runs"]}
+                                               for k, v in measured.items()})
+    if not found:
+        raise ValueError(f"--commits: no machine in {args.results_dir} has >= 2 runs of {args.commits}")
     if args.write:
-        write_thresholds(config, Path(args.thresholds))
-        print(f"[calibrate] wrote {args.thresholds}: review the diff before committing")
+        write_atomic(format_toml(priors), Path(args.priors))
+        print(f"[calibrate] wrote {args.priors}: review the diff before committing")
     return 0

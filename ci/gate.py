@@ -1,50 +1,59 @@
-"""The regression gate: compare a head commit with a base commit (and the base branch's history) per benchmark
-and machine. A benchmark regressed when it got worse in its own direction, the change is significant
-(one-sided Mann-Whitney U on samples; the history's spread where there are no samples) and it can reach the
-threshold (default 5%, overrides in ci/thresholds.toml), or when the newest point starts a worse step found by
-E-divisive change-point detection (Apache Otava) over the history. Exit: 0 nothing regressed, 1 a regression,
-2 usage or data error. Runs with different fingerprints (GPU, driver, CUDA, torch) are never compared.
+"""The regression gate: judge a head run against its base and the base branch's history, per benchmark,
+machine and environment, with the noise model of ci/noise.py.
+
+For each benchmark the head run is compared with a prediction interval for a new run of unchanged code:
+the current level (the runs since the last change point, the base run included) and the run-to-run spread
+(residuals of run medians, same-commit reruns, the machine's calibrated prior). "regressed" needs the change
+to be both beyond that margin and past the benchmark's floor of practical significance (ci/thresholds.toml).
+A change past the floor that the noise cannot settle is "noisy": `ci perf` re-measures it (base and head
+interleaved) and only a confirmed regression turns the build red. Verdicts: regressed / improved /
+unchanged / noisy / new / missing. Exit: 0 nothing regressed, 1 a regression, 2 usage or data error (a
+file, an unknown or ambiguous commit is named). Runs with other fingerprints (GPU, driver, CUDA, torch) or
+environments are never compared; a changed benchmark version starts a new series.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
-import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-
-from scipy import stats
 
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from ci import history
-from ci.history import DataError, Point, Run
+from ci import history, noise
+from ci.history import DataError, MachineHistory, Run
 
 THRESHOLDS_FILE = Path(__file__).with_name("thresholds.toml")
-DEFAULTS = {"threshold": 0.05, "alpha": 0.01, "pool": 5, "window": 300, "sparkline": 20, "min_samples": 5}
-Z_MARGIN = 2.3263  # one-sided 99%: a true change at the threshold is caught 99% of the time
-MEDIAN_SE = 1.2533 * 1.4826  # standard error of a median from the MAD, for normal-ish noise
+PRIOR_FILE = Path(__file__).with_name("noise_prior.toml")
+DEFAULTS = {"threshold": 0.01, "alpha": 0.001, "window": 200, "sparkline": 20, "penalty": 3.0, "rounds": 3}
+VERDICTS = ("regressed", "improved", "unchanged", "noisy", "new", "missing")
 
 
 @dataclass
 class Verdict:
     name: str
     machine: str
-    verdict: str  # regressed / improved / unchanged / noisy / new / missing
+    verdict: str  # one of VERDICTS
     unit: str = ""
     direction: str = "lower"
     base: float | None = None
     head: float | None = None
-    change: float | None = None  # relative change head vs base (signed, raw)
+    change: float | None = None  # relative change of head vs the baseline level (signed, raw)
     worse: float | None = None  # relative change in the bad direction (> 0 = worse)
-    p_value: float | None = None
-    baseline: float | None = None  # pooled median of the base segment (base + earlier runs, same step)
-    threshold: float = 0.05
+    baseline: float | None = None  # the current level of the history (median since the last change point)
+    threshold: float = 0.01  # the floor of practical significance
     reason: str = ""
+    env: str = ""
+    run_to_run: float | None = None  # relative run-to-run sd used (posterior)
+    within_run: float | None = None  # relative sd of the head's median from its own samples
+    dof: float | None = None
+    detectable: float | None = None  # smallest change one run can call regressed
+    detectable_confirmed: float | None = None  # ... with the confirmation rounds
+    runs: int = 0  # history runs behind the level and spread
+    confirmation: dict | None = None  # filled by `ci perf` when the verdict was re-measured
     history: list[float] = field(default_factory=list)
     change_points: list[dict] = field(default_factory=list)
 
@@ -52,15 +61,28 @@ class Verdict:
 # --- configuration -------------------------------------------------------------------------------------
 
 
-def load_thresholds(path: str | Path | None = None) -> dict:
-    """{"defaults": {...}, "thresholds": {glob: fraction}} from the reviewed TOML file (missing = defaults)."""
-    path = Path(path) if path else THRESHOLDS_FILE
-    data = {}
-    if path.exists():
+def load_toml(path: Path) -> dict:
+    if not path.exists():
+        return {}
+    try:
         with open(path, "rb") as fh:
-            data = tomllib.load(fh)
+            return tomllib.load(fh)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise DataError(f"unreadable configuration {path}: {exc}") from None
+
+
+def load_thresholds(path: str | Path | None = None, priors: str | Path | None = None) -> dict:
+    """{"defaults", "thresholds": {glob: floor}, "priors": {machine glob: {benchmark glob: Prior}}}."""
+    data = load_toml(Path(path) if path else THRESHOLDS_FILE)
     defaults = {**DEFAULTS, **data.get("defaults", {})}
-    return {"defaults": defaults, "thresholds": dict(data.get("thresholds", {}))}
+    for key in ("threshold", "alpha"):
+        if not 0 < float(defaults[key]) < 1:
+            raise DataError(f"{path or THRESHOLDS_FILE}: defaults.{key} must be in (0, 1), got {defaults[key]}")
+    prior_data = load_toml(Path(priors) if priors else PRIOR_FILE)
+    priors_out = {}
+    for machine, table in prior_data.get("machines", {}).items():
+        priors_out[machine] = {pat: noise.Prior(float(v["sigma"]), float(v["runs"])) for pat, v in table.items()}
+    return {"defaults": defaults, "thresholds": dict(data.get("thresholds", {})), "priors": priors_out}
 
 
 def threshold_for(name: str, config: dict) -> float:
@@ -68,134 +90,120 @@ def threshold_for(name: str, config: dict) -> float:
     return float(value if value is not None else config["defaults"]["threshold"])
 
 
-# --- statistics ----------------------------------------------------------------------------------------
+def prior_for(machine: str, name: str, config: dict) -> noise.Prior | None:
+    table = history.match_pattern(machine, config.get("priors", {}))
+    return history.match_pattern(name, table) if table else None
 
 
 def worse_fraction(base: float, head: float, direction: str) -> float:
     """Relative change in the bad direction: +0.1 = 10% worse, whatever the unit's direction."""
     change = (head - base) / abs(base) if base else 0.0
-    return change if direction == "lower" else -change
-
-
-def mad_se(values: list[float]) -> float:
-    med = statistics.median(values)
-    mad = statistics.median(abs(v - med) for v in values)
-    return MEDIAN_SE * mad / math.sqrt(len(values))
-
-
-def test_samples(base: list[float], head: list[float], direction: str) -> tuple[float, float, float]:
-    """(p that head is worse, p that head is better, one-sided 95% margin on the relative change)."""
-    worse_alt = "greater" if direction == "lower" else "less"
-    better_alt = "less" if direction == "lower" else "greater"
-    p_worse = float(stats.mannwhitneyu(head, base, alternative=worse_alt).pvalue)
-    p_better = float(stats.mannwhitneyu(head, base, alternative=better_alt).pvalue)
-    ref = abs(statistics.median(base)) or 1.0
-    margin = Z_MARGIN * math.hypot(mad_se(base), mad_se(head)) / ref
-    return p_worse, p_better, margin
-
-
-def test_history(values: list[float], worse: float) -> tuple[float, float, float] | None:
-    """Without samples: z-test of the change against the history's relative spread (>= 3 points)."""
-    if len(values) < 3:
-        return None
-    ref = abs(statistics.median(values)) or 1.0
-    spread = 1.4826 * statistics.median(abs(v - statistics.median(values)) for v in values) / ref
-    spread = spread or statistics.pstdev(values) / ref
-    if spread == 0:
-        return (0.0, 1.0, 0.0) if worse > 0 else ((1.0, 0.0, 0.0) if worse < 0 else (1.0, 1.0, 0.0))
-    z = worse / (spread * math.sqrt(1 + 1 / len(values)))
-    return float(stats.norm.sf(z)), float(stats.norm.cdf(z)), Z_MARGIN * spread
-
-
-def change_points(values: list[float], alpha: float) -> list[int]:
-    """Indices where a new segment starts (E-divisive + Hunter merge step, Apache Otava)."""
-    if len(values) < 4:
-        return []
-    from otava.analysis import compute_change_points
-
-    cps, _ = compute_change_points(values, window_len=50, max_pvalue=min(alpha, 0.001))
-    return [int(cp.index) for cp in cps]
-
-
-def decide(worse: float, p_worse: float | None, p_better: float | None, margin: float, thr: float,
-           alpha: float) -> tuple[str, str]:
-    if p_worse is None:  # no samples and < 3 history points: significance cannot be judged
-        if abs(worse) >= thr:
-            return "noisy", f"beyond {thr:.0%} but no samples and < 3 history points to judge it"
-        return "unchanged", ""
-    if worse > 0 and p_worse < alpha and worse + margin >= thr:
-        return "regressed", f"significant (p={p_worse:.2g}) and can reach the {thr:.0%} threshold"
-    if worse < 0 and p_better < alpha and -worse + margin >= thr:
-        return "improved", f"significant (p={p_better:.2g}): refresh the baseline on purpose"
-    if abs(worse) >= thr:
-        return "noisy", f"beyond {thr:.0%} but not significant at alpha={alpha}"
-    return "unchanged", ""
+    return change if direction != "higher" else -change
 
 
 # --- per benchmark -------------------------------------------------------------------------------------
 
 
-def base_segment(name: str, hist: list[Run], cps: list[int], pool: int) -> list[Point]:
-    """The base point and up to pool-1 earlier points after the last change point (same benchmark)."""
-    pts = [r.points[name] for r in hist if name in r.points and not r.points[name].throttled]
-    start = max([c for c in cps if c < len(pts)] or [0])
-    return pts[max(start, len(pts) - pool):]
-
-
-def judge(name: str, machine: str, base_run: Run, head_pt: Point, hist: list[Run], config: dict) -> Verdict:
+def judge(name: str, machine: str, base_run: Run, head_run: Run, series_runs: list[Run], config: dict) -> Verdict:
+    """The verdict for one benchmark; series_runs: the comparable history up to and including the base run,
+    oldest first."""
     d = config["defaults"]
-    thr, alpha = threshold_for(name, config), float(d["alpha"])
-    series = [r.points[name].value for r in hist if name in r.points and not r.points[name].throttled]
-    series = series[-int(d["window"]):]
-    full = series + [head_pt.value]
-    cps = change_points(full, alpha)
-    base_pt = base_run.points[name]
-    worse = worse_fraction(base_pt.value, head_pt.value, head_pt.direction)
+    floor, alpha, rounds = threshold_for(name, config), float(d["alpha"]), int(d["rounds"])
+    head_pt, base_pt = head_run.points[name], base_run.points[name]
     v = Verdict(name, machine, "unchanged", head_pt.unit, head_pt.direction, base_pt.value, head_pt.value,
-                (head_pt.value - base_pt.value) / abs(base_pt.value) if base_pt.value else 0.0, worse,
-                threshold=thr, history=full[-int(d["sparkline"]):])
-    offset = len(hist) - len(series)
-    v.change_points = [{"index": i, "commit": (hist[offset + i].commit if i < len(series) else "head"),
-                        "before": statistics.fmean(full[max(0, i - 5):i]), "after": full[i]} for i in cps]
-    pooled = base_segment(name, hist, [c for c in cps if c < len(series)], int(d["pool"]))
-    base_samples = [s for p in pooled for s in (p.samples or [])]
-    if head_pt.samples and len(head_pt.samples) >= d["min_samples"] and len(base_samples) >= d["min_samples"]:
-        p_worse, p_better, margin = test_samples(base_samples, head_pt.samples, head_pt.direction)
-        v.baseline = statistics.median(base_samples)  # the base segment's pooled median decides
-        head_median = statistics.median(head_pt.samples)
-        worse = v.worse = worse_fraction(v.baseline, head_median, head_pt.direction)
-        v.change = (head_median - v.baseline) / abs(v.baseline) if v.baseline else 0.0
-        v.base, v.head = v.baseline, head_median
-    else:
-        seg = [p.value for p in pooled] if len(pooled) >= 3 else series[-int(d["pool"]) * 4:]
-        got = test_history(seg, worse)
-        p_worse, p_better, margin = got if got else (None, None, 0.0)
-    v.verdict, v.reason = decide(worse, p_worse, p_better, margin, thr, alpha)
-    if len(pooled) > 1 and v.reason:
-        v.reason += f"; baseline = median of {len(pooled)} runs since the last change point"
-    v.p_value = p_worse if worse >= 0 else p_better
-    if len(series) in cps and worse >= thr and v.verdict != "regressed":
-        v.verdict, v.reason = "regressed", "the newest point starts a step (E-divisive change point)"
-    if head_pt.throttled and v.verdict == "regressed":
-        v.verdict, v.reason = "noisy", "head run was throttled: rerun before trusting it"
+                threshold=floor, env=head_run.env or "")
+    if head_pt.version and base_pt.version and head_pt.version != base_pt.version:
+        v.verdict, v.reason = "new", "benchmark version changed (asv: not comparable): a new series starts"
+        return v
+    pts = [(r, r.points[name]) for r in series_runs if name in r.points and not r.points[name].throttled
+           and (not head_pt.version or r.points[name].version in (None, head_pt.version))]
+    pts = pts[-int(d["window"]):]
+    x = [noise.log_worse(p.value, head_pt.direction) for _, p in pts]
+    model = noise.fit_series(x, prior_for(machine, name, config), float(d["penalty"]))
+    x_head = noise.log_worse(head_pt.value, head_pt.direction)
+    within = noise.within_run_sd(head_pt.samples)
+    sd = model.predict(within)
+    level = model.level if x else noise.log_worse(base_pt.value, head_pt.direction)
+    change = x_head - level
+    crit = noise.critical(alpha, model.dof) if model.dof >= 1 else math.inf
+    x_base = noise.log_worse(base_pt.value, head_pt.direction)
+    if math.isfinite(sd) and abs(x_base - level) > crit * sd:
+        # the base run is off its own level (a step or a spike at base): the head must differ from both
+        sd_b = math.sqrt(2 * model.sigma ** 2 + within ** 2)
+        both = (change, x_head - x_base)
+        change = min(both) if change > 0 else max(both)
+        sd = max(sd, sd_b)
+        v.reason = "base run is off its level: judged against both; "
+    est = noise.Estimate(change, sd, model.dof, model.tail)
+    confirm_sd = model.sigma * math.sqrt(2 / rounds) if math.isfinite(model.sigma) else None
+    decision = noise.decide(est, floor, alpha, confirm_sd)
+    v.verdict, v.reason = decision.verdict, v.reason + decision.reason
+    sign = 1 if head_pt.direction != "higher" else -1
+    v.baseline = math.exp(sign * level)
+    v.change = (head_pt.value - v.baseline) / v.baseline
+    v.worse = est.worse
+    v.runs, v.within_run = len(x), within
+    if math.isfinite(model.sigma):
+        v.run_to_run, v.dof = model.sigma, model.dof
+        v.detectable = max(floor, math.expm1(max(crit * sd, model.tail)))
+        v.detectable_confirmed = max(floor, math.expm1(noise.critical(alpha, model.dof + rounds - 1) * confirm_sd))
+    if head_pt.direction == "info":
+        v.verdict, v.reason = "unchanged", "informational metric: shown, never gated"
+    elif head_run.throttled and v.verdict in ("regressed", "noisy"):
+        v.verdict, v.reason = "noisy", "head run was throttled: rerun before trusting it; " + v.reason
+    series = [p.value for _, p in pts] + [head_pt.value]
+    v.history = series[-int(d["sparkline"]):]
+    v.change_points = [{"index": s, "commit": pts[s][0].commit, "before": pts[s - 1][1].value,
+                        "after": pts[s][1].value} for s in model.starts]
     return v
+
+
+def confirm(row: dict, base_values: list[float], head_values: list[float], config: dict) -> dict:
+    """Re-judge a suspect row from interleaved reruns: base_values[i] and head_values[i] are the medians of
+    round i (base and head measured back to back on one machine). The rounds' paired log differences are
+    tested with the history's run-to-run spread as the prior (scaled inverse-chi2, as in the first pass);
+    the row's verdict becomes the confirmed one and row["confirmation"] says how it was reached."""
+    rounds = min(len(base_values), len(head_values))
+    if rounds < 1:
+        raise ValueError(f"confirm {row['name']}: no rounds measured")
+    sign = -1.0 if row["direction"] == "higher" else 1.0
+    diffs = [sign * (math.log(h) - math.log(b)) for b, h in zip(base_values, head_values, strict=False)]
+    mean = sum(diffs) / rounds
+    ss = sum((x - mean) ** 2 for x in diffs) / 2  # each difference carries two runs' noise
+    nu0 = float(row.get("dof") or 0.0)
+    s0 = float(row.get("run_to_run") or 0.0)
+    dof = nu0 + rounds - 1
+    sigma = math.sqrt((nu0 * s0 ** 2 + ss) / dof) if dof > 0 else math.inf
+    est = noise.Estimate(mean, sigma * math.sqrt(2 / rounds), dof)
+    floor, alpha = float(row["threshold"]), float(config["defaults"]["alpha"])
+    decision = noise.decide(est, floor, alpha, confirm_sd=est.sd)
+    first = row["verdict"]
+    verdict = decision.verdict if decision.verdict in ("regressed", "unchanged", "improved") else "noisy"
+    row.update(verdict=verdict, worse=est.worse,
+               reason=f"after {rounds} interleaved rounds (first pass: {first}): {decision.reason or 'within noise'}",
+               confirmation={"rounds": rounds, "first_pass": first, "base": base_values, "head": head_values,
+                             "worse": est.worse, "sd": est.sd if math.isfinite(est.sd) else None, "dof": dof})
+    return row
+
+
+def suspects(result: dict) -> list[dict]:
+    """Rows a confirmation should re-measure: a first-pass regression, or a change past the floor that the
+    noise could not settle."""
+    return [b for b in result["benchmarks"] if b["verdict"] in ("regressed", "noisy")]
 
 
 # --- per machine and overall ---------------------------------------------------------------------------
 
 
-def base_branch(runs: list[Run], base: Run, repo: str | None) -> list[Run]:
-    """Runs on the base branch up to and including base, oldest first (first-parent order when a repo
-    is given, else by commit date)."""
-    if repo:
-        try:
-            out = subprocess.run(["git", "-C", repo, "rev-list", "--first-parent", base.commit],
-                                 capture_output=True, text=True, check=True, timeout=30).stdout.split()
-            order = {sha: i for i, sha in enumerate(reversed(out))}
-            return sorted((r for r in runs if r.commit in order), key=lambda r: order[r.commit])
-        except (OSError, subprocess.SubprocessError):
-            pass
-    return [r for r in runs if (r.date, r.commit) <= (base.date, base.commit)]
+def branch_history(runs: list[Run], base_run: Run, order: dict[str, int] | None) -> list[Run]:
+    """The runs of the base branch up to and including base_run, oldest first: first-parent order when
+    known (runs of one commit by when they were made), else by when the runs were made."""
+    if order is not None and base_run.commit in order:
+        limit = order[base_run.commit]
+        picked = [r for r in runs if r.commit in order and order[r.commit] <= limit
+                  and (r.commit != base_run.commit or r.date <= base_run.date)]
+        return sorted(picked, key=lambda r: (order[r.commit], r.date, r.run_id))
+    return [r for r in runs if (r.date, r.run_id) <= (base_run.date, base_run.run_id)]
 
 
 def pick_base(hist: list[Run], base: Run) -> tuple[Run | None, str]:
@@ -203,84 +211,138 @@ def pick_base(hist: list[Run], base: Run) -> tuple[Run | None, str]:
     if not base.throttled:
         return base, ""
     for run in reversed(hist):
-        if not run.throttled and not history.comparable(run.fingerprint, base.fingerprint):
+        if not run.throttled and not history.fingerprint_differences(run.fingerprint, base.fingerprint):
             return run, f"base {base.commit[:8]} was throttled: refused; compared with {run.commit[:8]}"
     return None, f"base {base.commit[:8]} was throttled and no unthrottled baseline exists"
 
 
-def gate_machine(machine: str, runs: list[Run], base_sha: str, head_sha: str, config: dict,
-                 repo: str | None = None) -> dict:
-    head = history.find_run(runs, head_sha)
-    base = history.find_run(runs, base_sha)
-    out = {"machine": machine, "base": base.commit if base else base_sha,
-           "head": head.commit if head else head_sha, "notes": [], "benchmarks": []}
-    if head is None:
-        out["notes"].append(f"no results for head {head_sha[:8]} on {machine}")
-        return out
-    if base is None:
-        out["notes"].append(f"no results for base {base_sha[:8]} on {machine}: every benchmark is new")
-        out["benchmarks"] = [asdict(Verdict(n, machine, "new", p.unit, p.direction, head=p.value))
-                             for n, p in sorted(head.points.items())]
-        return out
-    diffs = history.comparable(base.fingerprint, head.fingerprint)
+def rows_all(run: Run, machine: str, verdict: str, reason: str) -> list[dict]:
+    return [asdict(Verdict(n, machine, verdict, p.unit, p.direction, head=p.value, reason=reason,
+                           env=run.env or ""))
+            for n, p in sorted(run.points.items())]
+
+
+def needed_runs(hist: MachineHistory, commit: str, what: str) -> list[Run]:
+    runs = history.runs_of(hist.runs, commit)
+    if not runs and commit in hist.old_format_commits:
+        raise DataError(f"{what}: the results of {commit[:10]} are in {hist.old_format_commits[commit]}, "
+                        "an asv result file of an old format; asv says: run `asv update`")
+    return runs
+
+
+def gate_env(machine: str, runs: list[Run], head_run: Run, base_commit: str | None, config: dict,
+             order: dict[str, int] | None, out: dict) -> list[dict]:
+    """The rows of one environment of the head commit."""
+    env_runs = [r for r in runs if r.env == head_run.env]
+    if base_commit is None:
+        out["notes"].append(f"first run on {machine} ({head_run.env}): every benchmark is new")
+        return rows_all(head_run, machine, "new", "first run on this machine")
+    candidates = [r for r in env_runs if r.commit == base_commit and r is not head_run
+                  and (base_commit != head_run.commit or r.date <= head_run.date)]
+    if not candidates:
+        if base_commit == head_run.commit:
+            note = f"no earlier run of {base_commit[:10]} in {head_run.env}: nothing to compare with"
+        else:
+            note = f"base {base_commit[:10]} has no run in environment {head_run.env!r}: every benchmark is new"
+        out["notes"].append(note)
+        return rows_all(head_run, machine, "new", note)
+    base = candidates[-1]
+    if base.commit == head_run.commit:
+        out["notes"].append(f"same-commit rerun: {head_run.label} judged against the earlier {base.label} "
+                            "(an A/A pair)")
+    diffs = history.fingerprint_differences(base.fingerprint, head_run.fingerprint)
     if diffs:
         out["notes"].append("fingerprint mismatch, not compared: " + "; ".join(diffs))
         out["fingerprint_mismatch"] = diffs
-        out["benchmarks"] = [asdict(Verdict(n, machine, "new", p.unit, p.direction, head=p.value,
-                                            reason="other fingerprint"))
-                             for n, p in sorted(head.points.items())]
-        return out
-    hist = [r for r in base_branch(runs, base, repo) if r.commit != head.commit
-            and not history.comparable(r.fingerprint, head.fingerprint) and not r.throttled]
+        return rows_all(head_run, machine, "new", "other fingerprint")
+    hist = [r for r in branch_history(env_runs, base, order) if r is not head_run and not r.throttled
+            and not history.fingerprint_differences(r.fingerprint, head_run.fingerprint)]
     base_run, note = pick_base(hist, base)
     if note:
         out["notes"].append(note)
-    for name in sorted(set(head.points) | set(base.points)):
-        if name not in head.points:
-            out["benchmarks"].append(asdict(Verdict(name, machine, "missing", base.points[name].unit,
-                                                    base.points[name].direction, base=base.points[name].value)))
+    if not head_run.has_samples:
+        out["notes"].append(f"head {head_run.label} has no samples file: judged on its run medians only")
+    upto = hist[:hist.index(base_run) + 1] if base_run in hist else [base_run]
+    rows = []
+    for name in sorted(set(head_run.points) | set(base.points)):
+        if name not in head_run.points:
+            p = base.points[name]
+            rows.append(asdict(Verdict(name, machine, "missing", p.unit, p.direction, base=p.value,
+                                       env=head_run.env or "", reason="not measured in the head run")))
         elif base_run is None or name not in base_run.points:
-            p = head.points[name]
-            out["benchmarks"].append(asdict(Verdict(name, machine, "new", p.unit, p.direction, head=p.value)))
+            p = head_run.points[name]
+            rows.append(asdict(Verdict(name, machine, "new", p.unit, p.direction, head=p.value,
+                                       env=head_run.env or "")))
         else:
-            upto = [r for r in hist if (r.date, r.commit) <= (base_run.date, base_run.commit)] or [base_run]
-            out["benchmarks"].append(asdict(judge(name, machine, base_run, head.points[name], upto, config)))
+            rows.append(asdict(judge(name, machine, base_run, head_run, upto, config)))
+    return rows
+
+
+def gate_machine(machine: str, runs: list[Run] | MachineHistory, base_sha: str | None, head_sha: str,
+                 config: dict, repo: str | None = None) -> dict:
+    """The report of one machine: every environment of the head commit judged on its own."""
+    hist = runs if isinstance(runs, MachineHistory) else MachineHistory(machine, list(runs))
+    out = {"machine": machine, "base": base_sha, "head": head_sha, "notes": [], "benchmarks": []}
+    commits = [r.commit for r in hist.runs] + list(hist.old_format_commits)
+    try:
+        head = history.resolve_commit(commits, head_sha, "--head")
+    except DataError as exc:
+        if "no results" not in str(exc):
+            raise
+        out["notes"].append(f"no results for head {head_sha[:10]} on {machine}")
+        return out
+    head_runs = needed_runs(hist, head, "--head")
+    base = None if base_sha is None else history.resolve_commit(commits, base_sha, "--base")
+    if base is not None:
+        needed_runs(hist, base, "--base")
+    out["head"], out["base"] = head, base
+    order = history.first_parent_order(repo, base) if repo and base else None
+    for path, why in hist.set_aside.items():
+        out["notes"].append(f"set aside {path}: {why}")
+    newest = {}
+    for r in head_runs:
+        newest[r.env] = r  # runs are in the order they were made: the last one wins
+    for head_run in newest.values():
+        out["benchmarks"].extend(gate_env(machine, hist.runs, head_run, base, config, order, out))
     return out
 
 
-def run_gate(results_dir: str, base: str, head: str, machine: str | None = None,
-             thresholds: str | None = None, repo: str | None = None, pool: int | None = None) -> dict:
-    """pool: how many base-branch runs (base included) form the baseline; 1 = the base run only
-    (interleaved measurements, where earlier runs were not measured alongside the head)."""
-    config = load_thresholds(thresholds)
-    if pool is not None:
-        if pool < 1:
-            raise ValueError(f"--pool: expected >= 1, got {pool}")
-        config["defaults"]["pool"] = pool
-    machines = history.load_all(results_dir, machine)
-    if machine is not None and machine not in machines:
-        raise DataError(f"--machine: no results for machine {machine!r} in {results_dir}")
-    reports = [gate_machine(m, runs, base, head, config, repo) for m, runs in machines.items()
-               if history.find_run(runs, head) or machine]
-    if not reports:
-        raise DataError(f"--head: no results for commit {head} in {results_dir}")
+def summarize(base: str | None, head: str, reports: list[dict]) -> dict:
     rows = [b for r in reports for b in r["benchmarks"]]
     regressed = [b["name"] for b in rows if b["verdict"] == "regressed"]
-    return {"base": base, "head": head, "machines": reports, "benchmarks": rows,
-            "regressed": regressed, "exit_code": 1 if regressed else 0,
-            "counts": {v: sum(b["verdict"] == v for b in rows) for v in
-                       ("regressed", "improved", "unchanged", "noisy", "new", "missing")}}
+    return {"base": base, "head": head, "machines": reports, "benchmarks": rows, "regressed": regressed,
+            "exit_code": 1 if regressed else 0, "counts": {v: sum(b["verdict"] == v for b in rows) for v in VERDICTS}}
+
+
+def run_gate(results_dir: str, base: str | None, head: str, machine: str | None = None,
+             thresholds: str | None = None, repo: str | None = None, priors: str | None = None) -> dict:
+    """Judge `head` against `base` (None: an explicit first run, everything new) on every machine that has
+    results for head (or just `machine`)."""
+    config = load_thresholds(thresholds, priors)
+    if base is not None and not base.strip():
+        raise DataError("--base: empty commit (use --first-run for a machine's first run)")
+    machines = history.load_histories(results_dir, machine)
+    if machine is not None and machine not in machines:
+        raise DataError(f"--machine: no results for machine {machine!r} in {results_dir}")
+    reports = [gate_machine(m, h, base, head, config, repo) for m, h in machines.items()]
+    reports = [r for r in reports if r["benchmarks"] or machine]
+    if not reports:
+        raise DataError(f"--head: no results for commit {head} in {results_dir}")
+    return summarize(base, head, reports)
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("gate", help="compare head with base and history; exit 1 on a regression")
+    p = sub.add_parser("gate", help="judge head against base and history; exit 1 on a regression",
+                       description=__doc__)
     p.add_argument("--results-dir", default="perf_history")
-    p.add_argument("--base", required=True, help="base commit (full or abbreviated sha)")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--base", help="base commit (full sha, or a unique prefix of >= 4 characters)")
+    g.add_argument("--first-run", action="store_true", help="no base: the machine's first run (all new)")
     p.add_argument("--head", required=True, help="head commit")
     p.add_argument("--machine", default=None)
-    p.add_argument("--thresholds", default=None, help="thresholds TOML (default ci/thresholds.toml)")
-    p.add_argument("--repo", default=None, help="git repo for first-parent base-branch order")
-    p.add_argument("--pool", type=int, default=None, help="runs in the baseline (default 5; 1 = base only)")
+    p.add_argument("--thresholds", default=None, help="floors TOML (default ci/thresholds.toml)")
+    p.add_argument("--priors", default=None, help="run-to-run priors TOML (default ci/noise_prior.toml)")
+    p.add_argument("--repo", default=None, help="git repo for the base branch's first-parent order")
     p.add_argument("--json", default=None, help="write the verdicts as JSON here")
     p.add_argument("--markdown", default=None, help="write the markdown report here")
     p.set_defaults(func=main)
@@ -289,9 +351,8 @@ def add_parser(sub) -> None:
 def main(args) -> int:
     from ci import report
 
-    result = run_gate(args.results_dir, args.base, args.head, args.machine, args.thresholds, args.repo,
-                      args.pool)
+    result = run_gate(args.results_dir, None if args.first_run else args.base, args.head, args.machine,
+                      args.thresholds, args.repo, args.priors)
     report.write_outputs(result, args.json, args.markdown)
     print(report.render_markdown(result))
     return result["exit_code"]
-

@@ -1,16 +1,17 @@
-"""The main job: benchmark HEAD with asv (the embedded CPU configuration where there is no GPU), fold the
-per-sample JSONL into the samples sidecar, record into perf_history/ (no push unless --push), gate against
-the previous recorded commit of this machine, print the report. Exit codes as the gate's.
+"""The main job: benchmark HEAD once with asv (the embedded CPU configuration where there is no GPU), judge it
+against the recorded history of this machine (ci/gate.py), re-measure only the suspects with base and
+head interleaved on the same machine (confirmation), print and write the verdict, and only then record
+into perf_history/ (and push with --push). Exit codes as the gate's: 1 only on a confirmed regression.
 
-`python -m ci perf [--no-record] [--results-dir perf_history] [--base SHA] [--bench-filter REGEX] [--push]`
-With `--base-sha SHA --interleave N` (the GPU runner) base and head are run alternately N rounds each
-(ABBA order) in git worktrees on the same GPU, so drift hits both equally.
+`python -m ci perf [--no-record] [--base SHA | --base-sha SHA] [--bench-filter REGEX] [--confirm-budget S]`
+A rerun of a commit that already has results is judged against its earlier run (an A/A pair).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from pathlib import Path
 from ci import gate, history, record, report
 
 ROOT = Path(__file__).resolve().parents[1]
+PROGRESS = re.compile(r"^\s*\[\s*\d+(\.\d+)?%\]")
 
 
 def say(msg: str) -> None:
@@ -32,127 +34,192 @@ def git(*args: str, cwd: Path = ROOT) -> str:
 
 
 def machine_name() -> str:
-    try:
-        from kdengine.bench.fingerprint import machine_name as name
-        return name()
-    except (ImportError, AttributeError):
-        import platform
-        return f"cpu-{platform.machine() or 'unknown'}"
+    from kdengine.bench.fingerprint import machine_name as name
+
+    return name()
 
 
 # --- asv -----------------------------------------------------------------------------------------------
 
 
-def write_asv_config(tree: Path, results: Path, tmp: Path) -> Path:
-    """asv.conf.json of `tree` with absolute paths and the results going to `results`."""
-    conf_path = tree / "asv.conf.json"
+def write_asv_config(bench_tree: Path, code_tree: Path, results: Path, tmp: Path) -> Path:
+    """asv.conf.json of `bench_tree` with absolute paths, the code of `code_tree`, results into `results`."""
+    conf_path = bench_tree / "asv.conf.json"
     if not conf_path.exists():
         raise RuntimeError(f"{conf_path} is missing: the asv suites are not set up in this checkout")
     conf = json.loads(conf_path.read_text())
-    conf.update(repo=str(tree), benchmark_dir=str(tree / conf.get("benchmark_dir", "benchmarks")),
+    conf.update(repo=str(code_tree), benchmark_dir=str(bench_tree / conf.get("benchmark_dir", "benchmarks")),
                 results_dir=str(results), html_dir=str(tmp / "html"), env_dir=str(tmp / "env"))
-    out = tmp / f"asv-{results.name}.conf.json"
+    out = tmp / f"asv-{results.name}-{code_tree.name}.conf.json"
     out.write_text(json.dumps(conf, indent=1))
     return out
 
 
-def run_asv(tree: Path, sha: str, machine: str, results: Path, tmp: Path, bench_filter: str | None,
-            extra: list[str], verbose: bool = False) -> Path:
-    """Run the suite of `tree` recorded as commit `sha`; returns the samples JSONL path."""
-    conf = write_asv_config(tree, results, tmp)
+def run_asv(code_tree: Path, sha: str, machine: str, results: Path, tmp: Path, bench: list[str],
+            extra: list[str], verbose: bool = False, bench_tree: Path | None = None) -> Path:
+    """Run the suite of `bench_tree` (default: code_tree) over the code of `code_tree`, recorded as commit
+    `sha` (asv's model: one suite, many commits); returns the samples JSONL path. The console shows one
+    line per benchmark; asv's full output goes to a log file next to the results."""
+    bench_tree = bench_tree or code_tree
+    results.mkdir(parents=True, exist_ok=True)
+    conf = write_asv_config(bench_tree, code_tree, results, tmp)
     jsonl = results / f"samples-{sha[:12]}.jsonl"
-    env = {**os.environ, "KDENGINE_SAMPLES_OUT": str(jsonl), "PYTHONPATH": f"{tree}{os.pathsep}"
-           + os.environ.get("PYTHONPATH", "")}
+    pythonpath = os.pathsep.join([str(code_tree), str(bench_tree), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "KDENGINE_SAMPLES_OUT": str(jsonl), "PYTHONPATH": pythonpath,
+           "ASV_PYTHONPATH": pythonpath}
     asv = [sys.executable, "-m", "asv"]
     subprocess.run([*asv, "machine", "--yes", "--machine", machine, "--config", str(conf)], env=env,
-                   check=True, capture_output=True, text=True, cwd=tree)
+                   check=True, capture_output=True, text=True, cwd=bench_tree)
     cmd = [*asv, "run", "--python=same", "--set-commit-hash", sha, "--machine", machine, "--config",
-           str(conf), *(["--show-stderr"] if verbose else []), *(["--bench", bench_filter] if bench_filter else []), *extra]
-    say("running: " + " ".join(cmd[2:]))
-    proc = subprocess.run(cmd, env=env, cwd=tree)
+           str(conf), "--show-stderr", *[a for b in bench for a in ("--bench", b)], *extra]
+    log = results / f"asv-{sha[:12]}.log"
+    say("running: asv run --set-commit-hash " + sha[:10] + (f" ({len(bench)} filters)" if bench else "")
+        + f"; log {log}")
+    with open(log, "w", encoding="utf-8") as fh:
+        proc = subprocess.Popen(cmd, env=env, cwd=bench_tree, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+        for line in proc.stdout:  # type: ignore[union-attr]
+            fh.write(line)
+            if verbose or (PROGRESS.match(line) and "n/a" not in line) or "Traceback" in line:
+                print("  " + line.rstrip()[:160], flush=True)
+        proc.wait()
     if proc.returncode != 0:
-        say(f"asv run exited {proc.returncode} (failed benchmarks are recorded as missing)")
+        say(f"asv run exited {proc.returncode} (failed benchmarks are recorded as missing; see {log})")
     return jsonl
 
 
-def write_samples(jsonls: list[Path], sha: str, machine: str, results: Path) -> Path | None:
-    """Fold the JSONL files into the sidecar (kdengine.bench.samples); None when nothing was recorded."""
-    try:
-        from kdengine.bench import samples
-    except ImportError:
-        say("kdengine.bench.samples is absent: no samples sidecar (the gate uses the history's spread)")
-        return None
-    merged = results / f"merged-{sha[:12]}.jsonl"
-    merged.write_text("".join(p.read_text() for p in jsonls if p.exists()))
-    if not merged.read_text().strip():
+def asv_env(results: Path, machine: str, sha: str) -> str | None:
+    """The env_name asv gave the run of `sha` (part of a run's identity)."""
+    for path in sorted((results / machine).glob(f"{sha[:8]}-*.json")):
+        return json.loads(path.read_text()).get("env_name")
+    return None
+
+
+def write_samples(jsonl: Path, sha: str, machine: str, results: Path) -> Path | None:
+    """Fold the JSONL into the samples sidecar of this run; None when nothing was recorded."""
+    from kdengine.bench import samples
+
+    if not jsonl.exists() or not jsonl.read_text().strip():
         say("no samples were written (KDENGINE_SAMPLES_OUT unused by the suites?)")
         return None
-    return samples.write_sidecar(samples.collect_jsonl(merged, sha, machine), results)
+    return samples.write_sidecar(samples.collect_jsonl(jsonl, sha, machine, asv_env(results, machine, sha)),
+                                 results)
+
+
+def summarize_run(jsonl: Path, results: Path, machine: str, sha: str) -> None:
+    """One line for what ran and one for what was skipped (and why)."""
+    from kdengine.bench import samples
+
+    measured = [r["name"] for r in samples.read_jsonl(jsonl)]
+    skipped = 0
+    for path in (results / machine).glob(f"{sha[:8]}-*.json"):
+        for row in json.loads(path.read_text()).get("results", {}).values():
+            values = row[0] if isinstance(row[0], list) else [row[0]]
+            skipped += sum(v is None for v in values)
+    say(f"measured {len(measured)} workloads: {', '.join(measured[:6])}{' ...' if len(measured) > 6 else ''}")
+    if skipped:
+        import torch
+
+        why = "no CUDA GPU on this machine" if not torch.cuda.is_available() else "not runnable here (see log)"
+        say(f"skipped {skipped} benchmark cases: {why}")
+
+
+# --- confirmation --------------------------------------------------------------------------------------
+
+
+def bench_regex(row: dict, sidecar: dict) -> str | None:
+    """asv's --bench regex selecting exactly this workload's parameter combination."""
+    res = sidecar.get("results", {}).get(row["name"])
+    if res and res.get("asv_name"):
+        return "^" + re.escape(history.asv_key(res["asv_name"], res.get("asv_params") or [])) + "$"
+    if "(" in row["name"] or "." in row["name"]:  # an asv display name
+        return "^" + re.escape(row["name"]) + "$"
+    return None
+
+
+def medians(jsonl: Path) -> dict[str, float]:
+    from kdengine.bench import samples
+
+    return {r["name"]: float(r["median"]) for r in samples.read_jsonl(jsonl)}
+
+
+def confirm(args, result: dict, machine: str, head: str, new: Path, tmp: Path, root: Path,
+            config: dict) -> None:
+    """Re-measure the suspects of `result` (base and head interleaved, ABAB) within the time budget and
+    replace their verdicts by the confirmed ones."""
+    rows = gate.suspects(result)
+    base = result.get("base")
+    if not rows:
+        return
+    if not base:
+        say(f"{len(rows)} suspects but no base commit to confirm against: they stay unconfirmed")
+        return
+    sidecar = {}
+    side_files = sorted((new / "samples" / machine).glob(f"{head}*.json"))
+    if side_files:
+        sidecar = json.loads(side_files[-1].read_text())
+    regexes = {r["name"]: bench_regex(r, sidecar) for r in rows}
+    todo = [r for r in rows if regexes[r["name"]]]
+    for r in rows:
+        if not regexes[r["name"]]:
+            r["reason"] = "could not be re-measured (no asv name): not confirmed; " + r["reason"]
+            r["verdict"] = "noisy"
+    if not todo or args.confirm_budget <= 0:
+        for r in todo:
+            r["verdict"], r["reason"] = "noisy", "confirmation off (--confirm-budget 0); " + r["reason"]
+        return
+    rounds = int(config["defaults"]["rounds"])
+    say(f"confirming {len(todo)} suspects against {base[:10]}: up to {rounds} rounds, budget "
+        f"{args.confirm_budget:.0f} s: " + ", ".join(r["name"] for r in todo))
+    trees = {}
+    for sha in dict.fromkeys([base, head]):
+        tree = tmp / f"tree-{sha[:12]}"
+        git("worktree", "add", "--detach", str(tree), sha, cwd=root)
+        trees[sha] = tree
+    values = {r["name"]: {"base": [], "head": []} for r in todo}
+    start = time.monotonic()
+    try:
+        for rnd in range(rounds):
+            order = [("base", base), ("head", head)] if rnd % 2 == 0 else [("head", head), ("base", base)]
+            for side, sha in order:
+                out = tmp / f"confirm{rnd}-{side}"
+                jsonl = run_asv(trees[sha], sha, machine, out, tmp, [regexes[r["name"]] for r in todo],
+                                args.asv_arg or [], args.verbose, bench_tree=root)
+                got = medians(jsonl)
+                for r in todo:
+                    if r["name"] in got:
+                        values[r["name"]][side].append(got[r["name"]])
+            elapsed = time.monotonic() - start
+            say(f"confirmation round {rnd + 1}/{rounds} done ({elapsed:.0f} s)")
+            if elapsed / (rnd + 1) * (rnd + 2) > args.confirm_budget:
+                if rnd + 1 < rounds:
+                    say(f"stopping after {rnd + 1} rounds: another would pass the {args.confirm_budget:.0f} s budget")
+                break
+    finally:
+        for tree in trees.values():
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=root, capture_output=True)
+    for r in todo:
+        v = values[r["name"]]
+        if v["base"] and v["head"]:
+            gate.confirm(r, v["base"], v["head"], config)
+        else:
+            r["verdict"], r["reason"] = "noisy", "the confirmation reruns did not measure it; " + r["reason"]
 
 
 # --- the job -------------------------------------------------------------------------------------------
 
 
 def previous_base(results_dir: Path, machine: str, head: str, root: Path = ROOT) -> str | None:
-    """The nearest first-parent ancestor of head that has results for this machine."""
-    try:
-        runs = history.load_all(results_dir, machine).get(machine, [])
-    except history.DataError:
-        raise
+    """The base to judge head against: head itself when it already has a run on this machine (a rerun:
+    an A/A pair), else the nearest first-parent ancestor of head with results; None on a first run."""
+    runs = history.load_all(results_dir, machine).get(machine, []) if results_dir.exists() else []
     have = {r.commit for r in runs}
+    if head in have:
+        return head
     for sha in git("rev-list", "--first-parent", "--max-count=1000", head, cwd=root).split()[1:]:
         if sha in have:
             return sha
     return None
-
-
-def measure(args, machine: str, head: str, tmp: Path, root: Path = ROOT) -> Path:
-    """Run the suite(s) into tmp/new; returns that results directory (perf_history layout)."""
-    new = tmp / "new"
-    new.mkdir()
-    extra = args.asv_arg or []
-    if not args.interleave:
-        jsonl = run_asv(root, head, machine, new, tmp, args.bench_filter, extra, args.verbose)
-        write_samples([jsonl], head, machine, new)
-        return new
-    trees = {}
-    for sha in (args.base_sha, head):
-        tree = tmp / f"tree-{sha[:12]}"
-        git("worktree", "add", "--detach", str(tree), sha, cwd=root)
-        trees[sha] = tree
-    jsonls: dict[str, list[Path]] = {sha: [] for sha in trees}
-    try:
-        for rnd in range(args.interleave):
-            order = [args.base_sha, head] if rnd % 2 == 0 else [head, args.base_sha]
-            for sha in order:
-                say(f"round {rnd + 1}/{args.interleave}: {sha[:10]}")
-                out = new / f".round{rnd}"
-                out.mkdir(exist_ok=True)
-                jsonls[sha].append(run_asv(trees[sha], sha, machine, out, tmp, args.bench_filter, extra,
-                                            args.verbose))
-        last = new / f".round{args.interleave - 1}"
-        for path in last.rglob("*.json"):
-            dest = new / path.relative_to(last)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            path.replace(dest)
-        for sha, files in jsonls.items():
-            write_samples(files, sha, machine, new)
-    finally:
-        for tree in trees.values():
-            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=root, capture_output=True)
-    for stale in new.glob(".round*"):
-        shutil.rmtree(stale)
-    return new
-
-
-def drop_commit(results: Path, sha: str) -> Path:
-    """A copy of a fresh results dir without commit `sha`'s files (asv result and sidecar)."""
-    out = results.parent / "head-only"
-    shutil.copytree(results, out)
-    for path in list(out.rglob("*.json")):
-        if path.name.startswith(sha[:8]) or path.stem == sha:
-            path.unlink()
-    return out
 
 
 def perf(args) -> int:
@@ -160,58 +227,67 @@ def perf(args) -> int:
     root = Path(args.tree).resolve() if args.tree else ROOT
     head = git("rev-parse", "HEAD", cwd=root)
     results_dir = Path(args.results_dir)
+    config = gate.load_thresholds()
     say(f"machine {machine}, head {head[:10]}, results {results_dir}")
+    base = args.base or args.base_sha or previous_base(results_dir, machine, head, root)
     with tempfile.TemporaryDirectory(prefix="kdengine-perf-") as tmp_name:
         tmp = Path(tmp_name)
-        new = measure(args, machine, head, tmp, root)
-        gate_dir = results_dir
-        if args.no_record or args.interleave:
-            gate_dir = tmp / "merged"  # history + every fresh run (base too, when interleaved)
-            if results_dir.exists():
-                shutil.copytree(results_dir, gate_dir)
-            record.install_results(new, gate_dir)
-        if not args.no_record:
-            keep = drop_commit(new, args.base_sha) if args.interleave else new  # record the head only
-            out = record.record(keep, results_dir, root if args.commit else None, args.push, args.remote,
-                                args.branch)
-            say(f"recorded {len(out['written'])} files into {results_dir}"
-                + (" and committed" if out["committed"] else ""))
-        base = args.base or args.base_sha or previous_base(gate_dir, machine, head, root)
+        new = tmp / "new"
+        bench = [args.bench_filter] if args.bench_filter else []
+        jsonl = run_asv(root, head, machine, new, tmp, bench, args.asv_arg or [], args.verbose)
+        write_samples(jsonl, head, machine, new)
+        summarize_run(jsonl, new, machine, head)
+        merged = tmp / "merged"  # history + this run: what the gate reads
+        if results_dir.exists():
+            shutil.copytree(results_dir, merged, symlinks=True)
+        record.install_results(new, merged)
         if base is None:
             say("no earlier results for this machine: every benchmark is new (first run)")
-            base = "0" * 40
         else:
-            say(f"gating {head[:10]} against {base[:10]}")
-        result = gate.run_gate(str(gate_dir), base, head, machine, repo=str(root),
-                               pool=1 if args.interleave else None)
+            say(f"judging {head[:10]} against {base[:10]}" + (" (a rerun: A/A pair)" if base == head else ""))
+        result = gate.run_gate(str(merged), base, head, machine, repo=str(root))
+        first = dict(result["counts"])
+        confirm(args, result, machine, head, new, tmp, root, config)
+        result = gate.summarize(result["base"], head, result["machines"])
+        result["first_pass"] = first
         report.write_outputs(result, args.json, args.markdown)
-        print(report.render_markdown(result))
+        print(report.render_markdown(result), flush=True)
+        say(f"verdict: {'RED: confirmed regression' if result['exit_code'] else 'green'} "
+            f"(first pass {first}, final {result['counts']})")
+        if not args.no_record:
+            out = record.record(new, results_dir, root if args.commit else None, args.push, args.remote,
+                                args.branch)
+            say(f"recorded {len(out['written'])} files into {results_dir}"
+                + (" and committed" if out.get("committed") else ""))
         return result["exit_code"]
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("perf", help="the main job: benchmark HEAD, record, gate, report")
+    p = sub.add_parser("perf", help="the main job: benchmark HEAD, gate, confirm, report, record",
+                       description=__doc__)
     p.add_argument("--results-dir", default="perf_history")
-    p.add_argument("--no-record", action="store_true", help="gate without writing to perf_history")
+    p.add_argument("--no-record", action="store_true", help="judge without writing to perf_history")
     p.add_argument("--commit", action="store_true", help="commit the recorded results (gitpython)")
     p.add_argument("--push", action="store_true", help="commit and push with fetch-rebase-retry")
     p.add_argument("--remote", default="origin")
     p.add_argument("--branch", default="main")
-    p.add_argument("--base", default=None, help="gate against this commit (default: previous recorded)")
-    p.add_argument("--base-sha", default=None, help="with --interleave: the base commit to measure too")
-    p.add_argument("--interleave", type=int, default=0, metavar="ROUNDS", help="ABBA rounds base/head")
+    p.add_argument("--base", default=None, help="judge against this commit (default: the previous recorded "
+                                                "one, or head's own earlier run)")
+    p.add_argument("--base-sha", default=None, help="alias of --base (the PR's base commit)")
+    p.add_argument("--confirm-budget", type=float, default=300.0, metavar="SECONDS",
+                   help="time for the interleaved confirmation reruns of suspects (default 300; 0 = off)")
     p.add_argument("--bench-filter", default=None, help="asv --bench regex")
     p.add_argument("--machine", default=None, help="machine name (default: from the fingerprint)")
     p.add_argument("--asv-arg", action="append", help="extra argument for `asv run` (repeatable)")
     p.add_argument("--tree", default=None, help="checkout to measure (default: this repository)")
-    p.add_argument("--verbose", action="store_true", help="show the benchmarks' stderr (asv --show-stderr)")
+    p.add_argument("--verbose", action="store_true", help="show asv's whole output")
     p.add_argument("--json", default=None)
     p.add_argument("--markdown", default=None)
     p.set_defaults(func=main)
 
 
 def main(args) -> int:
-    if args.interleave and not args.base_sha:
-        raise ValueError("--base-sha: required with --interleave")
+    if args.confirm_budget < 0:
+        raise ValueError(f"--confirm-budget: expected >= 0 seconds, got {args.confirm_budget}")
     args.commit = args.commit or args.push
     return perf(args)

@@ -1,4 +1,4 @@
-"""JSONL records -> sidecar dict -> atomic sidecar file (perf_history/README.md schema 1)."""
+"""JSONL records -> sidecar dict -> atomic, exclusive sidecar file of one run (perf_history/README.md schema 2)."""
 
 from __future__ import annotations
 
@@ -21,16 +21,23 @@ def test_collect_and_write_sidecar(tmp_path):
     S.append_record(record("verify/triton/ctx65536/T16", 3e-5, clocks={"sm_mhz": 1980}), jsonl)
     S.append_record(record("verify/cuda/ctx65536/T16", 2e-5, throttled=True), jsonl)
     S.append_record(record("verify/triton/ctx65536/T16", 4e-5), jsonl)  # the last one wins
-    data = S.collect_jsonl(jsonl, "f" * 40, "cpu-x86_64")
-    assert data["schema"] == 1 and data["commit"] == "f" * 40 and data["machine"] == "cpu-x86_64"
+    data = S.collect_jsonl(jsonl, "f" * 40, "cpu-x86_64", env="existing-py")
+    assert data["schema"] == 2 and data["commit"] == "f" * 40 and data["machine"] == "cpu-x86_64"
+    assert S.RUN_ID.match(data["run_id"]) and data["env"] == "existing-py"
     assert list(data["results"]) == ["verify/cuda/ctx65536/T16", "verify/triton/ctx65536/T16"]
     entry = data["results"]["verify/triton/ctx65536/T16"]
     assert set(entry) == set(S.RESULT_FIELDS) and entry["median"] == 4e-5 and entry["direction"] == "lower"
     assert data["fingerprint"]["throttled"] is True and data["fingerprint"]["clocks_start"] == {"sm_mhz": 1980}
     path = S.write_sidecar(data, tmp_path / "perf_history")
-    assert path == tmp_path / "perf_history" / "samples" / "cpu-x86_64" / f"{'f' * 40}.json"
+    assert path == tmp_path / "perf_history" / "samples" / "cpu-x86_64" / f"{'f' * 40}-{data['run_id']}.json"
     assert json.loads(path.read_text()) == data
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temp file left behind
+    with pytest.raises(ValueError, match="already written"):  # one run is written once, never replaced
+        S.write_sidecar(data, tmp_path / "perf_history")
+    again = S.collect_jsonl(jsonl, "f" * 40, "cpu-x86_64", env="existing-py")  # a rerun: its own file
+    assert again["run_id"] != data["run_id"]
+    S.write_sidecar(again, tmp_path / "perf_history")
+    assert len(list(path.parent.iterdir())) == 2
 
 
 def test_find_record_by_run(tmp_path):
@@ -45,8 +52,15 @@ def test_find_record_by_run(tmp_path):
 def test_bad_input_names_the_argument(tmp_path):
     with pytest.raises(ValueError, match="direction"):
         S.make_record(name="a", unit="s", direction="up", median=1, samples=[1], throttled=False, fingerprint={})
+    with pytest.raises(ValueError, match="unknown unit 's'"):
+        S.make_record(name="a", unit="s", direction="lower", median=1, samples=[1], throttled=False, fingerprint={})
     with pytest.raises(ValueError, match="samples"):
-        S.make_record(name="a", unit="s", direction="lower", median=1, samples=[], throttled=False, fingerprint={})
+        S.make_record(name="a", unit="seconds", direction="lower", median=1, samples=[], throttled=False,
+                      fingerprint={})
+    for bad in (float("nan"), float("inf"), 0.0, -1.0):
+        with pytest.raises(ValueError, match="record a"):
+            S.make_record(name="a", unit="seconds", direction="lower", median=1, samples=[1, bad],
+                          throttled=False, fingerprint={})
     with pytest.raises(ValueError, match="commit"):
         S.collect_jsonl(tmp_path / "x.jsonl", "", "cpu-x86_64")
     with pytest.raises(ValueError, match="data"):

@@ -13,12 +13,12 @@ COLUMNS = ["result", "params", "version", "started_at", "duration", "stats_ci_99
 FINGERPRINT = {"gpu": "NVIDIA H200", "sm_count": 132, "driver": "580.1", "cuda": "13.0", "torch": "2.11.0",
                "triton": "3.6.0", "throttled": False, "dirty": False}
 BENCHMARKS = {
-    "bench_verify.Verify.time_verify": {
-        "name": "bench_verify.Verify.time_verify", "unit": "seconds", "type": "time", "version": "v1",
+    "bench_verify.Verify.track_time": {
+        "name": "bench_verify.Verify.track_time", "unit": "seconds", "type": "track", "version": "v1",
         "param_names": ["backend", "ctx", "T"],
         "params": [["'triton'", "'triton_extend'", "'cuda'"], ["4096", "16384", "65536"], ["16"]]},
-    "bench_decode.Decode.track_tok_s": {
-        "name": "bench_decode.Decode.track_tok_s", "unit": "tok/s", "type": "track", "version": "v1",
+    "bench_decode.Decode.track_tok_per_s": {
+        "name": "bench_decode.Decode.track_tok_per_s", "unit": "tok/s", "type": "track", "version": "v1",
         "param_names": ["ctx"], "params": [["4096", "16384"]]},
 }
 
@@ -45,10 +45,10 @@ def write_run(results_dir: Path, machine: str, commit: str, date_ms: int, values
     for workload, samples in values.items():
         parts = workload.split("/")
         if parts[0] == "verify":
-            name, params = "bench_verify.Verify.time_verify", [f"'{parts[1]}'", parts[2][3:], parts[3][1:]]
+            name, params = "bench_verify.Verify.track_time", [f"'{parts[1]}'", parts[2][3:], parts[3][1:]]
             unit, direction = "seconds", "lower"
         else:
-            name, params = "bench_decode.Decode.track_tok_s", [parts[2][3:]]
+            name, params = "bench_decode.Decode.track_tok_per_s", [parts[2][3:]]
             unit, direction = "tok/s", "higher"
         med = statistics.median(samples)
         grids.setdefault(name, {})[tuple(params)] = (med, list(samples))

@@ -21,10 +21,12 @@ BASE_VALUES = {"verify/triton/ctx4096/T16": 1e-4, "verify/triton/ctx16384/T16": 
 # head / base factor per workload, and the verdict the gate must give
 HEAD_FACTORS = {"verify/triton/ctx4096/T16": (1.10, "regressed"),          # time 10% up, above threshold
                 "verify/triton/ctx16384/T16": (0.90, "improved"),
-                "verify/triton/ctx65536/T16": (1.02, "unchanged"),         # significant, below threshold
+                "verify/triton/ctx65536/T16": (1.005, "unchanged"),        # below the 1% floor
                 "decode/cuda/ctx4096": (0.90, "regressed"),                # tok/s 10% down
                 "decode/cuda/ctx16384": (1.10, "improved")}
-EXPECTED = {**{k: v[1] for k, v in HEAD_FACTORS.items()}, "verify/triton_extend/ctx4096/T16": "noisy",
+# triton_extend/ctx4096 has 30% noise per sample (run medians ~8% apart): +8% is within what a rerun shows,
+# even after confirmation rounds, so it is unchanged (and says so)
+EXPECTED = {**{k: v[1] for k, v in HEAD_FACTORS.items()}, "verify/triton_extend/ctx4096/T16": "unchanged",
             "verify/triton_extend/ctx16384/T16": "missing", "verify/cuda/ctx4096/T16": "new"}
 
 

@@ -1,0 +1,173 @@
+"""The noise model behind every "regressed": what another run of unchanged code would show.
+
+Two spreads are kept apart. Within-run spread (one run's samples) says how well that run's median is
+known; run-to-run spread (the medians of repeated runs of the same code) says what a rerun would show. On
+real GPU runs the second is often far larger than the first (the eager fp32 reference: samples within
+0.5%, runs 5-32% apart), so a test on pooled samples reads drift as "p=1e-15". Here a change is judged in
+log space against a prediction interval for a new run:
+
+    run-to-run sigma   pooled residuals of the run medians around their segment's level (segments split
+                       by change points, KernelCPD from ruptures), same-commit reruns included, combined
+                       with the machine's calibrated prior (ci/noise_prior.toml) as a scaled inverse-chi2
+                       posterior: sigma^2 = (nu0 s0^2 + sum r^2) / (nu0 + nu), Student t with nu0 + nu dof;
+    heavy tails        with >= 30 residuals, the empirical 1-alpha quantile of |residual| is a lower
+                       bound of the margin (benchmarks with frequent one-run spikes need more to be red);
+    practical floor    the estimated change itself must pass the benchmark's threshold.
+
+`decide()` is the one rule that says regressed / improved / noisy / unchanged: the gate's first pass, the
+confirmation reruns of `ci perf` and `ci bisect` all call it.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+MIN_SEGMENT = 2  # a level needs two runs: one run off the line is a spike until a second agrees
+TAIL_MIN = 30  # residuals needed before their empirical quantile is trusted
+MEDIAN_SE = 1.2533 * 1.4826  # standard error of a median from the MAD, for normal-ish noise
+
+
+@dataclass
+class Prior:
+    sigma: float  # relative run-to-run spread (log scale) of this benchmark on this machine
+    runs: float  # how many runs' worth of evidence it carries (nu0)
+
+
+@dataclass
+class Decision:
+    verdict: str  # regressed / improved / noisy / unchanged
+    reason: str
+    margin: float  # log change needed to be significant (0 when the spread is unknown)
+
+
+@dataclass
+class Estimate:
+    """A change in log space, positive = worse, with its standard deviation and degrees of freedom."""
+    change: float
+    sd: float
+    dof: float
+    tail: float = 0.0  # empirical |residual| quantile (log), a lower bound of the margin
+
+    @property
+    def worse(self) -> float:
+        """Relative change in the bad direction (+0.05 = 5% worse)."""
+        return math.expm1(self.change)
+
+
+def log_worse(value: float, direction: str) -> float:
+    """Log of a value, signed so that larger = worse."""
+    return math.log(value) if direction != "higher" else -math.log(value)
+
+
+def within_run_sd(samples: list[float] | None) -> float:
+    """Relative standard error of one run's median from its samples (0 without samples)."""
+    if not samples or len(samples) < 3:
+        return 0.0
+    med = statistics.median(samples)
+    mad = statistics.median(abs(s - med) for s in samples)
+    return MEDIAN_SE * mad / math.sqrt(len(samples)) / abs(med) if med else 0.0
+
+
+def critical(alpha: float, dof: float) -> float:
+    return float(stats.t.ppf(1.0 - alpha, dof)) if dof < 1e6 else float(stats.norm.ppf(1.0 - alpha))
+
+
+def decide(est: Estimate, floor: float, alpha: float, confirm_sd: float | None = None) -> Decision:
+    """The verdict for a change. confirm_sd: the sd a confirmation would reach; when even that cannot
+    make a change of this size significant, an insignificant change is "unchanged" (within noise), not
+    "noisy" (which asks for confirmation)."""
+    worse = est.worse
+    if est.dof < 1 or not math.isfinite(est.sd):
+        if worse >= floor:
+            return Decision("noisy", f"{worse:+.1%} but the run-to-run spread is unknown (too few runs and no "
+                                     "calibrated prior): needs confirmation", 0.0)
+        return Decision("unchanged", "run-to-run spread unknown; below the floor", 0.0)
+    margin = max(critical(alpha, est.dof) * est.sd, est.tail)
+    sig = f"beyond the {margin_pct(margin)} noise margin of a rerun (sd {est.sd:.2%}, {est.dof:.0f} dof)"
+    if est.change > margin and worse >= floor:
+        return Decision("regressed", f"{worse:+.1%} worse, {sig}, and past the {floor:.1%} floor", margin)
+    better = -math.expm1(est.change)  # +0.05 = 5% better
+    if -est.change > margin and better >= floor:
+        return Decision("improved", f"{better:.1%} better, {sig}: refresh the baseline on purpose", margin)
+    if worse >= floor and est.change > 0:
+        if confirm_sd is not None and est.change <= critical(alpha, est.dof) * confirm_sd:
+            return Decision("unchanged", f"{worse:+.1%} is within the noise even after confirmation "
+                                         f"(margin {margin_pct(margin)})", margin)
+        return Decision("noisy", f"{worse:+.1%} worse but within the {margin_pct(margin)} noise margin of a "
+                                 "rerun: needs confirmation", margin)
+    return Decision("unchanged", "", margin)
+
+
+def margin_pct(margin: float) -> str:
+    return f"{math.expm1(margin):.1%}"
+
+
+# --- the series model ---------------------------------------------------------------------------------
+
+
+def change_points(x: np.ndarray, scale: float, penalty: float) -> list[int]:
+    """Indices where a new level starts (KernelCPD, linear kernel = least squares, ruptures)."""
+    n = len(x)
+    if n < 2 * MIN_SEGMENT or scale <= 0:
+        return []
+    import ruptures
+
+    z = (x / scale).reshape(-1, 1)
+    ends = ruptures.KernelCPD(kernel="linear", min_size=MIN_SEGMENT).fit(z).predict(pen=penalty * math.log(n))
+    return [int(e) for e in ends[:-1]]
+
+
+def diff_scale(x: np.ndarray) -> float:
+    """Robust noise scale from successive differences (insensitive to level steps)."""
+    if len(x) < 3:
+        return float(np.std(x)) if len(x) > 1 else 0.0
+    d = np.abs(np.diff(x))
+    s = 1.4826 * float(np.median(d)) / math.sqrt(2)
+    return s if s > 0 else float(np.mean(d)) / math.sqrt(2)
+
+
+@dataclass
+class SeriesModel:
+    level: float  # the current level (median of the last segment), log scale, larger = worse
+    segment: int  # runs in the last segment
+    sigma: float  # posterior run-to-run sd (log scale); inf when unknown
+    dof: float
+    tail: float
+    starts: list[int]  # change points: indices of the series where a level starts
+
+    def predict(self, head_within: float = 0.0) -> float:
+        """sd of (new run - level) for a run of unchanged code."""
+        if not math.isfinite(self.sigma):
+            return math.inf
+        return math.sqrt(self.sigma ** 2 * (1 + 1 / max(self.segment, 1)) + head_within ** 2)
+
+
+def fit_series(x: list[float], prior: Prior | None, penalty: float = 3.0) -> SeriesModel:
+    """The level and run-to-run spread of a history of log values (oldest first)."""
+    arr = np.asarray(x, dtype=float)
+    n = len(arr)
+    if n == 0:
+        return SeriesModel(math.nan, 0, math.inf, 0.0, 0.0, [])
+    starts = change_points(arr, diff_scale(arr), penalty)
+    bounds = [0, *starts, n]
+    resid = []
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        seg = arr[a:b]
+        resid.extend(seg - np.median(seg))
+    resid = np.asarray(resid)
+    nu = max(n - (len(bounds) - 1), 0)
+    ss = float(np.sum(resid ** 2))
+    if nu > 0:  # robust: a spike must not inflate the spread that judges the next run
+        robust = (1.4826 * float(np.median(np.abs(resid)))) ** 2 * nu
+        ss = min(ss, robust) if robust > 0 else ss
+    nu0, s0 = (prior.runs, prior.sigma) if prior else (0.0, 0.0)
+    dof = nu + nu0
+    sigma = math.sqrt((nu0 * s0 ** 2 + ss) / dof) if dof > 0 else math.inf
+    tail = float(np.quantile(np.abs(resid), 0.99)) if len(resid) >= TAIL_MIN else 0.0
+    last = arr[bounds[-2]:]
+    return SeriesModel(float(np.median(last)), len(last), sigma, float(dof), tail, starts)
