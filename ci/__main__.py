@@ -7,7 +7,7 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ("perf", "gate", "calibrate", "record", "report", "bisect", "publish")
+COMMANDS = ("perf", "gate", "calibrate", "record", "report", "bisect", "publish", "evaluate")
 
 
 def build_parser() -> argparse.ArgumentParser:
