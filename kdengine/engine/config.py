@@ -17,6 +17,25 @@ from dataclasses import dataclass, field, fields, replace
 
 KV_LORA_RANK = 512  # fixed by the verify_attention contract (576 = 512 + 64)
 QK_ROPE = 64
+EXPERT_QUANTS = ("none", "int4")
+ROUTINGS = ("random", "uniform", "skewed")
+DEFAULT_SKEW = 2.0  # skewed without a number: the hottest expert carries 2x the mean load
+
+
+def parse_routing(spec: str) -> tuple[str, float]:
+    """'random' | 'uniform' | 'skewed[:imbalance]' -> (name, imbalance) (imbalance 1 unless skewed)."""
+    name, _, arg = str(spec).partition(":")
+    if name not in ROUTINGS or (arg and name != "skewed"):
+        raise ValueError(f"routing: expected random, uniform or skewed[:imbalance], got {spec!r}")
+    if name != "skewed":
+        return name, 1.0
+    try:
+        imbalance = float(arg) if arg else DEFAULT_SKEW
+    except ValueError:
+        raise ValueError(f"routing: expected a number after 'skewed:', got {spec!r}") from None
+    if not imbalance >= 1.0:
+        raise ValueError(f"routing: expected an imbalance >= 1 (max/mean expected load), got {spec!r}")
+    return name, imbalance
 
 
 @dataclass
@@ -57,6 +76,10 @@ class ModelConfig:
     draft_block: int = 16  # L: positions filled by one drafter forward
     draft_top_k: int = 4  # K: candidates per position
     feature_layers: tuple = (0, 1, 2)  # target layers whose hidden states feed the drafter
+    # --- routed-expert weights and routing (kdengine.engine.moe)
+    expert_quant: str = "none"  # none: experts in `dtype` | int4: compressed-tensors pack-quantized (W4A16)
+    expert_group: int = 32  # INT4 group size along the input dim (Kimi K2.x: 32)
+    routing: str = "random"  # random (the router) | uniform | skewed[:imbalance] (see moe.py)
     # --- tensor parallel slice of this process
     tp_rank: int = 0
     tp_size: int = 1
@@ -80,6 +103,15 @@ class ModelConfig:
                 raise ValueError(f"{name}: expected a multiple of tp_size={self.tp_size}, got {getattr(self, name)}")
         if not 1 <= self.first_dense <= self.n_layers:
             raise ValueError(f"n_layers: expected >= first_dense={self.first_dense}, got {self.n_layers}")
+        if self.expert_quant not in EXPERT_QUANTS:
+            raise ValueError(f"expert_quant: expected one of {EXPERT_QUANTS}, got {self.expert_quant!r}")
+        if self.expert_quant == "int4" and (self.expert_group % 8 or self.hidden % self.expert_group
+                                            or self.moe_intermediate % self.expert_group):
+            raise ValueError(f"expert_group: expected a multiple of 8 dividing hidden={self.hidden} and "
+                             f"moe_intermediate={self.moe_intermediate}, got {self.expert_group}")
+        _, imbalance = parse_routing(self.routing)
+        if imbalance > self.n_experts / self.top_k:
+            raise ValueError(f"routing: expected an imbalance <= n_experts/top_k = {self.n_experts / self.top_k:g}, got {imbalance:g}")
         self.feature_layers = tuple(sorted({min(i, self.n_layers - 1) for i in self.feature_layers}))
         self.q_head = self.qk_nope + self.qk_rope
         self.local_heads = self.n_heads // self.tp_size
@@ -193,18 +225,26 @@ def weight_bytes(cfg: ModelConfig) -> dict[str, int]:
     H, D = cfg.local_heads, cfg.hidden
     attn = D * cfg.q_lora_rank + cfg.q_lora_rank * H * cfg.q_head + D * (KV_LORA_RANK + QK_ROPE)
     attn += KV_LORA_RANK * H * (cfg.qk_nope + cfg.v_head) + H * cfg.v_head * D
-    moe = cfg.local_experts * 3 * D * cfg.moe_intermediate + 3 * D * cfg.local_shared_intermediate
-    moe += cfg.n_experts * D
+    moe = 3 * D * cfg.local_shared_intermediate + cfg.n_experts * D
     dense = 3 * D * cfg.local_intermediate
     n_moe = cfg.n_layers - cfg.first_dense
     embed = 2 * cfg.local_vocab * D
     return {
         "attention": e * attn * cfg.n_layers,
-        "moe": e * moe * n_moe,
+        "moe": (e * moe + cfg.local_experts * expert_bytes(cfg)) * n_moe,
         "dense_mlp": e * dense * cfg.first_dense,
         "embed_and_head": e * embed,
-        "per_moe_layer": e * (attn + moe),
+        "per_moe_layer": e * (attn + moe) + cfg.local_experts * expert_bytes(cfg),
     }
+
+
+def expert_bytes(cfg: ModelConfig) -> int:
+    """Bytes of one routed expert's three matrices: INT4 = packed nibbles + bf16 group scales, else dtype."""
+    n = 3 * cfg.hidden * cfg.moe_intermediate
+    if cfg.expert_quant == "int4":
+        scale = 2 if cfg.dtype == "bfloat16" else (4 if cfg.dtype == "float32" else 8)
+        return n // 2 + n // cfg.expert_group * scale
+    return n * (2 if cfg.dtype == "bfloat16" else (4 if cfg.dtype == "float32" else 8))
 
 
 def kv_bytes(cfg: ModelConfig, context: int) -> int:

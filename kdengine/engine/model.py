@@ -17,7 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kdengine.engine.config import ModelConfig, expert_range, vocab_range
+from kdengine.engine.config import ModelConfig, vocab_range
+from kdengine.engine.moe import EXPERT_IMPLS, DenseMLP, MoE  # MLP, experts and routing live in moe.py
 from kdengine.engine.profiler import COMM
 from kdengine.ops import verify_attention
 
@@ -137,117 +138,6 @@ class MLA(nn.Module):
         return all_reduce(self.o_proj(o), step.group, timer)  # TP: heads
 
 
-# ---------------------------------------------------------------------------- MLP and MoE
-
-
-class DenseMLP(nn.Module):
-    def __init__(self, hidden: int, inter: int):
-        super().__init__()
-        self.gate_proj = nn.Linear(hidden, inter, bias=False)
-        self.up_proj = nn.Linear(hidden, inter, bias=False)
-        self.down_proj = nn.Linear(inter, hidden, bias=False)
-
-    def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
-class Router(nn.Module):
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.weight = nn.Parameter(torch.empty(cfg.n_experts, cfg.hidden))
-        self.e_score_correction_bias = nn.Parameter(torch.zeros(cfg.n_experts))
-
-
-def route(x, router: Router, cfg: ModelConfig):
-    """noaux_tc routing (one group): sigmoid scores, top-k on score + bias, normalized weights.
-    x [N, D] -> ids [N, k] (global expert ids), weights [N, k] fp32."""
-    scores = torch.sigmoid(F.linear(x.float(), router.weight.float()))  # [N, E_total]
-    ids = torch.topk(scores + router.e_score_correction_bias.float(), cfg.top_k, dim=-1).indices
-    w = scores.gather(1, ids)
-    return ids, w / w.sum(-1, keepdim=True) * cfg.routed_scaling
-
-
-class MoE(nn.Module):
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        E, I = cfg.local_experts, cfg.moe_intermediate
-        self.cfg = cfg
-        self.gate = Router(cfg)
-        self.experts_gate_up = nn.Parameter(torch.empty(E, 2 * I, cfg.hidden))  # [E, 2I, D]
-        self.experts_down = nn.Parameter(torch.empty(E, cfg.hidden, I))  # [E, D, I]
-        self.shared_experts = DenseMLP(cfg.hidden, cfg.local_shared_intermediate)
-        self.impl = "loop"  # loop (eager, exact groups) | grouped_mm | dense (both graph-safe)
-
-    def forward(self, x, step, timer=None):
-        B, T, D = x.shape
-        flat = x.reshape(-1, D)
-        ids, w = route(flat, self.gate, self.cfg)
-        lo, _ = expert_range(self.cfg)
-        local = ids - lo  # [N, k]; outside [0, E) = another rank's expert
-        valid = (local >= 0) & (local < self.cfg.local_experts)
-        step.count_experts(local, valid)
-        out = EXPERT_IMPLS[self.impl](self, flat, local, w, valid)
-        out = out + self.shared_experts(flat)
-        return all_reduce(out.view(B, T, D), step.group, timer)  # TP: experts and shared expert
-
-
-def swiglu(h: torch.Tensor) -> torch.Tensor:
-    g, u = h.chunk(2, dim=-1)
-    return F.silu(g) * u
-
-
-def experts_loop(moe: MoE, x, local, w, valid):
-    """Eager grouped compute: one matmul pair per active expert (reads counts on the host)."""
-    out = torch.zeros_like(x, dtype=torch.float32)
-    rows, slots = valid.nonzero(as_tuple=True)
-    experts = local[rows, slots]
-    for e in experts.unique().tolist():
-        sel = experts == e
-        r = rows[sel]
-        h = swiglu(x[r] @ moe.experts_gate_up[e].t()) @ moe.experts_down[e].t()
-        out.index_put_((r,), h.float() * w[r, slots[sel]][:, None], accumulate=True)
-    return out.to(x.dtype)
-
-
-def sort_assignments(local, valid, E: int):
-    """Assignments sorted by local expert (other ranks' experts last): order [N*k], offs [E] int32."""
-    key = torch.where(valid, local, torch.full_like(local, E)).flatten()
-    order = torch.sort(key, stable=True).indices
-    counts = torch.zeros(E + 1, dtype=torch.int32, device=local.device).scatter_add_(
-        0, key, torch.ones_like(key, dtype=torch.int32)
-    )
-    return order, key[order], torch.cumsum(counts[:E], 0, dtype=torch.int32)
-
-
-def experts_grouped_mm(moe: MoE, x, local, w, valid):
-    """Graph-safe grouped GEMM (torch._grouped_mm) over assignments sorted by expert."""
-    E, k = moe.cfg.local_experts, local.shape[1]
-    order, key, offs = sort_assignments(local, valid, E)
-    rows = order // k
-    a = x[rows]  # [N*k, D]
-    h = swiglu(torch._grouped_mm(a, moe.experts_gate_up.transpose(1, 2), offs=offs))
-    y = torch._grouped_mm(h, moe.experts_down.transpose(1, 2), offs=offs)  # [N*k, D]
-    scale = w.flatten()[order].float()
-    y = torch.where((key < E)[:, None], y.float() * scale[:, None], torch.zeros((), device=x.device))
-    # Un-sort with a permutation (unique indices) and sum each token's k rows: deterministic, no atomics.
-    unsorted = torch.empty_like(y).index_copy_(0, order, y)
-    return unsorted.view(-1, k, y.shape[-1]).sum(1).to(x.dtype)
-
-
-def experts_dense(moe: MoE, x, local, w, valid):
-    """Graph-safe fallback: every local expert on every token, weighted by the routing (reads all
-    E experts' weights; use only where grouped_mm is unavailable)."""
-    E = moe.cfg.local_experts
-    slot = torch.where(valid, local, E)  # [N, k]; E collects other ranks' experts
-    gates = torch.zeros(x.shape[0], E + 1, device=x.device).scatter_add_(1, slot, w.float())[:, :E]  # [N, E]
-    h = swiglu(torch.einsum("nd,efd->enf", x, moe.experts_gate_up))
-    y = torch.einsum("enf,edf->end", h, moe.experts_down)
-    return torch.einsum("end,ne->nd", y.float(), gates).to(x.dtype)
-
-
-EXPERT_IMPLS = {"loop": experts_loop, "grouped_mm": experts_grouped_mm, "dense": experts_dense}
-
-
 # ---------------------------------------------------------------------------- blocks and model
 
 
@@ -265,7 +155,7 @@ class Block(nn.Module):
         h = self.post_attention_layernorm(x)
         if isinstance(self.mlp, MoE):
             with timer("verify-moe"):
-                return x + self.mlp(h, step, timer)
+                return x + all_reduce(self.mlp(h, step, timer), step.group, timer)  # TP: experts and shared expert
         return x + all_reduce(self.mlp(h), step.group, timer)  # TP: dense MLP
 
 
@@ -341,11 +231,15 @@ class Step:
         self.cfg, self.cache, self.mask_bits, self.backend, self.group = cfg, cache, mask_bits, backend, group
         self.inv_freq = rope_frequencies(cfg, cache.pool.device)
         self.slots = cache.lengths[:, None].long() + torch.arange(T, device=cache.pool.device)  # [B, T]
-        self.expert_load = torch.zeros(cfg.local_experts, dtype=torch.float32, device=cache.pool.device)
+        n_moe = max(cfg.n_layers - cfg.first_dense, 1)
+        self.expert_load = torch.zeros(n_moe, cfg.local_experts, dtype=torch.float32, device=cache.pool.device)  # [L, E]
+        self.moe_calls = 0
 
     def count_experts(self, local, valid) -> None:
+        """Tokens routed to each local expert by this MoE layer (row moe_calls of expert_load)."""
         E = self.cfg.local_experts
         key = torch.where(valid, local, torch.full_like(local, E)).flatten()
         counts = torch.zeros(E + 1, dtype=torch.float32, device=local.device)
         counts.scatter_add_(0, key, torch.ones_like(key, dtype=torch.float32))
-        self.expert_load += counts[:E]
+        self.expert_load[self.moe_calls] += counts[:E]
+        self.moe_calls += 1

@@ -6,7 +6,8 @@ forward: projections, norms, embedding, LM head) and accept/commit. The whole ta
 as `verify` and reported as those three parts. On CUDA each phase is a pair of CUDA
 events resolved once at summary() (no host sync per step); on the CPU, perf_counter. A phase that
 occurs several times in a step (once per layer) is summed. Expert load: tokens routed to each local
-expert per step, summed over MoE layers; imbalance = max / mean per step.
+expert per step, summed over MoE layers; imbalance = max / mean per step; experts touched = local
+experts with at least one token, summed over MoE layers (the step's loads are kept per layer).
 """
 
 from __future__ import annotations
@@ -85,16 +86,27 @@ class Profiler:
         total = sum(self.elapsed_ms(a, b) for step in self.steps for name, a, b in step if name == COMM)
         return total / max(len(self.steps), 1)
 
+    def _loads(self) -> torch.Tensor:
+        """[steps, layers, E] (a [E] load per step counts as one layer)."""
+        loads = torch.stack(self.loads).float()
+        return loads[:, None] if loads.dim() == 2 else loads
+
     def moe_load(self) -> list[float]:
-        """Mean tokens per local expert per step."""
+        """Mean tokens per local expert per step (summed over MoE layers)."""
         if not self.loads:
             return []
-        return torch.stack(self.loads).float().mean(0).tolist()
+        return self._loads().sum(1).mean(0).tolist()
+
+    def experts_touched(self) -> float:
+        """Mean over steps of the local experts that got a token, summed over MoE layers."""
+        if not self.loads:
+            return 0.0
+        return float((self._loads() > 0).sum((1, 2)).float().mean())
 
     def moe_imbalance(self) -> float:
         """Mean over steps of max/mean expert load (1.0 = perfectly balanced; 0 without MoE)."""
         if not self.loads:
             return 0.0
-        loads = torch.stack(self.loads).float()
+        loads = self._loads().sum(1)
         ratio = loads.max(1).values / loads.mean(1).clamp_min(1e-9)
         return float(ratio.mean())
