@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The gate on a real GPU, made with the main job itself: `python -m ci perf` at a list of commits, back to
+# back on one machine, each judged against the previous recorded run (empty commits = A/A pairs; a planted
+# slowdown = a real regression that must be red after confirmation). Measures exactly committed revisions:
+# the tree is cloned from a git bundle made here.
+#
+#   here:   git bundle create .whl/kdengine.bundle --all        (.whl also holds asv's and ruptures' wheels)
+#   device: RUNS="sha1 sha2 ..." bash ci/gpu/gate_aa.sh          (carry .whl)
+# Env: RUNS (commits, in order), BENCH (asv --bench regex; default verify + tree + decode suites),
+#      CONFIRM (seconds of confirmation per run, default 300), FIRST_CONFIRM (for the first run, default 0),
+#      LIMIT (stop starting runs after this many seconds, default 540), NO_RECORD_FROM (index from which runs
+#      are judged but not recorded, e.g. a planted slowdown that must not enter history).
+# Output under $OUT: logs.tgz (every perf log), gate.tgz (JSON + markdown verdicts), perf_history.tgz (the
+# new result files, to be committed here).
+set -o pipefail
+OUT=${OUT:-/tmp/kdengine-out}; LOG=$OUT/logs; mkdir -p "$LOG" "$OUT/gate"
+SRC=$PWD; KD=/tmp/kd
+export PYTHONUNBUFFERED=1 KDENGINE_CACHE_DIR=/tmp/kdcache
+BENCH=${BENCH:-'^bench_verify\.Verify\.|^bench_decode\.(Decode|TreeBuild)\.'}
+start=$(date +%s)
+pack() {
+  tar czf "$OUT/logs.tgz" -C "$OUT" logs 2>/dev/null
+  tar czf "$OUT/gate.tgz" -C "$OUT" gate 2>/dev/null
+  [[ -d $KD ]] && (cd "$KD" && git ls-files --others --modified --exclude-standard perf_history | tar czf "$OUT/perf_history.tgz" -T -)
+}
+trap pack EXIT
+
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$SRC"/.whl/*.whl \
+  || { echo "wheel install failed"; exit 1; }
+export PYTHONPATH=/tmp/site
+rm -rf "$KD"
+git clone -q "$SRC/.whl/kdengine.bundle" "$KD" || { echo "clone of the bundle failed"; exit 1; }
+cd "$KD" || exit 1
+git config user.name kdengine-perf; git config user.email perf@kdengine.invalid
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv | tee "$LOG/smi.txt"
+python3 -m kdengine.ops.build --arch native 2>&1 | tail -3 | tee "$LOG/build.log"
+
+i=0; last=0; status=0
+for sha in $RUNS; do
+  now=$(( $(date +%s) - start ))
+  if (( i > 0 && now + last > ${LIMIT:-540} )); then echo "=== skip $sha: $now s used, a run takes ~$last s"; break; fi
+  git checkout -q "$sha" || { echo "no commit $sha"; status=1; break; }
+  budget=${CONFIRM:-300}; (( i == 0 )) && budget=${FIRST_CONFIRM:-0}
+  record=(); [[ -n ${NO_RECORD_FROM:-} ]] && (( i >= NO_RECORD_FROM )) && record=(--no-record)
+  echo "=== run $i: $(git log -1 --format='%h %s') (confirm budget $budget s) at $now s"
+  t0=$(date +%s)
+  python3 -m ci perf --bench-filter "$BENCH" --confirm-budget "$budget" "${record[@]}" \
+    --json "$OUT/gate/run${i}_${sha:0:10}.json" --markdown "$OUT/gate/run${i}_${sha:0:10}.md" \
+    > "$LOG/perf_run${i}_${sha:0:10}.log" 2>&1
+  rc=$?
+  last=$(( $(date +%s) - t0 ))
+  echo "=== run $i exit $rc in $last s"
+  grep -E "^\[perf|verdict|regressed|noisy" "$LOG/perf_run${i}_${sha:0:10}.log" | grep -v "^  " | cut -c1-220 | tail -20
+  i=$((i + 1))
+done
+echo "=== done in $(( $(date +%s) - start )) s"
+exit $status
