@@ -232,3 +232,91 @@ def moe_reference(x, ids, valid, route_w, w13, s13, w2, s2, *, group: int = GROU
         y = h @ dequantize_int4(w2[e], s2[e], torch.float32, group).t()
         out.index_add_(0, rows, y * route_w[rows, slot].float()[:, None])
     return out
+
+
+# ---------------------------------------------------------------------------- benchmark hook
+
+SWEEP = [
+    {"BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3, "unpack": "reshape"},
+    {"BLOCK_N": 64, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3, "unpack": "reshape"},
+    {"BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3, "unpack": "gather"},
+]
+
+
+def bench(tokens: int = 64, top_k: int = 8, n_experts: int = 384, E: int = 48, D: int = 7168, I: int = 2048,
+          samples: int = 30, seed: int = 0) -> dict:
+    """One Kimi TP8 rank's MoE layer (48 of 384 experts, D 7168, I 2048) at `tokens` x top-k under
+    uniform routing: the W4A16 kernel (a config sweep) against the bf16 grouped path (torch._grouped_mm,
+    kdengine.engine.moe.experts_grouped_mm) on the same routing; CUDA-graph replays, L2 flushed
+    between samples, median. Bandwidth counts the bytes of the experts touched (weights + scales)."""
+    from types import SimpleNamespace
+
+    from kdengine.bench import fingerprint, roofline, timer
+    from kdengine.engine.moe import experts_grouped_mm
+
+    dev = torch.device("cuda")
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    ids = torch.topk(torch.rand(tokens, n_experts, generator=gen, device=dev), top_k, -1).indices  # uniform k-subsets
+    valid = ids < E  # this rank holds experts [0, E)
+    rw = torch.rand(tokens, top_k, generator=gen, device=dev)
+    x = torch.randn(tokens, D, generator=gen, device=dev).to(torch.bfloat16)
+
+    def int4(O, K):
+        w = torch.empty(E, O, K // PACK, dtype=torch.int32, device=dev).random_(-(2**31), 2**31 - 1, generator=gen)
+        return w, (torch.rand(E, O, K // GROUP, generator=gen, device=dev) * 0.01 + 0.005).to(torch.bfloat16)
+
+    w13, s13 = int4(2 * I, D)
+    w2, s2 = int4(D, I)
+    touched = int(torch.unique(ids[valid]).numel())
+    int4_bytes = touched * (w13[0].numel() * 4 + s13[0].numel() * 2 + w2[0].numel() * 4 + s2[0].numel() * 2)
+    bf16_bytes = touched * 3 * D * I * 2
+    copy_bw = roofline.ceilings(dev).copy_bytes_per_s
+    out = {"tokens": tokens, "top_k": top_k, "n_experts": n_experts, "local_experts": E, "D": D, "I": I,
+           "routing": "uniform", "local_assignments": int(valid.sum()), "experts_touched": touched,
+           "int4_bytes": int4_bytes, "bf16_bytes": bf16_bytes, "copy_ceiling_bytes_per_s": copy_bw,
+           "ceiling_note": "device copy bandwidth counted read + write (kdengine.bench.roofline)",
+           "fingerprint": fingerprint.collect(), "w4a16": []}
+    ref = moe_reference(x, ids, valid, rw, w13, s13, w2, s2)
+    for cfg in SWEEP:
+        try:
+            got = moe_w4a16(x, ids, valid, rw, w13, s13, w2, s2, config=cfg)
+            err = float((got.float() - ref).norm() / ref.norm())
+            m = timer.time_gpu(lambda i, c=cfg: moe_w4a16(x, ids, valid, rw, w13, s13, w2, s2, config=c),
+                               samples=samples, launches=4, l2_flush=True)
+        except Exception as exc:  # a config that does not compile here is reported, not fatal
+            out["w4a16"].append({"config": cfg, "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
+            continue
+        s = m.median
+        out["w4a16"].append({"config": cfg, "rel_err_vs_fp32": err, "median_s": s, "samples_s": m.samples,
+                             "method": m.method, "gbps": int4_bytes / s / 1e9, "pct_of_copy": 100 * int4_bytes / s / copy_bw})
+        print(f"w4a16 {cfg}: {s * 1e6:.1f} us, {int4_bytes / s / 1e9:.0f} GB/s = {100 * int4_bytes / s / copy_bw:.1f}% of copy, err {err:.2e}", flush=True)
+    del w13, s13, w2, s2
+    gu = torch.randn(E, 2 * I, D, generator=gen, device=dev).to(torch.bfloat16)
+    dn = torch.randn(E, D, I, generator=gen, device=dev).to(torch.bfloat16)
+    moe = SimpleNamespace(cfg=SimpleNamespace(local_experts=E), dequantized=lambda e=None, dtype=None: (gu, dn))
+    m = timer.time_gpu(lambda i: experts_grouped_mm(moe, x, ids, rw, valid), samples=samples, launches=4, l2_flush=True)
+    out["bf16_grouped_mm"] = {"median_s": m.median, "samples_s": m.samples, "method": m.method,
+                              "gbps": bf16_bytes / m.median / 1e9, "pct_of_copy": 100 * bf16_bytes / m.median / copy_bw}
+    ok = [r for r in out["w4a16"] if "median_s" in r]
+    if ok:
+        best = min(ok, key=lambda r: r["median_s"])
+        out["best"] = {**best, "speedup_vs_bf16": m.median / best["median_s"]}
+    print(f"bf16 grouped_mm: {m.median * 1e6:.1f} us ({out['bf16_grouped_mm']['gbps']:.0f} GB/s); touched {touched} experts", flush=True)
+    return out
+
+
+if __name__ == "__main__":
+    import argparse
+    import json
+
+    ap = argparse.ArgumentParser(description="W4A16 MoE microbenchmark (one Kimi TP8 rank's MoE layer)")
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--samples", type=int, default=30)
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+    result = bench(tokens=a.tokens, samples=a.samples)
+    text = json.dumps(result, indent=1, default=str)
+    if a.json:
+        with open(a.json, "w") as fh:
+            fh.write(text)
+    print(json.dumps(result.get("best", {}), default=str))
