@@ -286,3 +286,23 @@ def moe_report(cfg: ModelConfig, touched_per_step: float, moe_ms: float, step_ms
 def expected_touched(n_assign_local: float, E: int) -> float:
     """Experts touched when n assignments fall uniformly on E experts: E * (1 - (1 - 1/E)^n)."""
     return E * (1 - math.pow(1 - 1 / E, n_assign_local))
+
+
+# ---------------------------------------------------------------------------- engine settings
+
+
+WEIGHTS = {"dense": "none", "int4": "int4"}  # --weights value -> cfg.expert_quant
+
+
+def expert_quant_for(weights: str) -> str:
+    if weights not in WEIGHTS:
+        raise ValueError(f"weights: expected one of {sorted(WEIGHTS)}, got {weights!r}")
+    return WEIGHTS[weights]
+
+
+def expert_impl_for(cfg: ModelConfig, device_impl: str) -> str:
+    """The expert path for this config given the device's dense choice (graphs.choose_expert_impl):
+    INT4 experts take the W4A16 kernel wherever a graph-safe path was chosen (CUDA), else the loop."""
+    if cfg.expert_quant == "int4" and device_impl != "loop":
+        return "w4a16"
+    return device_impl
