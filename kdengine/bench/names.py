@@ -6,7 +6,9 @@ and again where results are recorded: nothing HTML- or markdown-like can hide in
 - machine names (a perf_history directory, e.g. `gpu-nvidia-h200-sm90`): `[A-Za-z0-9._-]`, starting
   with a letter or digit, at most 100 characters;
 - asv benchmark names (`bench_verify.Verify.time_verify`): `[A-Za-z0-9_.]`, and asv parameter values as
-  asv writes them (`'triton'`, `4096`): the workload set, optionally in single quotes.
+  asv writes them (`'triton'`, `4096`): the workload set, optionally in single quotes;
+- free text shown by asv's site (units, machine.json fields): any printable text without `<>&"'` or a
+  backtick, at most 500 characters.
 
 Each check returns the name unchanged or raises ValueError naming the argument, the bad character and the
 allowed set.
@@ -23,6 +25,7 @@ WORKLOAD_RE = re.compile(rf"[A-Za-z0-9][{WORKLOAD_CHARS}]{{0,199}}")
 MACHINE_RE = re.compile(rf"[A-Za-z0-9][{MACHINE_CHARS}]{{0,99}}")
 ASV_NAME_RE = re.compile(rf"[A-Za-z_][{ASV_NAME_CHARS}]{{0,199}}")
 ASV_PARAM_RE = re.compile(rf"'[{WORKLOAD_CHARS}]{{0,100}}'|[{WORKLOAD_CHARS}]{{1,100}}")
+PLAIN_TEXT_RE = re.compile(r"[^<>&\"'`\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]{0,500}")
 
 
 def _check(value: object, pattern: re.Pattern, chars: str, what: str) -> str:
@@ -54,3 +57,13 @@ def check_asv_name(name: object, what: str = "asv benchmark name") -> str:
 def check_asv_param(value: object, what: str = "asv parameter value") -> str:
     """One asv parameter value as asv stores it: `'triton'` (a repr'd string) or `4096`."""
     return _check(value, ASV_PARAM_RE, WORKLOAD_CHARS, what)
+
+
+def check_plain_text(value: object, what: str = "text") -> str:
+    """Free text for asv's site (a unit, a machine.json field): no HTML-significant or control characters."""
+    if not isinstance(value, str):
+        raise ValueError(f"{what}: expected a string, got {type(value).__name__} {value!r}")
+    if not PLAIN_TEXT_RE.fullmatch(value):
+        raise ValueError(f"{what}: expected text without <>&\"'` or control characters (at most 500), "
+                         f"got {value[:120]!r}")
+    return value
