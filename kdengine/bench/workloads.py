@@ -32,6 +32,8 @@ NSPLIT_BACKENDS = ("cuda", "triton")
 NSPLIT_CONTEXT = 65536
 NSPLITS = (16, 32, 64, 128, 256, "auto")
 DECODE_BACKENDS = ("triton_extend", "triton", "cuda")
+DECODE_INT4_BACKENDS = ("triton", "cuda")
+INT4_LAYERS = 61  # the whole rank: fits one H200 with INT4 experts
 CPU_CONTEXTS = (512, 2048)
 CPU_TREE_SIZES = (4, 16)
 CPU_DECODE_CONTEXT = 256
@@ -55,6 +57,7 @@ class Workload:
     T: int = 0  # tree tokens verified (verify only)
     H: int = HEADS
     nsplit: int | str | None = None  # forced KV split count (verify-nsplit only)
+    weights: str = "dense"  # decode: routed experts dense (8 layers, router routing) or int4 (61 layers, uniform routing)
 
     @property
     def unit(self) -> str:
@@ -81,6 +84,11 @@ def decode_workload(backend: str, context: int) -> Workload:
     return Workload(f"decode/{backend}/ctx{context}", "decode", backend, context, "cuda")
 
 
+def decode_int4_workload(backend: str, context: int) -> Workload:
+    """The whole 61-layer kimi-k2-tp8-rank with INT4 experts (W4A16) under uniform routing."""
+    return Workload(f"decode-int4/{backend}/ctx{context}", "decode", backend, context, "cuda", weights="int4")
+
+
 def cpu_verify_workload(context: int, T: int) -> Workload:
     return Workload(f"cpu-verify/reference/ctx{context}/T{T}", "verify", "reference", context, "cpu", T)
 
@@ -105,7 +113,8 @@ def gpu_workloads() -> list[Workload]:
     sweep = [nsplit_workload(b, t, s) for b in NSPLIT_BACKENDS for t in TREE_SIZES for s in NSPLITS]
     decode = [decode_workload(b, n) for b in DECODE_BACKENDS for n in CONTEXTS]
     peer = [peer_workload(p, n, t) for p in PEER_BACKENDS for n in CONTEXTS for t in TREE_SIZES]
-    return verify + sweep + decode + [tree_workload("cuda")] + peer
+    int4 = [decode_int4_workload(b, n) for b in DECODE_INT4_BACKENDS for n in CONTEXTS]
+    return verify + sweep + decode + [tree_workload("cuda")] + peer + int4
 
 
 def cpu_workloads() -> list[Workload]:
@@ -180,11 +189,10 @@ def sample_count(w: Workload, samples: int | None = None, quick: bool = False) -
 
 
 def _measure_tree(w: Workload, n_samples: int) -> tuple[timer.Measurement, dict]:
-    """build_tree_device + the packed ancestor mask from random drafter top-k log-probs [1, L, K],
-    as the engine runs them (captured in a CUDA graph on the GPU; hot inputs: the drafter just wrote
-    them)."""
-    from kdengine.engine.generate import tree_mask_bits
-    from kdengine.engine.tree import build_tree_device
+    """The DDTree + its packed ancestor mask from random drafter top-k log-probs [1, L, K], as the
+    engine's step builds them (tree.tree_and_mask: one Triton kernel where it runs; captured in a
+    CUDA graph on the GPU; hot inputs: the drafter just wrote them)."""
+    from kdengine.engine.tree import tree_and_mask
 
     budget = w.T - 1
     K = TREE_TOP_K if w.device == "cuda" else CPU_TREE_TOP_K
@@ -194,8 +202,7 @@ def _measure_tree(w: Workload, n_samples: int) -> tuple[timer.Measurement, dict]
     root = torch.zeros(1, dtype=torch.int64, device=w.device)
 
     def call(_i=0):
-        tree = build_tree_device(lp, ids, budget, root_token=root, with_mask=False)
-        return tree_mask_bits(tree.parents)
+        return tree_and_mask(lp, ids, budget, root)
 
     if w.device == "cpu":
         return timer.time_cpu(call, samples=n_samples, warmup=2), {"budget": budget, "top_k": K}
@@ -249,7 +256,8 @@ def _measure_decode(w: Workload, steps: int) -> tuple[timer.Measurement, dict]:
     gen = _engine()
     on_gpu = w.device == "cuda"
     settings = gen.DecodeSettings(
-        config="kimi-k2-tp8-rank" if on_gpu else "tiny", layers=8 if on_gpu else 2, context=w.context,
+        config="kimi-k2-tp8-rank" if on_gpu else "tiny", layers=(INT4_LAYERS if w.weights == "int4" else 8) if on_gpu else 2,
+        context=w.context, weights=w.weights, routing="uniform" if w.weights == "int4" else "random",
         budget=63 if on_gpu else 7, backend=w.backend, steps=steps, warmup_steps=4 if on_gpu else 2,
         device=w.device, seed=0, acceptance="replay", mean_accept=5.0 if on_gpu else 3.0,
         cuda_graphs=on_gpu, batch=1,
@@ -272,6 +280,8 @@ def _measure_decode(w: Workload, steps: int) -> tuple[timer.Measurement, dict]:
         "cuda_graphs_used": getattr(r, "cuda_graphs_used", None), "notes": list(getattr(r, "notes", [])),
         "settings": {k: getattr(settings, k) for k in ("config", "layers", "budget", "mean_accept", "acceptance")},
     }
+    extra.update({"weights": w.weights, "routing": r.routing, "moe": dict(r.moe), "peak_mem_gib": r.peak_mem_gib})
+    extra.update(r.profile())  # phase_ms, op_ms, step_ms, floor_ms, step_over_floor, step_bytes (profiler.attribute)
     return m, extra
 
 

@@ -1,7 +1,9 @@
-"""CUDA graphs for the two fixed-shape forwards of a step: the target verify forward (per (T, B)) and
-the drafter block forward (per B). Captured once, replayed at any context length: every length the
-forwards read (cache lengths, page table) is a device buffer the engine updates in place, and the
-verify kernel's host-side checks are skipped while capturing (kdengine.ops.validate).
+"""CUDA graph mechanics for the engine's fixed-shape phases (drafter forward, tree + mask, target verify
+forward): CapturedFn captures a function of device tensors once and replays it at any context length
+(every length the forwards read is a device buffer the engine updates in place; the verify kernel's
+host-side checks are skipped while capturing, kdengine.ops.validate). This module knows nothing of the
+step: kdengine.engine.step decides what is captured and when a phase replays (the one graph-or-eager
+choice), so there is no import from the step back into here.
 
 Needs a graph-safe verify backend (not `reference`, which reads lengths on the host) and a graph-safe
 MoE expert path (grouped_mm, or dense where torch._grouped_mm does not run).
@@ -12,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from kdengine.engine.config import ModelConfig
-from kdengine.engine.model import EXPERT_IMPLS, MoE, torch_dtype
+from kdengine.engine.model import torch_dtype
 
 WARMUP_RUNS = 3
 
@@ -63,76 +65,35 @@ class CapturedFn:
             self.outputs = fn(*self.static)
 
     def __call__(self, *inputs: torch.Tensor):
-        for s, x in zip(self.static, inputs, strict=True):
+        for i, (s, x) in enumerate(zip(self.static, inputs, strict=True)):
+            if x.shape != s.shape or x.dtype != s.dtype:  # a copy_ would cast or broadcast silently
+                raise ValueError(f"inputs[{i}]: expected {s.dtype} {list(s.shape)} (as captured), got {x.dtype} {list(x.shape)}")
             s.copy_(x)
         self.graph.replay()
         return self.outputs
 
 
-def graph_blocker(engine) -> str | None:
-    """Why the engine's forwards cannot be captured, or None."""
-    if engine.cache.pool.device.type != "cuda":
+def graph_blocker(cache_device: torch.device, backend: str, expert_impls: set[str], group) -> str | None:
+    """Why a step with these parts cannot be captured, or None."""
+    if torch.device(cache_device).type != "cuda":
         return "not on a CUDA device"
-    if engine.backend == "reference":
+    if backend == "reference":
         return "the reference verify backend reads lengths on the host"
-    impls = {m.impl for m in engine.model.modules() if isinstance(m, MoE)}
-    if "loop" in impls:
+    if "loop" in expert_impls:
         return "the loop expert path reads counts on the host"
-    if engine.group is not None:
+    if group is not None:
         return "tensor-parallel collectives are not captured yet"
     return None
 
 
-def capture_engine(engine, settings, notes: list[str]) -> bool:
-    """Capture verify (T = budget + 1, B) and the drafter forward; install them on the engine."""
-    from kdengine.engine.drafter import draft_block
-    from kdengine.engine.generate import chain_bits, forward, reserve
-
-    reason = graph_blocker(engine)
-    if reason is not None:
-        notes.append(f"cuda graphs: off ({reason})")
-        return False
-    B, T = engine.root.shape[0], settings.budget + 1
-    dev = engine.root.device
-    reserve(engine, max(T, engine.cfg.draft_block))  # warm-up runs write tree rows past the lengths
-    tokens = torch.zeros(B, T, dtype=torch.int64, device=dev)
-    positions = engine.cache.lengths[:, None].long() + torch.arange(T, device=dev)
+def capture(fn, example_inputs: list[torch.Tensor], notes: list[str], what: str) -> CapturedFn | None:
+    """CapturedFn(fn, example_inputs), or None with a note when an op cannot be captured."""
     try:
-        verify = CapturedFn(lambda t, p, m: forward(engine, t, p, m), [tokens, positions, chain_bits(B, T, dev)])
-        drafter = CapturedFn(lambda r: draft_block(engine.drafter, engine.dcache, r), [engine.root])
-        tree_graph, mask_graph = capture_tree_builder(*drafter.outputs, engine.root, settings.budget)
-    except RuntimeError as exc:  # a backend or op that cannot be captured: measure eagerly, say so
-        notes.append(f"cuda graphs: capture failed, running eagerly ({str(exc).splitlines()[0][:200]})")
+        return CapturedFn(fn, example_inputs)
+    except RuntimeError as exc:  # a backend or op that cannot be captured: run eagerly, say so
+        notes.append(f"cuda graphs: {what} capture failed, running eagerly ({str(exc).splitlines()[0][:200]})")
         torch.cuda.synchronize()
-        return False
-    engine.verify_fn = verify
-    engine.draft_graph = lambda e: drafter(e.root)
-    engine.tree_graph, engine.mask_graph = tree_graph, mask_graph
-    notes.append(f"cuda graphs: drafter, tree, mask and verify (T={T}, B={B}) captured once, replayed at every context length")
-    return True
+        return None
 
 
-def capture_tree_builder(log_probs, ids, root, budget: int):
-    """Graphs of the DDTree build and of its mask for inputs shaped like these ([B, L, K], [B]):
-    returns (tree_fn(log_probs, ids, root) -> (tokens, parents, depths), mask_fn(parents) -> (mask, bits)).
-    What the benchmarks time as tree + mask at a budget."""
-    from kdengine.engine.generate import tree_mask_bits
-    from kdengine.engine.tree import build_tree_device
-
-    def tree_fn(lp, i, r):
-        t = build_tree_device(lp, i, budget, root_token=r, with_mask=False)
-        return t.tokens, t.parents, t.depths
-
-    tree = CapturedFn(tree_fn, [log_probs, ids, root])
-    mask = CapturedFn(tree_mask_bits, [tree.outputs[1]])
-    return tree, mask
-
-
-def release_graphs(engine) -> None:
-    engine.verify_fn = None
-    engine.draft_graph = None
-    engine.tree_graph = None
-    engine.mask_graph = None
-
-
-__all__ = ["EXPERT_IMPLS", "CapturedFn", "capture_engine", "capture_tree_builder", "choose_expert_impl", "grouped_mm_works", "release_graphs"]
+__all__ = ["CapturedFn", "capture", "choose_expert_impl", "graph_blocker", "grouped_mm_works"]

@@ -82,11 +82,17 @@ def rope_frequencies(cfg: ModelConfig, device) -> torch.Tensor:
     return _ROPE_CACHE[key]
 
 
-def apply_rope(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
-    """HF DeepseekV3 rope: de-interleave pairs, then rotate-half. x [B, T, (H,) R], positions [B, T]."""
+def rope_tables(positions: torch.Tensor, inv_freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin [B, T, R] fp32 for positions [B, T] (once per forward: every layer shares them)."""
     freqs = positions.float()[..., None] * inv_freq  # [B, T, R/2]
     emb = torch.cat([freqs, freqs], -1)
-    cos, sin = emb.cos(), emb.sin()
+    return emb.cos(), emb.sin()
+
+
+def apply_rope(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, tables=None) -> torch.Tensor:
+    """HF DeepseekV3 rope: de-interleave pairs, then rotate-half. x [B, T, (H,) R], positions [B, T];
+    tables: rope_tables(positions, inv_freq) when the caller already has them."""
+    cos, sin = tables if tables is not None else rope_tables(positions, inv_freq)
     if x.dim() == 4:
         cos, sin = cos[:, :, None], sin[:, :, None]
     shape = x.shape
@@ -117,25 +123,48 @@ class MLA(nn.Module):
         w = self.kv_b_proj.weight.view(cfg.local_heads, cfg.qk_nope + cfg.v_head, C)
         return w[:, : cfg.qk_nope], w[:, cfg.qk_nope :]
 
+    def down_weight(self) -> torch.Tensor:
+        """[q_lora + C + R, D]: q_a_proj and kv_a_proj_with_mqa stacked, so both down-projections are
+        one GEMM. Rebuilt when either weight changes (a load bumps its version), so it is built
+        before a graph capture (warm-up runs) and only read inside it."""
+        wq, wkv = self.q_a_proj.weight, self.kv_a_proj_with_mqa.weight
+        key = (wq.data_ptr(), wq._version, wkv.data_ptr(), wkv._version)
+        if getattr(self, "_down_key", None) != key:
+            self._down = torch.cat([wq.detach(), wkv.detach()], 0)
+            self._down_key = key
+        return self._down
+
     def forward(self, x, positions, step, layer: int, timer):
         cfg, (B, T, _) = self.cfg, x.shape
-        q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x))).view(B, T, cfg.local_heads, cfg.q_head)
-        q_nope, q_pe = q[..., : cfg.qk_nope], q[..., cfg.qk_nope :]
-        kv = self.kv_a_proj_with_mqa(x)  # [B, T, C + R]
-        latent = self.kv_a_layernorm(kv[..., :C])
-        k_pe = apply_rope(kv[..., C:], positions, step.inv_freq)
-        step.cache.write(layer, torch.cat([latent, k_pe], -1).to(torch.bfloat16), step.slots)
+        H = cfg.local_heads
+        with timer("qkv-down-proj"):
+            qkv = F.linear(x, self.down_weight())  # [B, T, q_lora + C + R]
+        q_a, latent, k_pe = qkv.split([cfg.q_lora_rank, C, R], -1)
+        with timer("q/kv-norm"):
+            q_a, latent = self.q_a_layernorm(q_a), self.kv_a_layernorm(latent)
+        with timer("q-up-proj"):
+            q = self.q_b_proj(q_a).view(B, T, H, cfg.q_head)
+        q_nope, q_pe = q.split([cfg.qk_nope, R], -1)
+        with timer("rope"):  # q and k rotated together: the key is one more "head"
+            pe = apply_rope(torch.cat([q_pe, k_pe[:, :, None]], 2), positions, step.inv_freq, step.rope(positions))
+        with timer("kv-write"):
+            step.cache.write(layer, torch.cat([latent, pe[:, :, H]], -1).to(torch.bfloat16), step.slots)
         w_uk, w_uv = self.absorbed()
-        q_lat = torch.einsum("bthn,hnc->bthc", q_nope, w_uk)  # [B, T, H, C]
-        q_abs = torch.cat([q_lat, apply_rope(q_pe, positions, step.inv_freq)], -1).to(torch.bfloat16)
+        with timer("absorb-q"):  # one batched GEMM over heads: [H, B*T, nope] @ [H, nope, C]
+            q_lat = torch.bmm(q_nope.reshape(B * T, H, -1).transpose(0, 1), w_uk).transpose(0, 1)  # [B*T, H, C]
+            q_abs = torch.cat([q_lat.reshape(B, T, H, C), pe[:, :, :H]], -1).to(torch.bfloat16)
         with timer("verify-attention"):
             o_lat = verify_attention(
                 q_abs, step.cache.pool[layer], step.cache.page_table, step.cache.lengths, step.mask_bits,
                 sm_scale=cfg.sm_scale, backend=step.backend,
                 check_values=layer == 0,  # one step's lengths, pages and mask serve every layer
             )  # [B, T, H, C]
-        o = torch.einsum("bthc,hvc->bthv", o_lat.to(x.dtype), w_uv).reshape(B, T, -1)
-        return all_reduce(self.o_proj(o), step.group, timer)  # TP: heads
+        with timer("absorb-o"):  # [H, B*T, C] @ [H, C, v]
+            o = torch.bmm(o_lat.to(x.dtype).reshape(B * T, H, C).transpose(0, 1), w_uv.transpose(1, 2))
+            o = o.transpose(0, 1).reshape(B, T, -1)
+        with timer("o-proj"):
+            o = self.o_proj(o)
+        return all_reduce(o, step.group, timer)  # TP: heads
 
 
 # ---------------------------------------------------------------------------- blocks and model
@@ -151,12 +180,16 @@ class Block(nn.Module):
         self.mlp = MoE(cfg) if cfg.is_moe(layer) else DenseMLP(cfg.hidden, cfg.local_intermediate)
 
     def forward(self, x, positions, step, timer):
-        x = x + self.self_attn(self.input_layernorm(x), positions, step, self.layer, timer)
+        with timer("attn-norm"):
+            h = self.input_layernorm(x)
+        x = x + self.self_attn(h, positions, step, self.layer, timer)
         h = self.post_attention_layernorm(x)
         if isinstance(self.mlp, MoE):
             with timer("verify-moe"):
                 return x + all_reduce(self.mlp(h, step, timer), step.group, timer)  # TP: experts and shared expert
-        return x + all_reduce(self.mlp(h), step.group, timer)  # TP: dense MLP
+        with timer("dense-mlp"):
+            h = self.mlp(h)
+        return x + all_reduce(h, step.group, timer)  # TP: dense MLP
 
 
 class Transformer(nn.Module):
@@ -185,13 +218,15 @@ class Transformer(nn.Module):
     def forward(self, tokens, positions, step, timer=None):
         """tokens/positions [B, T] -> greedy tokens [B, T] int64, features [B, T, F]."""
         timer = timer or null_timer
-        x = self.embed(tokens, step.group, timer)
+        with timer("embed"):
+            x = self.embed(tokens, step.group, timer)
         feats = []
         for blk in self.layers:
             x = blk(x, positions, step, timer)
             if blk.layer in self.cfg.feature_layers:
                 feats.append(x)
-        logits = self.lm_head(self.norm(x)).float()  # [B, T, V]
+        with timer("lm-head"):
+            logits = self.lm_head(self.norm(x)).float()  # [B, T, V]
         return greedy_tokens(logits, self.cfg, step.group, timer), torch.cat(feats, -1)
 
 
@@ -230,10 +265,17 @@ class Step:
         T = mask_bits.shape[1]
         self.cfg, self.cache, self.mask_bits, self.backend, self.group = cfg, cache, mask_bits, backend, group
         self.inv_freq = rope_frequencies(cfg, cache.pool.device)
+        self._rope: tuple | None = None  # (positions, (cos, sin)): every layer of a forward shares them
         self.slots = cache.lengths[:, None].long() + torch.arange(T, device=cache.pool.device)  # [B, T]
         n_moe = max(cfg.n_layers - cfg.first_dense, 1)
         self.expert_load = torch.zeros(n_moe, cfg.local_experts, dtype=torch.float32, device=cache.pool.device)  # [L, E]
         self.moe_calls = 0
+
+    def rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """rope_tables(positions) computed by the first layer that asks, reused by the others."""
+        if self._rope is None or self._rope[0] is not positions:
+            self._rope = (positions, rope_tables(positions, self.inv_freq))
+        return self._rope[1]
 
     def count_experts(self, local, valid) -> None:
         """Tokens routed to each local expert by this MoE layer (row moe_calls of expert_load)."""

@@ -51,6 +51,28 @@ def init_tp(backend: str | None = None, init_method: str = "env://", rank: int |
     return dist.group.WORLD
 
 
+def resolve_device(name) -> torch.device:
+    """`auto` = cuda when available, else cpu; any other name as torch.device."""
+    if str(name) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def join_group(tp: int, device="auto"):
+    """The one process-group setup of a run: (None, device) for tp == 1; else join (or reuse) the
+    default group (nccl on CUDA, gloo otherwise), check that it has tp processes, and return it with
+    this process's device (its GPU under nccl). Raises ValueError naming `tp` on a size mismatch."""
+    device = resolve_device(device)
+    if tp < 1:
+        raise ValueError(f"tp: expected >= 1, got {tp}")
+    if tp == 1:
+        return None, device
+    group = init_tp(backend_for(device))
+    if dist.get_world_size(group) != tp:
+        raise ValueError(f"tp: expected the process group size {dist.get_world_size(group)}, got {tp}")
+    return group, (local_device(group) if device.type == "cuda" else device)
+
+
 def rank_config(cfg: ModelConfig, group) -> ModelConfig:
     """cfg for this process: tp_rank = the group rank. tp_size = the group size, except for a rank
     config (tp_size a multiple of the group size, e.g. kimi-k2-tp8-rank on 2 GPUs), which keeps its

@@ -20,6 +20,12 @@ import torch
 PHASES = ("draft", "tree", "mask", "verify-attention", "verify-moe", "other", "accept/commit")
 VERIFY = "verify"  # timed around the whole target forward; reported as its three parts
 COMM = "all-reduce"  # TP collectives, timed inside the phases above: reported apart by comm_ms()
+# The ops of the target forward outside attention and MoE ("other"), timed by the model's timer calls.
+# op_ms() reports each (summed over layers) and OTHER_REST for the part of "other" no op covers
+# (residual adds, the post-attention norm, event gaps).
+OTHER_OPS = ("embed", "attn-norm", "qkv-down-proj", "q/kv-norm", "q-up-proj", "rope", "kv-write", "absorb-q",
+             "absorb-o", "o-proj", "dense-mlp", "lm-head")
+OTHER_REST = "other-rest"
 
 
 class Profiler:
@@ -76,8 +82,24 @@ class Profiler:
         n = max(len(self.steps), 1)
         means = {k: v / n for k, v in totals.items()}
         means["other"] = max(means.pop(VERIFY) - means["verify-attention"] - means["verify-moe"], 0.0)
-        means.pop(COMM, None)
-        return means
+        return {k: means[k] for k in PHASES}  # ops (op_ms) and COMM (comm_ms) are reported apart
+
+    def op_ms(self) -> dict[str, float]:
+        """Mean ms per step of each op of OTHER_OPS that was timed, then OTHER_REST (the rest of
+        "other"); empty when no op was timed (graph replays, or a model without op timers)."""
+        if self.cuda:
+            torch.cuda.synchronize()
+        totals: dict[str, float] = {}
+        for step in self.steps:
+            for name, start, end in step:
+                if name in OTHER_OPS:
+                    totals[name] = totals.get(name, 0.0) + self.elapsed_ms(start, end)
+        if not totals:
+            return {}
+        n = max(len(self.steps), 1)
+        out = {k: totals[k] / n for k in OTHER_OPS if k in totals}
+        out[OTHER_REST] = max(self.phase_ms()["other"] - sum(out.values()), 0.0)
+        return out
 
     def comm_ms(self) -> float:
         """Mean ms per step spent in TP collectives (already inside the phases of phase_ms)."""
@@ -110,3 +132,38 @@ class Profiler:
         loads = self._loads().sum(1)
         ratio = loads.max(1).values / loads.mean(1).clamp_min(1e-9)
         return float(ratio.mean())
+
+
+# ---------------------------------------------------------------------------- attribution
+
+
+def leaf_profile(extra: dict) -> dict[str, float]:
+    """The additive parts of a decode result's step, ms: its phases, with "other" replaced by its
+    ops ("other/<op>") when the result carries op_ms. `extra`: a decode record's extra dict (or a
+    DecodeResult.to_dict()) with phase_ms and optionally op_ms."""
+    phases = dict(extra.get("phase_ms") or {})
+    ops = extra.get("op_ms") or {}
+    if ops:
+        phases.pop("other", None)
+        phases.update({f"other/{k}": v for k, v in ops.items()})
+    return phases
+
+
+def attribute(base_extra: dict, head_extra: dict) -> list[dict]:
+    """Which phases and ops moved between a base and a head decode result: one row per part of the
+    step {op, base_ms, head_ms, delta_ms, share_of_change}, largest |delta| first. share_of_change =
+    delta / (sum of all deltas) (the rows' shares add up to 1; a part that moved against the net
+    change has a negative share). When only one side has op_ms, both are compared by phase."""
+    base, head = leaf_profile(base_extra), leaf_profile(head_extra)
+    if set(base) != set(head) and ("op_ms" in base_extra) != ("op_ms" in head_extra):
+        base = leaf_profile({"phase_ms": base_extra.get("phase_ms")})
+        head = leaf_profile({"phase_ms": head_extra.get("phase_ms")})
+    names = list(dict.fromkeys([*base, *head]))
+    deltas = {k: head.get(k, 0.0) - base.get(k, 0.0) for k in names}
+    total = sum(deltas.values())
+    rows = [
+        {"op": k, "base_ms": base.get(k, 0.0), "head_ms": head.get(k, 0.0), "delta_ms": d,
+         "share_of_change": d / total if total else 0.0}
+        for k, d in deltas.items()
+    ]
+    return sorted(rows, key=lambda r: -abs(r["delta_ms"]))

@@ -11,7 +11,9 @@ parent). Nodes come in best-first order, so every parent precedes its children.
 
 build_tree is the best-first heap on the host (the definition); build_tree_device gives the same tree
 with fixed shapes and no host sync (a per-depth beam of width `budget`: the global best prefixes at
-depth d only extend the best `budget` prefixes at depth d-1), batched, for the engine and graphs.
+depth d only extend the best `budget` prefixes at depth d-1), batched, in torch ops. tree_and_mask is
+what the engine's step runs: the tree and its packed ancestor mask from one Triton kernel
+(kdengine.ops.tree_build: the host heap replayed on the device) where Triton runs, else the torch path.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from dataclasses import dataclass
 
 import torch
 
-from kdengine.ops.mask import mask_from_parents
+from kdengine.ops import tree_build
+from kdengine.ops.mask import mask_from_parents, pack_tree_mask
 
 
 @dataclass
@@ -143,3 +146,17 @@ def build_tree_device(
 def build_masks(parents: torch.Tensor) -> torch.Tensor:
     """[B, T] parents -> [B, T, T] ancestor masks (kdengine.ops.mask.mask_from_parents per row)."""
     return torch.stack([mask_from_parents(p) for p in parents])
+
+
+# ---------------------------------------------------------------------------- the engine's tree + mask
+
+
+def tree_and_mask(top_log_probs: torch.Tensor, top_token_ids: torch.Tensor, budget: int, root_token: torch.Tensor):
+    """(DraftTree with mask None, packed ancestor mask bits [B, T, W] int32) for top_* [B, L, K] and
+    root_token [B]: one Triton launch where the kernel runs on the inputs' device, else the torch path
+    (build_tree_device + build_masks + pack_tree_mask). Same tree either way; no host sync."""
+    if tree_build.unavailable_reason(top_log_probs.device) is None:
+        tokens, parents, depths, bits, _ = tree_build.build_tree_mask(top_log_probs, top_token_ids, budget, root_token)
+        return DraftTree(tokens, parents, depths, mask=None), bits
+    tree = build_tree_device(top_log_probs, top_token_ids, budget, root_token=root_token, with_mask=False)
+    return tree, pack_tree_mask(build_masks(tree.parents))

@@ -56,7 +56,8 @@ def test_cli_decode_writes_json(tmp_path, capsys):
 @pytest.mark.gpu
 def test_graph_replay_gives_eager_tokens():
     from kdengine.engine.config import ModelConfig
-    from kdengine.engine.graphs import capture_engine, choose_expert_impl
+    from kdengine.engine.graphs import choose_expert_impl
+    from kdengine.engine.step import capture_graphs
     from kdengine.ops.verify import available_backends
 
     backend = next((b for b in ("cuda", "triton") if b in available_backends("cuda")), None)
@@ -70,7 +71,7 @@ def test_graph_replay_gives_eager_tokens():
         engine.model.set_expert_impl(choose_expert_impl(cfg, torch.device("cuda")))
         prefill(engine, prompt)
         if graphs:
-            assert capture_engine(engine, DecodeSettings(budget=31), [])
+            assert capture_graphs(engine, 31, [])
         outs.append(generate_speculative(engine, 40, 31))
     assert outs[0] == outs[1]
 

@@ -86,16 +86,96 @@ def test_bad_inputs_raise():
         build_tree_device(lp, ids, 15)  # only 2 + 4 + 8 = 14 prefixes exist
 
 
-@pytest.mark.gpu
-def test_captured_tree_builder_matches_host():
-    from kdengine.engine.graphs import capture_tree_builder
+# ---------------------------------------------------------------------------- the Triton tree + mask kernel
 
+KERNEL_CASES = [  # (B, L, K, budget, seed): the engine's shape, B > 1, odd sizes, several mask words, budget 1
+    (2, 16, 8, 63, 0), (3, 5, 3, 40, 1), (1, 4, 3, 1, 2), (2, 6, 2, 50, 3), (1, 3, 5, 100, 4), (2, 16, 4, 33, 5),
+]
+
+
+def kernel_mismatches(device: str) -> list[str]:
+    """Run kdengine.ops.tree_build on fresh random drafts (ties included) and compare every output
+    with the host heap; the list of mismatches (empty = equal)."""
+    from kdengine.ops.mask import pack_tree_mask
+    from kdengine.ops.tree_build import build_tree_mask
+
+    bad = []
+    for B, L, K, budget, seed in KERNEL_CASES:
+        lp, ids = random_draft(L, K, seed + 100, B=B)
+        if seed == 3:  # exact ties between siblings and across depths: the heap's tie order decides
+            lp = (lp * 4).round() / 4
+        root = torch.randint(0, 1000, (B,), generator=torch.Generator().manual_seed(seed))
+        tok, par, dep, bits, mask = build_tree_mask(lp.to(device), ids.to(device), budget, root.to(device), with_mask=True)
+        for b in range(B):
+            host = build_tree(lp[b], ids[b], budget, root_token=int(root[b]))
+            for name, got, want in (("tokens", tok, host.tokens), ("parents", par, host.parents), ("depths", dep, host.depths),
+                                    ("mask", mask, host.mask), ("bits", bits, pack_tree_mask(host.mask)[0])):
+                if not torch.equal(got[b].cpu(), want):
+                    bad.append(f"B={B} L={L} K={K} budget={budget} b={b}: {name}")
+    return bad
+
+
+def test_tree_kernel_equals_host_heap_in_the_interpreter():
+    """The kernel under TRITON_INTERPRET=1 in a child process (Triton picks interpreter or compiler
+    when the module is imported), on the CPU."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    code = "from tests.engine.test_tree import kernel_mismatches as k; print('MISMATCHES', k('cpu'))"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "MISMATCHES []" in proc.stdout, proc.stdout[-3000:]
+
+
+def test_tree_kernel_bad_inputs_raise():
+    from kdengine.ops.tree_build import build_tree_mask
+
+    lp, ids = random_draft(3, 2, seed=0, B=2)
+    with pytest.raises(ValueError, match="budget"):
+        build_tree_mask(lp, ids, 15)  # only 2 + 4 + 8 = 14 prefixes exist
+    with pytest.raises(ValueError, match="budget"):
+        build_tree_mask(lp, ids, 256)
+    with pytest.raises(ValueError, match="top_log_probs"):
+        build_tree_mask(lp[0], ids[0], 4)
+    with pytest.raises(ValueError, match="root"):
+        build_tree_mask(lp, ids, 4, torch.zeros(3, dtype=torch.int64))
+    with pytest.raises(ValueError, match="top_log_probs/top_token_ids"):
+        build_tree_mask(lp, ids.float(), 4)
+
+
+def test_tree_and_mask_torch_path_equals_host():
+    """Without the kernel (the CPU outside the interpreter) the engine's tree + mask is the torch path."""
+    from kdengine.engine.tree import tree_and_mask
+    from kdengine.ops.mask import unpack_tree_mask
+
+    lp, ids = random_draft(6, 3, seed=11, B=3)
+    root = torch.tensor([9, 8, 7])
+    tree, bits = tree_and_mask(lp, ids, 37, root)
+    assert tree.mask is None
+    for b in range(3):
+        host = build_tree(lp[b], ids[b], 37, root_token=int(root[b]))
+        assert torch.equal(tree.tokens[b], host.tokens) and torch.equal(tree.parents[b], host.parents)
+        assert torch.equal(unpack_tree_mask(bits, 38)[b], host.mask)
+
+
+@pytest.mark.gpu
+def test_tree_kernel_on_the_gpu_and_captured():
+    """Compiled kernel equals the host heap; captured in a CUDA graph, it replays on new inputs."""
+    from kdengine.engine.graphs import CapturedFn
+    from kdengine.engine.step import tree_eager
+    from kdengine.ops.mask import unpack_tree_mask
+
+    assert kernel_mismatches("cuda") == []
     lp, ids = random_draft(16, 8, seed=5, B=2)
     root = torch.tensor([4, 5])
-    tree_fn, mask_fn = capture_tree_builder(lp.cuda(), ids.cuda(), root.cuda(), 63)
+    graph = CapturedFn(tree_eager(63), [lp.cuda(), ids.cuda(), root.cuda()])
     lp2, ids2 = random_draft(16, 8, seed=6, B=2)  # replay on new inputs
-    tokens, parents, depths = tree_fn(lp2.cuda(), ids2.cuda(), root.cuda())
-    mask, bits = mask_fn(parents)
+    tokens, parents, depths, bits = graph(lp2.cuda(), ids2.cuda(), root.cuda())
+    mask = unpack_tree_mask(bits, 64)
     for b in range(2):
         host = build_tree(lp2[b], ids2[b], 63, root_token=int(root[b]))
         assert torch.equal(tokens[b].cpu(), host.tokens) and torch.equal(parents[b].cpu(), host.parents)
