@@ -4,7 +4,8 @@
 # ceiling read three ways, `kdengine bench` over verify cuda / triton / the FlashMLA peer at the six
 # sizes, the kernel sweep's peers set (perf_history/kernel JSON), then pytest-benchmark: autosave and
 # three A/A compares at median:5% on the same code. Everything lands in $OUT (at most 8 files).
-#   usage: KDENGINE_COMMIT=<sha> bash ci/gpu/measure_core.sh     (FlashMLA from .whl/ when present)
+#   usage: KDENGINE_COMMIT=<sha> bash ci/gpu/measure_core.sh [all|aa]   (FlashMLA from .whl/ when present)
+#   aa: only the pytest-benchmark A/A compares (triton + FlashMLA while the kernel builds, then cuda)
 set -o pipefail
 OUT=${OUT:-/tmp/kdengine-core-out}
 mkdir -p "$OUT"
@@ -26,6 +27,38 @@ fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu --format=csv 2>&1 | tee -a "$LOG"
 $PY -m kdengine.ops.build --arch native > "$OUT/build.log" 2>&1 &
 build_pid=$!
+
+MODE=${1:-all}
+
+# pytest-benchmark on the same code: autosave, then three compares at median:5% (storage under the cwd:
+# pytest-benchmark 5 reports a machine_info difference with a path relative to it)
+aa() {  # aa NAME KEYWORDS
+  local PT=($PY -m pytest tests/perf -q -p no:cacheprovider --benchmark-storage=.benchmarks/aa-$1 --benchmark-sort=name
+            --benchmark-columns=median,iqr,min,max,rounds -k "$2")
+  "${PT[@]}" --benchmark-autosave > "/tmp/aa-$1-save.log" 2>&1 || return 1
+  grep -E "^test_verify|passed|failed" "/tmp/aa-$1-save.log" | cut -c1-140
+  local i rc bad=0
+  for i in 1 2 3; do
+    "${PT[@]}" --benchmark-compare --benchmark-compare-fail=median:5% > "/tmp/aa-$1-$i.log" 2>&1
+    rc=$?
+    grep -E "NOW|0001|regress|passed|failed|rror" "/tmp/aa-$1-$i.log" | cut -c1-140
+    echo "A/A compare $i ($1): exit $rc"
+    [ $rc -eq 0 ] || bad=1
+  done
+  return $bad
+}
+
+if [ "$MODE" = aa ]; then
+  step "A/A: triton + FlashMLA while the kernel builds"
+  aa triton-flashmla "(triton and not extend) or flashmla" 2>&1 | tee -a "$LOG" || status=1
+  wait $build_pid || status=1
+  tail -1 "$OUT/build.log" | tee -a "$LOG"
+  step "A/A: cuda"
+  aa cuda "cuda" 2>&1 | tee -a "$LOG" || status=1
+  tar czf "$OUT/pytest_benchmark.tgz" .benchmarks /tmp/aa-*.log 2>/dev/null
+  step "done status=$status"
+  exit $status
+fi
 
 step "ceilings (while the kernel builds)"
 $PY - <<'EOF' 2>&1 | tee -a "$LOG"
@@ -61,16 +94,7 @@ $PY -m kdengine.bench.kernel measure --set peers --out "$OUT/verify_kernel.json"
   2>&1 | tee -a "$LOG" || status=1
 
 step "pytest-benchmark: autosave, then three A/A compares at median:5%"
-PT=($PY -m pytest tests/perf -q -p no:cacheprovider --benchmark-storage=/tmp/pb --benchmark-sort=name
-    --benchmark-columns=median,iqr,min,max,rounds -k "cuda or (triton and not extend) or flashmla")
-"${PT[@]}" --benchmark-autosave 2>&1 | tail -30 | tee -a "$LOG" || status=1
-for i in 1 2 3; do
-  "${PT[@]}" --benchmark-compare --benchmark-compare-fail=median:5% > "/tmp/aa$i.log" 2>&1
-  rc=$?
-  grep -E "NOW|0001|regress|passed|failed|Comparing" "/tmp/aa$i.log" | cut -c1-150 | tee -a "$LOG"
-  echo "A/A compare $i: exit $rc" | tee -a "$LOG"
-  [ $rc -eq 0 ] || status=1
-done
-tar czf "$OUT/pytest_benchmark.tgz" -C /tmp pb aa1.log aa2.log aa3.log 2>/dev/null
+aa all "cuda or (triton and not extend) or flashmla" 2>&1 | tee -a "$LOG" || status=1
+tar czf "$OUT/pytest_benchmark.tgz" .benchmarks /tmp/aa-*.log 2>/dev/null
 step "done status=$status"
 exit $status

@@ -2,7 +2,7 @@
 
 Perf tests are marked `perf` and run only when asked for: a --benchmark-* storage/compare/json/only
 option is given, or tests/perf is named on the command line. A plain `pytest -q` skips them, so the
-default suite stays fast. Every saved run carries the kdengine fingerprint in its machine_info.
+default suite stays fast. Every saved run carries the machine's kdengine fingerprint in its machine_info.
 """
 
 from __future__ import annotations
@@ -31,7 +31,10 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_benchmark_update_machine_info(config, machine_info):
+    """The machine's identity only (GPU, SMs, driver, CUDA, torch, triton): what must match for a compare
+    to mean something. Clocks change from run to run (each benchmark keeps its own in extra_info) and the
+    commit is pytest-benchmark's commit_info; here either would make every compare warn that the machine
+    differs."""
     from kdengine.bench import fingerprint
 
-    machine_info["kdengine"] = {**fingerprint.collect(), "machine": fingerprint.machine_name(),
-                                "clocks": fingerprint.clocks()}
+    machine_info["kdengine"] = {**fingerprint.software(), **fingerprint.gpu(), "machine": fingerprint.machine_name()}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from kdengine.bench import timer
+from kdengine.bench import fingerprint, timer
 from kdengine.bench import workloads as W
 
 CASES = [w.name for w in W.default_workloads()
@@ -31,4 +31,5 @@ def test_verify(benchmark, name):
     sample = W.verify_sampler(w)  # each call advances timer.SAMPLE_CLOCK by its measured seconds per launch
     benchmark.pedantic(sample, rounds=W.sample_count(w), warmup_rounds=1, iterations=1)
     benchmark.extra_info.update(workload=name, unit=w.unit, direction=w.direction,
-                                timer="kdengine.bench.timer.sample_clock (CUDA events per launch on a GPU)")
+                                timer="kdengine.bench.timer.sample_clock (CUDA events per launch on a GPU)",
+                                clocks_end=fingerprint.clocks())
