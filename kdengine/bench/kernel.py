@@ -201,8 +201,8 @@ def measure(args) -> int:
 
     contexts = [int(c) for c in args.contexts.split(",")]
     start = fingerprint()
-    if not start.get("commit") and args.commit:  # a copy of the tree without .git (device runners)
-        start["commit"], start["dirty"] = args.commit, None
+    if args.commit:  # the commit measured, said by the caller: a device copy's .git may be absent or stale
+        start["git_head"], start["commit"] = start.get("commit"), args.commit
     ceil = roofline.ceilings("cuda")
     print(f"ceilings: copy {ceil.copy_bytes_per_s / 1e12:.2f} TB/s (read + write), bf16 mm "
           f"{ceil.matmul_flops_per_s / 1e12:.0f} TF/s")
@@ -327,7 +327,8 @@ def build_parser(prog: str = "python -m kdengine.bench.kernel") -> argparse.Argu
     p.add_argument("--contexts", default=",".join(map(str, CONTEXTS)))
     p.add_argument("--set", choices=SETS, default="full",
                    help="full: every layout and NSPLIT; peers: cuda default, triton, torch, the peers")
-    p.add_argument("--commit", default=None, help="the commit measured, when the tree has no .git")
+    p.add_argument("--commit", default=None,
+                   help="the commit measured (wins over the tree's .git, kept as git_head: device copies)")
     p.set_defaults(func=measure)
     p = sub.add_parser("render")
     p.add_argument("inputs", nargs="+")
