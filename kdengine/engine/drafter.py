@@ -5,8 +5,9 @@ Context: the target's hidden states of a few layers (cfg.feature_layers) for eve
 are concatenated, projected to the drafter width, and turned into per-layer K/V rows of the
 drafter's own context cache once, when the tokens are committed. Block: the root token followed by
 L-1 mask tokens (plus learned block-position embeddings); the block attends to the whole context
-cache and bidirectionally to itself through torch's scaled_dot_product_attention. Lengths live on the
-device, so the forward is CUDA-graph safe.
+cache and bidirectionally to itself: split-KV flash decoding (kdengine.engine.draft_attention) where it
+runs (bf16/fp16 on a GPU), else torch's scaled_dot_product_attention with a length mask. Lengths live on
+the device, so the forward is CUDA-graph safe.
 
 Letters: B batch, L block, S context capacity, Hd drafter heads, dh head dim, Dd drafter width,
 F = len(feature_layers) * D target features, K candidates per position.
@@ -18,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kdengine.engine import draft_attention as split_kv
 from kdengine.engine.config import ModelConfig
 from kdengine.engine.model import DenseMLP, RMSNorm
 
@@ -119,9 +121,17 @@ def draft_block(drafter: Drafter, cache: DraftCache, root: torch.Tensor):
         q = heads(layer.q_proj(h), cfg)  # [B, Hd, L, dh]
         cache.k[i].scatter_(2, index, heads(layer.k_proj(h), cfg).to(cache.k.dtype))
         cache.v[i].scatter_(2, index, heads(layer.v_proj(h), cfg).to(cache.v.dtype))
-        o = F.scaled_dot_product_attention(q, cache.k[i].to(q.dtype), cache.v[i].to(q.dtype), attn_mask=attn_mask)
+        o = context_attention(q, cache.k[i], cache.v[i], cache.lengths, attn_mask)
         x = x + layer.o_proj(o.transpose(1, 2).reshape(B, L, -1))
         x = x + layer.mlp(layer.mlp_norm(x))
     log_probs = torch.log_softmax(drafter.lm_head(drafter.norm(x)).float(), -1)  # [B, L, V]
     top = torch.topk(log_probs, cfg.draft_top_k, dim=-1)  # sorted descending
     return top.values, top.indices
+
+
+def context_attention(q, k, v, lengths, attn_mask):
+    """q [B, Hd, L, dh] over the visible keys of k/v [B, Hd, S, dh]: the split-KV kernel where it
+    serves these tensors (its cost follows the lengths, not the capacity S), else SDPA with the mask."""
+    if split_kv.unavailable_reason(q) is None and k.dtype == q.dtype:
+        return split_kv.draft_attention(q, k, v, lengths)
+    return F.scaled_dot_product_attention(q, k.to(q.dtype), v.to(q.dtype), attn_mask=attn_mask)
