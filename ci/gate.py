@@ -28,7 +28,8 @@ from ci.history import DataError, MachineHistory, Run
 
 THRESHOLDS_FILE = Path(__file__).with_name("thresholds.toml")
 PRIOR_FILE = Path(__file__).with_name("noise_prior.toml")
-DEFAULTS = {"threshold": 0.01, "alpha": 0.001, "window": 200, "sparkline": 20, "penalty": 3.0, "rounds": 3}
+DEFAULTS = {"threshold": 0.01, "alpha": 0.001, "window": 200, "sparkline": 20, "penalty": 3.0, "rounds": 3,
+            "max_rounds": 6}
 VERDICTS = ("regressed", "improved", "unchanged", "noisy", "new", "missing")
 
 

@@ -155,24 +155,23 @@ def asv_metric(name: str, benchmarks: dict[str, dict], path: Path) -> metrics.Me
     return metrics.Metric(unit, "lower")
 
 
-def checked_value(value, unit: str, where: str) -> float:
+def checked_values(values: list, unit: str, where: str) -> list[float]:
+    """The values as floats: finite, and > 0 for the project's times and rates (metrics.UNITS); a
+    DataError naming `where` otherwise. Units of other projects only need finite values."""
     try:
-        if unit in metrics.UNITS:
-            return metrics.check_value(value, unit, where)
-        number = float(value)
-    except (TypeError, ValueError) as exc:
+        return metrics.check_values(values, unit if unit in metrics.UNITS else "unit", where)
+    except ValueError as exc:
         raise DataError(str(exc)) from None
-    if number != number or number in (float("inf"), float("-inf")):
-        raise DataError(f"{where}: non-finite value {number!r}")
-    return number
 
 
 # --- asv result files ----------------------------------------------------------------------------------
 
 
-def parse_asv_result(path: Path, benchmarks: dict[str, dict]) -> tuple[dict, dict[tuple, tuple[str, Point]]]:
-    """One asv v2 result file -> (header, {(asv_name, params): (display name, Point)})."""
-    data = read_json(path)
+def parse_asv_result(path: Path, benchmarks: dict[str, dict], data: dict | None = None
+                     ) -> tuple[dict, dict[tuple, tuple[str, Point]]]:
+    """One asv v2 result file (its parsed JSON may be given) -> (header, {(asv_name, params): (display
+    name, Point)})."""
+    data = read_json(path) if data is None else data
     try:
         columns = data["result_columns"]
         rows = data["results"]
@@ -193,8 +192,8 @@ def parse_asv_result(path: Path, benchmarks: dict[str, dict]) -> tuple[dict, dic
                 if value is None or (isinstance(value, float) and value != value):
                     continue  # failed or skipped case (asv writes null / NaN)
                 where = f"{path}: {asv_key(name, combo)}"
-                value = checked_value(value, metric.unit, where)
-                samp = [checked_value(s, metric.unit, where) for s in samp] if samp else None
+                value = checked_values([value], metric.unit, where)[0]
+                samp = checked_values(samp, metric.unit, where) if samp else None
                 points[(name, combo)] = (asv_key(name, combo),
                                          Point(value, metric.unit, metric.direction, samp,
                                                version=cols.get("version")))
@@ -219,7 +218,7 @@ def apply_sidecar(run: Run, asv_points: dict, sidecar: dict, path: Path) -> None
             display, point = asv_points.get(key, (None, None))
             if display is not None:
                 run.points.pop(display, None)
-            samples = [metrics.check_value(s, metric.unit, where) for s in res.get("samples") or []]
+            samples = metrics.check_values(res.get("samples") or [], metric.unit, where)
             if res.get("median") is not None:
                 median = metrics.check_value(res["median"], metric.unit, where)
             elif samples:
@@ -276,15 +275,16 @@ def read_asv_files(results_dir: Path, machine: str, benchmarks: dict, hist: Mach
     for path in list_dir(folder):
         if path.suffix != ".json" or path.name == "machine.json" or path.is_dir():
             continue
-        version = read_json(path).get("version")
+        data = read_json(path)
+        version = data.get("version")
         if version != ASV_RESULT_VERSION:
-            commit = str(read_json(path).get("commit_hash", ""))
+            commit = str(data.get("commit_hash", ""))
             hist.set_aside[str(path)] = (f"asv result file of an old format (version {version!r}); "
                                          "asv says: run `asv update`")
             if commit:
                 hist.old_format_commits[commit] = str(path)
             continue
-        header, points = parse_asv_result(path, benchmarks)
+        header, points = parse_asv_result(path, benchmarks, data)
         key = (header["commit"], header["env"])
         if key in seen:
             raise DataError(f"two asv result files for commit {key[0][:10]} env {key[1]!r} on {machine}: "
@@ -341,12 +341,11 @@ def load_machine(results_dir: Path, machine: str, benchmarks: dict | None = None
         runs.extend(group)
     for group in by_key.values():  # sidecars without an asv file
         runs.extend(group)
+    points_of = {(h["commit"], h["env"]): p for _, h, p in asv_files}
     for run in runs:
         side = getattr(run, "sidecar", None)
         if side is not None:
-            asv_points = next((p for _, h, p in asv_files if (h["commit"], h["env"]) == (run.commit, run.env)),
-                              {})
-            apply_sidecar(run, asv_points, side[1], side[0])
+            apply_sidecar(run, points_of.get((run.commit, run.env), {}), side[1], side[0])
             del run.sidecar  # type: ignore[attr-defined]
     hist.runs = sorted(runs, key=lambda r: (r.date, r.run_id, r.commit))
     return hist

@@ -168,9 +168,9 @@ def confirm(args, result: dict, machine: str, head: str, new: Path, tmp: Path, r
         for r in todo:
             r["verdict"], r["reason"] = "noisy", "confirmation off (--confirm-budget 0); " + r["reason"]
         return
-    rounds = int(config["defaults"]["rounds"])
-    say(f"confirming {len(todo)} suspects against {base[:10]}: up to {rounds} rounds, budget "
-        f"{args.confirm_budget:.0f} s: " + ", ".join(r["name"] for r in todo))
+    max_rounds = int(config["defaults"]["max_rounds"])
+    say(f"confirming {len(todo)} suspects against {base[:10]}: rounds until confirmed, at most {max_rounds}, "
+        f"budget {args.confirm_budget:.0f} s: " + ", ".join(r["name"] for r in todo))
     trees = {}
     for sha in dict.fromkeys([base, head]):
         tree = tmp / f"tree-{sha[:12]}"
@@ -179,7 +179,7 @@ def confirm(args, result: dict, machine: str, head: str, new: Path, tmp: Path, r
     values = {r["name"]: {"base": [], "head": []} for r in todo}
     start = time.monotonic()
     try:
-        for rnd in range(rounds):
+        for rnd in range(max_rounds):
             order = [("base", base), ("head", head)] if rnd % 2 == 0 else [("head", head), ("base", base)]
             for side, sha in order:
                 out = tmp / f"confirm{rnd}-{side}"
@@ -190,9 +190,13 @@ def confirm(args, result: dict, machine: str, head: str, new: Path, tmp: Path, r
                     if r["name"] in got:
                         values[r["name"]][side].append(got[r["name"]])
             elapsed = time.monotonic() - start
-            say(f"confirmation round {rnd + 1}/{rounds} done ({elapsed:.0f} s)")
+            open_rows = [r for r in todo if not confirmed(r, values[r["name"]], config)]
+            say(f"confirmation round {rnd + 1}/{max_rounds} done ({elapsed:.0f} s): "
+                f"{len(todo) - len(open_rows)} confirmed, {len(open_rows)} open")
+            if not open_rows and rnd + 1 >= 2:
+                break
             if elapsed / (rnd + 1) * (rnd + 2) > args.confirm_budget:
-                if rnd + 1 < rounds:
+                if rnd + 1 < max_rounds:
                     say(f"stopping after {rnd + 1} rounds: another would pass the {args.confirm_budget:.0f} s budget")
                 break
     finally:
@@ -204,6 +208,13 @@ def confirm(args, result: dict, machine: str, head: str, new: Path, tmp: Path, r
             gate.confirm(r, v["base"], v["head"], config)
         else:
             r["verdict"], r["reason"] = "noisy", "the confirmation reruns did not measure it; " + r["reason"]
+
+
+def confirmed(row: dict, values: dict[str, list[float]], config: dict) -> bool:
+    """True once the rounds so far confirm the regression (the loop may stop measuring it)."""
+    if len(values["base"]) < 2 or len(values["head"]) < 2:
+        return False
+    return gate.confirm(dict(row), values["base"], values["head"], config)["verdict"] == "regressed"
 
 
 # --- the job -------------------------------------------------------------------------------------------
@@ -227,7 +238,7 @@ def perf(args) -> int:
     root = Path(args.tree).resolve() if args.tree else ROOT
     head = git("rev-parse", "HEAD", cwd=root)
     results_dir = Path(args.results_dir)
-    config = gate.load_thresholds()
+    config = gate.load_thresholds(args.thresholds, args.priors)
     say(f"machine {machine}, head {head[:10]}, results {results_dir}")
     base = args.base or args.base_sha or previous_base(results_dir, machine, head, root)
     with tempfile.TemporaryDirectory(prefix="kdengine-perf-") as tmp_name:
@@ -245,7 +256,7 @@ def perf(args) -> int:
             say("no earlier results for this machine: every benchmark is new (first run)")
         else:
             say(f"judging {head[:10]} against {base[:10]}" + (" (a rerun: A/A pair)" if base == head else ""))
-        result = gate.run_gate(str(merged), base, head, machine, repo=str(root))
+        result = gate.run_gate(str(merged), base, head, machine, args.thresholds, str(root), args.priors)
         first = dict(result["counts"])
         confirm(args, result, machine, head, new, tmp, root, config)
         result = gate.summarize(result["base"], head, result["machines"])
@@ -277,6 +288,8 @@ def add_parser(sub) -> None:
     p.add_argument("--confirm-budget", type=float, default=300.0, metavar="SECONDS",
                    help="time for the interleaved confirmation reruns of suspects (default 300; 0 = off)")
     p.add_argument("--bench-filter", default=None, help="asv --bench regex")
+    p.add_argument("--thresholds", default=None, help="floors TOML (default ci/thresholds.toml)")
+    p.add_argument("--priors", default=None, help="run-to-run priors TOML (default ci/noise_prior.toml)")
     p.add_argument("--machine", default=None, help="machine name (default: from the fingerprint)")
     p.add_argument("--asv-arg", action="append", help="extra argument for `asv run` (repeatable)")
     p.add_argument("--tree", default=None, help="checkout to measure (default: this repository)")

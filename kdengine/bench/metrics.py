@@ -77,6 +77,20 @@ def check_entry(asv_name: str | None, unit: object, direction: object, where: st
     return Metric(str(unit), str(direction))
 
 
+def check_values(values: list, unit: str, where: str) -> list[float]:
+    """check_value for a whole list: the floats, or ValueError naming `where` and the first bad value.
+    Fast path for the common case (history files hold millions of samples): a NaN or inf makes the sum
+    non-finite, so one sum and one min decide a list of good floats."""
+    try:
+        total = math.fsum(values)
+        if math.isfinite(total) and (not UNITS.get(unit) or min(values) > 0) and \
+                all(type(v) in (float, int) for v in values):
+            return [float(v) for v in values]
+    except (TypeError, ValueError):
+        pass
+    return [check_value(v, unit, where) for v in values]  # raises at the first bad value
+
+
 def check_value(value: object, unit: str, where: str) -> float:
     """The value as a float: finite, and > 0 for times, rates and sizes. ValueError naming `where`."""
     try:

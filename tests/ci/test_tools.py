@@ -73,25 +73,64 @@ def test_verify_rows_speedup_over_triton_extend():
     assert rows[("triton", 16384)]["speedup"] == pytest.approx(4.0, rel=0.05)  # 3e-4 s vs 1.2e-3 s
 
 
-@pytest.mark.slow
-def test_perf_main_job_on_a_cpu_clone(tmp_path):
+def clone_repo(tmp_path: Path) -> Path:
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
-    if not (clone / "asv.conf.json").exists():
-        pytest.skip("asv suites not committed yet")
     for key, value in (("user.email", "t@example.invalid"), ("user.name", "t")):
         subprocess.run(["git", "config", key, value], cwd=clone, check=True)
+    return clone
+
+
+def commit_all(clone: Path, message: str) -> None:
+    subprocess.run(["git", "add", "-A"], cwd=clone, check=True)
+    subprocess.run(["git", "commit", "-qm", message, "--allow-empty"], cwd=clone, check=True)
+
+
+@pytest.mark.slow
+def test_perf_main_job_on_a_cpu_clone(tmp_path):
+    clone = clone_repo(tmp_path)
     cmd = [sys.executable, "-m", "ci", "perf", "--bench-filter", "CpuVerify", "--results-dir",
            str(tmp_path / "ph"), "--json", str(tmp_path / "g.json")]
     first = subprocess.run(cmd, cwd=clone, capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
     assert "[perf" in first.stdout and "every benchmark is new" in first.stdout
-    (clone / "touch.txt").write_text("x")
-    subprocess.run(["git", "add", "touch.txt"], cwd=clone, check=True)
-    subprocess.run(["git", "commit", "-qm", "touch"], cwd=clone, check=True)
+    assert "measured 4 workloads" in first.stdout and "n/a" not in first.stdout  # one line, no asv tables
+    commit_all(clone, "touch")
     second = subprocess.run(cmd, cwd=clone, capture_output=True, text=True, timeout=300)
     assert second.returncode in (0, 1), second.stdout[-2000:] + second.stderr[-2000:]
     data = json.loads((tmp_path / "g.json").read_text())
     assert data["benchmarks"] and all(b["verdict"] != "new" for b in data["benchmarks"]
                                       if b["name"].startswith("cpu-verify"))
     assert (tmp_path / "ph" / "records" / "verify_kernel_cudagraph.txt").exists()
+
+
+@pytest.mark.slow
+def test_perf_confirms_a_planted_slowdown_and_a_rerun_is_an_a_a_pair(tmp_path):
+    """A 20 ms sleep planted in the reference backend: first pass suspect, red only after the interleaved
+    confirmation rounds; then a rerun of that same commit is judged against its own earlier run."""
+    clone = clone_repo(tmp_path)
+    floors, priors = tmp_path / "floors.toml", tmp_path / "priors.toml"
+    floors.write_text("[defaults]\nthreshold = 0.05\nalpha = 0.001\nmax_rounds = 3\n")
+    priors.write_text('[machines."cpu-*"]\n"cpu-verify/*" = {sigma = 0.05, runs = 10}\n')
+    cmd = [sys.executable, "-m", "ci", "perf", "--bench-filter", r"CpuVerify\.track_time\(512, 4\)",
+           "--results-dir", str(tmp_path / "ph"), "--thresholds", str(floors), "--priors", str(priors),
+           "--json", str(tmp_path / "g.json")]
+    base = subprocess.run(cmd, cwd=clone, capture_output=True, text=True, timeout=300)
+    assert base.returncode == 0, base.stdout[-2000:] + base.stderr[-2000:]
+    with open(clone / "kdengine" / "ops" / "reference_backend.py", "a") as fh:
+        fh.write("\n\ndef run(*args, **kwargs):  # planted slowdown\n    import time\n    time.sleep(0.02)\n"
+                 "    from kdengine.ops.reference import verify_attention_reference\n"
+                 "    return verify_attention_reference(*args, **kwargs)\n")
+    commit_all(clone, "planted slowdown")
+    slow = subprocess.run(cmd, cwd=clone, capture_output=True, text=True, timeout=600)
+    assert slow.returncode == 1, slow.stdout[-3000:] + slow.stderr[-2000:]
+    data = json.loads((tmp_path / "g.json").read_text())
+    row = {b["name"]: b for b in data["benchmarks"]}["cpu-verify/reference/ctx512/T4"]
+    assert row["verdict"] == "regressed" and row["confirmation"]["rounds"] >= 2
+    assert row["confirmation"]["first_pass"] in ("regressed", "noisy")
+    assert "confirming 1 suspects" in slow.stdout
+    rerun = subprocess.run(cmd, cwd=clone, capture_output=True, text=True, timeout=600)  # same commit again
+    assert rerun.returncode in (0, 1), rerun.stdout[-2000:] + rerun.stderr[-2000:]
+    assert "A/A" in rerun.stdout
+    data = json.loads((tmp_path / "g.json").read_text())
+    assert {b["verdict"] for b in data["benchmarks"]} <= {"unchanged", "improved", "noisy", "regressed"}
