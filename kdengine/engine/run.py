@@ -28,7 +28,14 @@ from kdengine.engine.config import ModelConfig
 from kdengine.engine.graphs import choose_expert_impl
 from kdengine.engine.kv_cache import D_QK
 from kdengine.engine.profiler import Profiler
-from kdengine.engine.step import Engine, capture_graphs, fill_synthetic_context, release_graphs, setup_engine, speculative_step
+from kdengine.engine.step import (
+    Engine,
+    capture_graphs,
+    fill_synthetic_context,
+    release_graphs,
+    setup_engine,
+    speculative_step,
+)
 
 resolve_device = parallel.resolve_device  # kept importable from here (and from generate)
 

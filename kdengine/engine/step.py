@@ -74,7 +74,7 @@ def replay_or_run(engine: Engine, phase: str, eager: Callable, *inputs: torch.Te
 def capture_graphs(engine: Engine, budget: int, notes: list[str]) -> bool:
     """Capture the drafter forward, the tree + mask build and the verify forward (T = budget + 1) of
     this engine's batch; True when all three were captured (else the engine stays eager)."""
-    impls = {getattr(m, "impl") for m in engine.model.modules() if hasattr(m, "impl")}
+    impls = {m.impl for m in engine.model.modules() if hasattr(m, "impl")}
     reason = graphs.graph_blocker(engine.cache.pool.device, engine.backend, impls, engine.group)
     if reason is not None:
         notes.append(f"cuda graphs: off ({reason})")
