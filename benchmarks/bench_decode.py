@@ -83,3 +83,33 @@ class CpuTreeBuild:
         return common.record(self.workload, "bench_decode.CpuTreeBuild.track_time", ())["median"]
 
     common.metric(track_time, "seconds", "lower")
+
+
+class DecodeInt4:
+    """GPU: decode-int4/<backend>/ctx<N>: the whole 61-layer kimi-k2-tp8-rank with INT4 experts (W4A16
+    kernel) under uniform routing, budget 63, acceptance replay mean 5; tok/s, higher is better."""
+
+    params = (list(W.DECODE_INT4_BACKENDS), list(W.CONTEXTS))
+    param_names = ["backend", "context"]
+    timeout = 1800
+
+    def setup(self, backend, context):
+        self.workload = common.require(W.decode_int4_workload(backend, context))
+
+    def _record(self, *params):
+        return common.record(self.workload, "bench_decode.DecodeInt4.track_tok_per_s", params)
+
+    def track_tok_per_s(self, *params):
+        return self._record(*params)["median"]
+
+    def track_moe_share(self, *params):
+        """% of a step spent in the MoE phase (router, routed experts, shared expert)."""
+        return 100.0 * self._record(*params)["extra"]["moe"].get("moe_share", float("nan"))
+
+    def track_experts_touched(self, *params):
+        """Local experts that got a token per step, summed over the 60 MoE layers."""
+        return self._record(*params)["extra"]["moe"].get("experts_touched", float("nan"))
+
+    common.metric(track_tok_per_s, "tok/s", "higher")
+    common.metric(track_moe_share, "percent", "info")
+    common.metric(track_experts_touched, "count", "info")

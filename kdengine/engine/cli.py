@@ -37,6 +37,10 @@ def add_parser(sub) -> None:
         "processes (nccl on cuda, gloo on cpu, NVLink multicast off); rank 0 prints, with every rank's phases, "
         "expert load and all-reduce share",
     )
+    p.add_argument("--weights", default="dense", choices=("dense", "int4"),
+                   help="routed experts: dense (config dtype, bf16 for kimi) or int4 (random INT4, group 32, W4A16 kernel)")
+    p.add_argument("--routing", default="random",
+                   help="MoE routing: random (the router), uniform (top-k uniform over all experts), skewed[:imbalance]")
     p.add_argument("--json", type=Path, default=None, help="also write the result as JSON here")
     p.set_defaults(func=run, decode_parser=p)
 
@@ -48,7 +52,7 @@ def settings_from(args):
         config=args.config, layers=args.layers, context=args.context, budget=args.budget, backend=args.backend,
         steps=args.steps, warmup_steps=args.warmup_steps, device=args.device, seed=args.seed,
         acceptance=args.acceptance, mean_accept=args.mean_accept, cuda_graphs=not args.no_cuda_graphs,
-        batch=args.batch, tp=args.tp,
+        batch=args.batch, tp=args.tp, weights=args.weights, routing=args.routing,
     )
 
 
@@ -106,6 +110,11 @@ def print_result(console, r) -> None:
         ("device / cuda graphs", f"{r.device} / {r.cuda_graphs_used}"),
         ("MoE expert path", r.expert_impl),
         ("MoE imbalance (max/mean)", f"{r.moe_imbalance:.2f}"),
+        ("MoE weights / routing", f"{s.weights} / {r.routing}"),
+        ("MoE experts touched per step (per layer)", f"{r.experts_touched:.1f} ({r.moe.get('experts_touched_per_layer', 0):.1f})"),
+        ("MoE bytes per step (MB) / share of step / GB/s",
+         f"{r.moe.get('moe_bytes_per_step', 0) / 1e6:.1f} / {100 * r.moe.get('moe_share', 0):.1f}% / {r.moe.get('moe_gbps', 0):.0f}"),
+        ("peak GPU memory (GiB)", f"{r.peak_mem_gib:.1f}"),
     ):
         head.add_row(key, value)
     console.print(head)

@@ -15,6 +15,7 @@ FROZEN_GPU = (
     + [f"decode/{b}/ctx{n}" for b in ("triton_extend", "triton", "cuda") for n in (4096, 16384, 65536)]
     + ["tree/device/budget63"]
     + [f"verify-peer/flashmla/ctx{n}/T{t}" for n in (4096, 16384, 65536) for t in (16, 64)]
+    + [f"decode-int4/{b}/ctx{n}" for b in ("triton", "cuda") for n in (4096, 16384, 65536)]
 )
 FROZEN_CPU = [
     "cpu-verify/reference/ctx512/T4", "cpu-verify/reference/ctx512/T16",
@@ -82,3 +83,9 @@ def test_tree_workload_measures_on_the_cpu(tmp_path, monkeypatch):
     rec = W.measure(w, samples=3, write=False)
     assert rec["unit"] == "seconds" and len(rec["samples"]) >= 3 and rec["median"] > 0
     assert rec["extra"]["budget"] == 15
+
+
+def test_int4_decode_workloads():
+    w = W.find("decode-int4/cuda/ctx65536")
+    assert (w.kind, w.weights, w.unit, w.direction, w.context) == ("decode", "int4", "tok/s", "higher", 65536)
+    assert W.find("decode/cuda/ctx65536").weights == "dense"
