@@ -470,6 +470,9 @@ def resolve_rebase(repo, results_dir: Path) -> None:
             if not rel.endswith(RECORDS_REL):
                 repo.git.checkout("--theirs", "--", rel)
                 repo.git.add("--", rel)
+                if rel.endswith(".json") and not rel.endswith(("machine.json", "benchmarks.json")):
+                    print(f"[record] {rel}: another run of this commit landed first; this run's asv file "
+                          "replaces it (asv keeps one per commit and environment), both runs' samples stay")
         for path in write_records(results_dir):
             repo.git.add("--", str(path.resolve().relative_to(repo_root(repo))))
         try:

@@ -1,5 +1,6 @@
-"""record: two clones of one bare repository record at once and both land; a truncated result file is named
-and nothing is written; records/*.txt are regenerated from the results."""
+"""record: two clones of one bare repository record at once and both land, with no force push (every ref
+update of the remote, from its reflog, is a fast-forward); a truncated result file is named and nothing is
+written; records/*.txt are regenerated from the results. Faults (kills, symlinks, schemas): test_record_faults."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ def make_results(tmp: Path, name: str, commit: str, seed: int) -> Path:
 def bare_and_clones(tmp_path):
     bare = tmp_path / "origin.git"
     sh("git", "init", "-q", "--bare", "-b", "main", str(bare), cwd=tmp_path)
+    sh("git", "config", "core.logAllRefUpdates", "always", cwd=bare)  # the reflog shows every update
     seed = tmp_path / "seed"
     sh("git", "clone", "-q", str(bare), str(seed), cwd=tmp_path)
     for repo in (seed,):
@@ -76,7 +78,10 @@ def test_two_runners_record_at_once_both_land(tmp_path, bare_and_clones):
     assert log.count("[skip perf]") == 2
     text = (check / "perf_history" / "records" / record.RECORD_FILE).read_text()
     assert "## gpu-a" in text and "## gpu-b" in text  # regenerated with both runs after the rebase
-    assert "force" not in " ".join(outs)
+    tips = sh("git", "reflog", "show", "--format=%H", "main", cwd=bare).split()[::-1]  # oldest first
+    assert len(tips) == 3  # init + one push per runner
+    for older, newer in zip(tips[:-1], tips[1:], strict=True):  # a force push: older tip not an ancestor
+        assert subprocess.run(["git", "merge-base", "--is-ancestor", older, newer], cwd=bare).returncode == 0
 
 
 def test_truncated_file_is_named_and_nothing_written(tmp_path):
