@@ -79,13 +79,13 @@ def _moe_w4a16_kernel(
             w_off = ((k0 + offs_k) // 8)[None, :]
             s_off = ((k0 + offs_k) // GROUP)[None, :]
         w = _dequant(tl.load(w_rows + w_off, mask=n_ok[:, None], other=0), tl.load(s_rows + s_off, mask=n_ok[:, None], other=0.0),
-                     k0 + offs_k, RESHAPE, GROUP, BLOCK_N, BLOCK_K, DOT_F32)
+                     k0 + offs_k, RESHAPE, GROUP, BLOCK_N, BLOCK_K)
         if DOT_F32:
             w = w.to(tl.float32)
         acc = tl.dot(w, tl.trans(a), acc)
         if GATED:
             wu = _dequant(tl.load(w_rows + up_w + w_off, mask=n_ok[:, None], other=0), tl.load(s_rows + up_s + s_off, mask=n_ok[:, None], other=0.0),
-                          k0 + offs_k, RESHAPE, GROUP, BLOCK_N, BLOCK_K, DOT_F32)
+                          k0 + offs_k, RESHAPE, GROUP, BLOCK_N, BLOCK_K)
             if DOT_F32:
                 wu = wu.to(tl.float32)
             acc_up = tl.dot(wu, tl.trans(a), acc_up)
@@ -101,23 +101,18 @@ def _moe_w4a16_kernel(
 
 
 @triton.jit
-def _dequant(words, scales, k, RESHAPE: tl.constexpr, GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-             F32_MATH: tl.constexpr):
+def _dequant(words, scales, k, RESHAPE: tl.constexpr, GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """[BLOCK_N, BLOCK_K] bf16 weights from packed words and group scales (q - 8) * scale.
     RESHAPE: words [BN, BK/8], scales [BN, BK/G]; else words/scales already [BN, BK] per column k."""
     if RESHAPE:
         shifts = tl.arange(0, 8) * 4
-        # nibble | 0x4300 is the bf16 bit pattern of 128 + nibble (exact): no int->float conversion
-        # instructions (quarter rate), then (128 + nibble) - 136 = q exactly and one rounding of q * scale
-        # in bf16, as the fp32 reference rounds it.
-        bits = ((words[:, :, None] >> shifts[None, None, :]) & 0xF) | 0x4300
-        q = tl.reshape(bits.to(tl.int16).to(tl.bfloat16, bitcast=True), (BLOCK_N, BLOCK_K))
+        q = (words[:, :, None] >> shifts[None, None, :]) & 0xF
+        q = tl.reshape(q, (BLOCK_N, BLOCK_K))
         s = tl.reshape(tl.broadcast_to(scales[:, :, None], (BLOCK_N, BLOCK_K // GROUP, GROUP)), (BLOCK_N, BLOCK_K))
-        if F32_MATH:  # the interpreter does bf16 arithmetic on the raw uint16 bits: widen there
-            return ((q.to(tl.float32) - 136.0) * s.to(tl.float32)).to(tl.bfloat16)
-        return ((q - 136.0).to(tl.bfloat16) * s.to(tl.bfloat16)).to(tl.bfloat16)
-    q = (words >> ((k % 8) * 4)[None, :]) & 0xF
-    return ((q - 8).to(tl.float32) * scales.to(tl.float32)).to(tl.bfloat16)
+    else:
+        q = (words >> ((k % 8) * 4)[None, :]) & 0xF
+        s = scales
+    return ((q - 8).to(tl.float32) * s.to(tl.float32)).to(tl.bfloat16)
 
 
 INTERPRETED = type(_moe_w4a16_kernel).__name__ == "InterpretedFunction"  # TRITON_INTERPRET=1 (CPU tests)
