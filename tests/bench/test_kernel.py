@@ -20,8 +20,14 @@ def test_committed_records_still_render():
     paths = sorted((ROOT / "perf_history" / "kernel").glob("*.json"))
     assert paths
     for path in paths:
-        text = kernel.render_doc(json.loads(path.read_text()))
-        assert "ceilings measured" in text and "schema 1" in text and "cuda/" in text
+        doc = json.loads(path.read_text())
+        text = kernel.render_doc(doc)
+        assert "ceilings measured" in text and "cuda/" in text
+        if doc.get("schema", 1) == 1:
+            assert "schema 1" in text  # the ceiling of those runs was a copy timed as a graph replay
+        else:
+            assert "read + write (v2" in text and ("ours / peer" in text) == any(
+                "flashmla" in case["results"] for case in doc["cases"])
 
 
 def _doc():
