@@ -9,9 +9,11 @@ are measured once per machine and cached as JSON in kdengine.env.cache_dir(); ev
 pytest-benchmark, `kdengine bench`, the kernel sweep kdengine.bench.kernel) reads them from here.
 
 The copy ceiling counts the bytes a device copy reads plus the bytes it writes (2 x its size), timed
-on launches of the copy between CUDA events, not on a captured graph: a copy captured in a CUDA graph
-becomes a memcpy node, which ran at 2.7 TB/s on the H200 against ~4.2 TB/s for the same copy launched
-(the ceiling the kernel records used until COPY_METHOD v2, so their "% of floor" read ~1.5x high).
+on launches of the copy between CUDA events, not on a captured graph: a copy_ captured in a CUDA graph
+(a memcpy node) moved 2.71 TB/s on the H200, 4 or 1 per replay alike, where the same copy_ launched moved
+4.24 TB/s and an elementwise copy kernel 4.27 (ci/gpu/measure_core.sh at bb20326). Both ceilings before
+COPY_METHOD v2 (the asv suite's and the kernel sweep's) timed the captured copy: their "% of floor" read
+~1.57x high.
 """
 
 from __future__ import annotations
