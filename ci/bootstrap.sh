@@ -4,7 +4,9 @@
 #   bash ci/bootstrap.sh            # .venv with the CPU build of torch (explicit: no multi-GB CUDA pull)
 #   KDENGINE_TORCH=skip bash ...    # keep whatever torch the interpreter already has (a GPU runner's)
 #   KDENGINE_VENV=path bash ...     # another venv location; KDENGINE_VENV=none installs into the
-#                                   # current interpreter (the self-hosted runner, the GPU image)
+#                                   # current interpreter (a throwaway GPU image only)
+#   KDENGINE_SYSTEM_SITE=1 bash ... # the new venv also sees the interpreter's packages (a GPU runner's
+#                                   # CUDA torch) but installs into itself: a fresh venv per CI job
 # Idempotent: a second run only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +16,11 @@ PY="${PYTHON:-python3}"
 if [[ "$VENV" != "none" ]]; then
   if [[ ! -x "$VENV/bin/python" ]]; then
     echo "[bootstrap] creating $VENV"
-    "$PY" -m venv "$VENV"
+    if [[ "${KDENGINE_SYSTEM_SITE:-0}" == "1" ]]; then
+      "$PY" -m venv --system-site-packages "$VENV"
+    else
+      "$PY" -m venv "$VENV"
+    fi
   fi
   PY="$VENV/bin/python"
 fi

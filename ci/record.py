@@ -17,7 +17,8 @@ Contract:
   retry; never a force push.
 
 `python -m ci record --from NEW_RESULTS_DIR [--results-dir perf_history] [--repo .] [--push]
-[--remote origin] [--branch main]`; `python -m ci record --recover` only repairs.
+[--remote origin] [--branch main]`; `--recover` only repairs; `--export DIR` copies the results this checkout
+has not committed to DIR (the GPU job hands them to the job that records them).
 """
 
 from __future__ import annotations
@@ -589,6 +590,8 @@ def add_parser(sub) -> None:
     p.add_argument("--branch", default="main", help="branch to push the results to")
     p.add_argument("--message", default=None)
     p.add_argument("--recover", action="store_true", help="only repair what a killed record left")
+    p.add_argument("--export", metavar="DIR", help="copy the checkout's uncommitted result files to DIR "
+                                                   "(a batch for `record --from DIR` elsewhere)")
     p.set_defaults(func=main)
 
 
@@ -603,8 +606,37 @@ def recover(results_dir: Path, repo_dir: Path | None) -> list[str]:
         return recover_repo(repo) + recover_install(Path(results_dir), repo)
 
 
+def export_changes(results_dir: Path, repo_dir: Path, dest: Path) -> list[Path]:
+    """Copy the result files of results_dir that the checkout has not committed (new or modified) into dest,
+    same layout: the batch a GPU job hands to the job that records it (`record --from dest`)."""
+    import git
+
+    repo = git.Repo(repo_dir)
+    results_dir = Path(results_dir).resolve()
+    listed = repo.git.ls_files("--modified", "--others", "--exclude-standard", "--",
+                               str(results_dir.relative_to(repo_root(repo)))).splitlines()
+    written = []
+    for line in sorted(set(listed)):
+        rel = (repo_root(repo) / line).relative_to(results_dir)
+        if rel.suffix != ".json" or classify(rel)[0] == "" or rel.parts[0].startswith("."):
+            continue
+        source = results_dir / rel
+        raw = source.read_bytes()
+        validate(source, rel, raw)
+        (Path(dest) / rel).parent.mkdir(parents=True, exist_ok=True)
+        (Path(dest) / rel).write_bytes(raw)
+        written.append(Path(dest) / rel)
+    return written
+
+
 def main(args) -> int:
     repo_dir = Path(args.repo) if args.repo else None
+    if args.export:
+        if repo_dir is None:
+            raise ValueError("--export: needs --repo (the checkout whose uncommitted results are exported)")
+        written = export_changes(Path(args.results_dir), repo_dir, Path(args.export))
+        print(f"[record] exported {len(written)} uncommitted result files to {args.export}")
+        return 0
     if args.recover:
         for line in recover(Path(args.results_dir), repo_dir) or ["nothing to repair"]:
             print(f"[record] {line}")

@@ -16,7 +16,15 @@ from pathlib import Path
 from kdengine import env
 from kdengine.ops import shapes
 
-CSRC = Path(__file__).resolve().parents[2] / "csrc"
+
+def find_csrc() -> Path:
+    """The CUDA sources: kdengine/_csrc in an installed wheel (package data copied from csrc/), else the
+    checkout's top-level csrc/ (editable install, tests)."""
+    packaged = Path(__file__).resolve().parents[1] / "_csrc"
+    return packaged if (packaged / "verify_kernel.cu").is_file() else Path(__file__).resolve().parents[2] / "csrc"
+
+
+CSRC = find_csrc()
 SOURCES = ("verify_api.cpp", "verify_kernel.cu")
 HEADERS = ("verify_kernel.cuh", "verify_wide.cuh", "verify_launch.h", "static_switch.h")
 ALL_ARCHS = ("80", "90", "100", "120")
