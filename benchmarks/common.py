@@ -58,7 +58,15 @@ def record(workload: workloads.Workload, asv_name: str, params: tuple) -> dict:
 
 
 def metric(func, unit: str, direction: str):
-    """Mark a track_ function with its asv unit and whether higher or lower is better."""
+    """Mark a track_ function with its asv unit and whether higher or lower is better; both must be what
+    kdengine.bench.metrics (the one table the gate and the report read) says for this benchmark."""
+    from kdengine.bench import metrics
+
+    name = f"{func.__module__.rsplit('.', 1)[-1]}.{func.__qualname__}"
+    known = metrics.lookup(name)
+    if known is None or (known.unit, known.direction) != (unit, direction):
+        raise ValueError(f"{name}: declared {unit} ({direction}), but kdengine.bench.metrics says "
+                         f"{known or 'nothing'}: add or fix its entry there")
     func.unit = unit
     func.direction = direction
     return func

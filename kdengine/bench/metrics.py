@@ -24,6 +24,7 @@ UNITS = {
     "percent": False,
     "tokens": False,
     "ratio": False,
+    "count": False,
     "unit": False,  # asv's default unit of a track_ benchmark
 }
 
@@ -41,12 +42,19 @@ METRICS: dict[str, Metric] = {
     "bench_verify.CpuVerify.track_time": Metric("seconds", "lower"),
     "bench_verify.CpuVerify.track_roofline_pct": Metric("percent", "higher"),
     "bench_decode.Decode.track_tok_per_s": Metric("tok/s", "higher"),
-    "bench_decode.Decode.track_mean_accept": Metric("tokens", "info"),
+    "bench_decode.Decode.track_mean_accept": Metric("tokens", "higher"),
     "bench_decode.Decode.track_attention_share": Metric("percent", "info"),
     "bench_decode.CpuDecode.track_tok_per_s": Metric("tok/s", "higher"),
-    "bench_decode.CpuDecode.track_mean_accept": Metric("tokens", "info"),
+    "bench_decode.CpuDecode.track_mean_accept": Metric("tokens", "higher"),
     "bench_decode.TreeBuild.track_time": Metric("seconds", "lower"),
     "bench_decode.CpuTreeBuild.track_time": Metric("seconds", "lower"),
+    "bench_decode.DecodeInt4.track_tok_per_s": Metric("tok/s", "higher"),
+    "bench_decode.DecodeInt4.track_moe_share": Metric("percent", "info"),
+    "bench_decode.DecodeInt4.track_experts_touched": Metric("count", "info"),
+    # the peer (FlashMLA) on our shapes: our commits cannot change it, so ci/thresholds.toml never lets it
+    # fail the build; its history shows the machine's drift next to ours
+    "bench_verify.VerifyPeer.track_time": Metric("seconds", "lower"),
+    "bench_verify.VerifyPeer.track_roofline_pct": Metric("percent", "higher"),
     "bench_tp.TPDecode.track_tok_per_s": Metric("tok/s", "higher"),
     "bench_tp.TPDecode.track_all_reduce_share": Metric("percent", "info"),
     "bench_tp.TPDecode.track_moe_rank_imbalance": Metric("ratio", "info"),
