@@ -28,6 +28,7 @@ from ci import history, record  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 MACHINE = "gpu-test"
+OTHER = "gpu-other"  # the competing runner's machine: its records section conflicts with ours in rebases
 VERIFY_ASV = next(name for name in asvdata.BENCHMARKS if ".Verify." in name)
 KILLS = int(os.environ.get("KDENGINE_RECORD_KILLS", "12"))  # raise for a longer fuzz
 UPDATE_HOOK = """#!/bin/sh
@@ -182,8 +183,8 @@ def test_kill_9_fuzz_keeps_remote_and_checkout_consistent(tmp_path, remote):
     rng = random.Random(14)
     batches = [make_batch(tmp_path, sha_of(i), run_id_of(i, "a"), i) for i in range(KILLS)]
     # one unkilled record measures how long a record with a rejected push takes
-    record.record(make_batch(tmp_path, sha_of(0, "b"), run_id_of(0, "b"), 100), b / "perf_history", b, True,
-                  "origin", "main")
+    record.record(make_batch(tmp_path, sha_of(0, "b"), run_id_of(0, "b"), 100, OTHER), b / "perf_history", b,
+                  True, "origin", "main")
     proc = spawn_driver(make_batch(tmp_path, sha_of(99), run_id_of(99, "a"), 99), a)
     start(proc)
     out, _ = proc.communicate(timeout=120)
@@ -195,7 +196,7 @@ def test_kill_9_fuzz_keeps_remote_and_checkout_consistent(tmp_path, remote):
     ready = spawn_driver(batches[0], a)
     for i in range(KILLS):
         proc = ready
-        record.record(make_batch(tmp_path, sha_of(i + 1, "b"), run_id_of(i + 1, "b"), 200 + i),
+        record.record(make_batch(tmp_path, sha_of(i + 1, "b"), run_id_of(i + 1, "b"), 200 + i, OTHER),
                       b / "perf_history", b, True, "origin", "main")  # a's next push is rejected: a rebases
         expected.add(f"{sha_of(i + 1, 'b')}-{run_id_of(i + 1, 'b')}.json")
         start(proc)
@@ -379,3 +380,16 @@ def test_interrupted_rebase_is_aborted_and_the_run_pushed(tmp_path, remote):
     assert {f"{sha_of(c)}-{run_id_of(c, w)}.json" for c, w in ((20, "b"), (21, "a"), (22, "a"))} <= landed
     check_checkout(a)
     check_no_force(remote)
+
+
+def test_export_hands_the_uncommitted_results_to_another_job(tmp_path, remote):
+    a = clone(remote, tmp_path / "a", "a")
+    record.record(make_batch(tmp_path, sha_of(30), run_id_of(30, "a"), 30), a / "perf_history", None, False, "o", "m")
+    out = tmp_path / "export"
+    written = record.export_changes(a / "perf_history", a, out)
+    assert sorted(p.relative_to(out).as_posix() for p in written) == sorted([
+        "benchmarks.json", f"{MACHINE}/machine.json", f"{MACHINE}/{sha_of(30)[:8]}-existing-py.json",
+        f"samples/{MACHINE}/{sha_of(30)}-{run_id_of(30, 'a')}.json"])  # records/ regenerate where recorded
+    b = clone(remote, tmp_path / "b", "b")
+    record.record(out, b / "perf_history", b, True, "origin", "main")
+    assert f"{sha_of(30)}-{run_id_of(30, 'a')}.json" in sidecars_on(remote)
