@@ -84,7 +84,9 @@ def run_asv(code_tree: Path, sha: str, machine: str, results: Path, tmp: Path, b
                 print("  " + line.rstrip()[:160], flush=True)
         proc.wait()
     if proc.returncode != 0:
-        say(f"asv run exited {proc.returncode} (failed benchmarks are recorded as missing; see {log})")
+        tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-15:]
+        say(f"asv run exited {proc.returncode} (failed benchmarks are recorded as missing); the end of {log}:")
+        print("\n".join("  | " + line[:200] for line in tail), flush=True)
     return jsonl
 
 
@@ -248,6 +250,9 @@ def perf(args) -> int:
         jsonl = run_asv(root, head, machine, new, tmp, bench, args.asv_arg or [], args.verbose)
         write_samples(jsonl, head, machine, new)
         summarize_run(jsonl, new, machine, head)
+        if not any((new / machine).glob(f"{head[:8]}-*.json")):
+            raise RuntimeError(f"asv wrote no results for {head[:10]} on {machine}: nothing to judge or record "
+                               "(see the asv log above)")
         merged = tmp / "merged"  # history + this run: what the gate reads
         if results_dir.exists():
             shutil.copytree(results_dir, merged, symlinks=True)

@@ -2,7 +2,8 @@
 # The gate on a real GPU, made with the main job itself: `python -m ci perf` at a list of commits, back to
 # back on one machine, each judged against the previous recorded run (empty commits = A/A pairs; a planted
 # slowdown = a real regression that must be red after confirmation). Measures exactly committed revisions:
-# the tree is cloned from a git bundle made here.
+# the trees are cloned from a git bundle made here; the newest main's `ci` judges (`ci perf --tree`), so old
+# commits are measured with today's gate, and the history lives in that clone's perf_history/.
 #
 #   here:   git bundle create .whl/kdengine.bundle --all        (.whl also holds asv's and ruptures' wheels)
 #   device: RUNS="sha1 sha2 ..." bash ci/gpu/gate_aa.sh          (carry .whl)
@@ -10,27 +11,30 @@
 #      CONFIRM (seconds of confirmation per run, default 300), FIRST_CONFIRM (for the first run, default 0),
 #      LIMIT (stop starting runs after this many seconds, default 540), NO_RECORD_FROM (index from which runs
 #      are judged but not recorded, e.g. a planted slowdown that must not enter history).
-# Output under $OUT: logs.tgz (every perf log), gate.tgz (JSON + markdown verdicts), perf_history.tgz (the
-# new result files, to be committed here).
+# Output under $OUT (three files: the device tool returns at most 8): logs.tgz (every perf log), gate.tgz
+# (JSON + markdown verdicts), perf_history.tgz (the new result files, to be committed here).
 set -o pipefail
-OUT=${OUT:-/tmp/kdengine-out}; LOG=$OUT/logs; mkdir -p "$LOG" "$OUT/gate"
-SRC=$PWD; KD=/tmp/kd
+OUT=${OUT:-/tmp/kdengine-out}; W=/tmp/gate-work; LOG=$W/logs; rm -rf "$W"; mkdir -p "$LOG" "$W/gate" "$OUT"
+SRC=$PWD; KD=/tmp/kd; TOOL=/tmp/kdtool
 export PYTHONUNBUFFERED=1 KDENGINE_CACHE_DIR=/tmp/kdcache
 BENCH=${BENCH:-'^bench_verify\.Verify\.|^bench_decode\.(Decode|TreeBuild)\.'}
 start=$(date +%s)
 pack() {
-  tar czf "$OUT/logs.tgz" -C "$OUT" logs 2>/dev/null
-  tar czf "$OUT/gate.tgz" -C "$OUT" gate 2>/dev/null
-  [[ -d $KD ]] && (cd "$KD" && git ls-files --others --modified --exclude-standard perf_history | tar czf "$OUT/perf_history.tgz" -T -)
+  tar czf "$OUT/logs.tgz" -C "$W" logs 2>/dev/null
+  tar czf "$OUT/gate.tgz" -C "$W" gate 2>/dev/null
+  [[ -d $TOOL ]] && (cd "$TOOL" && git ls-files --others --modified --exclude-standard perf_history | tar czf "$OUT/perf_history.tgz" -T -)
 }
 trap pack EXIT
 
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$SRC"/.whl/*.whl \
   || { echo "wheel install failed"; exit 1; }
 export PYTHONPATH=/tmp/site
-rm -rf "$KD"
-git clone -q "$SRC/.whl/kdengine.bundle" "$KD" || { echo "clone of the bundle failed"; exit 1; }
+rm -rf "$KD" "$TOOL"
+# the tool (ci/, the newest main) judges; the measured tree ($KD) is checked out at each commit in turn
+git clone -q -b main "$SRC/.whl/kdengine.bundle" "$TOOL" || { echo "clone of the bundle failed"; exit 1; }
+git clone -q -b main "$SRC/.whl/kdengine.bundle" "$KD" || exit 1
 cd "$KD" || exit 1
+git checkout -q "${RUNS%% *}" || exit 1
 git config user.name kdengine-perf; git config user.email perf@kdengine.invalid
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv | tee "$LOG/smi.txt"
 python3 -m kdengine.ops.build --arch native 2>&1 | tail -3 | tee "$LOG/build.log"
@@ -44,9 +48,9 @@ for sha in $RUNS; do
   record=(); [[ -n ${NO_RECORD_FROM:-} ]] && (( i >= NO_RECORD_FROM )) && record=(--no-record)
   echo "=== run $i: $(git log -1 --format='%h %s') (confirm budget $budget s) at $now s"
   t0=$(date +%s)
-  python3 -m ci perf --bench-filter "$BENCH" --confirm-budget "$budget" "${record[@]}" \
-    --json "$OUT/gate/run${i}_${sha:0:10}.json" --markdown "$OUT/gate/run${i}_${sha:0:10}.md" \
-    > "$LOG/perf_run${i}_${sha:0:10}.log" 2>&1
+  (cd "$TOOL" && python3 -m ci perf --tree "$KD" --bench-filter "$BENCH" --confirm-budget "$budget" "${record[@]}" \
+    --json "$W/gate/run${i}_${sha:0:10}.json" --markdown "$W/gate/run${i}_${sha:0:10}.md" \
+    > "$LOG/perf_run${i}_${sha:0:10}.log" 2>&1)
   rc=$?
   last=$(( $(date +%s) - t0 ))
   echo "=== run $i exit $rc in $last s"
