@@ -3,6 +3,10 @@ asv's index.html loads jQuery/flot/bootstrap from CDNs; where ci/assets/node_mod
 --prefix ci/assets`, pinned in ci/assets/package.json) those files are copied into the site and the tags
 rewritten, so the site also renders without internet (headless test, closed networks).
 
+asv's JavaScript builds HTML strings from benchmark, parameter and machine names: the results directory is
+checked against kdengine.bench.names' character sets first (the checks `ci record` applies on the way in),
+and a directory with a name outside them is refused, never published.
+
 `python -m ci publish [--results-dir perf_history] [--site DIR] [--assets DIR]`
 """
 
@@ -54,8 +58,24 @@ def vendor_assets(site: Path, assets: Path) -> int:
     return count
 
 
+def check_site_names(results_dir: Path) -> int:
+    """Validate every file asv publish reads (benchmarks.json, machine.json, result files); returns how many.
+    A DataError names the first file with a bad name or shape."""
+    from ci import record
+
+    machines = record.machines_in(results_dir)
+    count = 0
+    for path in sorted(Path(results_dir).rglob("*.json")):
+        rel = path.relative_to(results_dir)
+        if record.classify(rel, machines)[0] in ("benchmarks", "machine", "result"):
+            record.validate(path, rel, path.read_bytes(), machines)
+            count += 1
+    return count
+
+
 def publish(results_dir: Path, site: Path, repo: Path = ROOT, assets: Path | None = ASSETS) -> Path:
-    """Write the asv HTML site for results_dir into site; returns site/index.html."""
+    """Write the asv HTML site for results_dir into site (after check_site_names); returns site/index.html."""
+    check_site_names(results_dir)
     conf = json.loads((repo / "asv.conf.json").read_text()) if (repo / "asv.conf.json").exists() else {
         "version": 1, "project": "kdengine", "environment_type": "existing", "branches": ["main"]}
     conf.update(repo=str(repo), results_dir=str(results_dir.resolve()), html_dir=str(site.resolve()),

@@ -136,25 +136,32 @@ def check_sidecar(path: Path, data: dict, machine: str) -> None:
                     (names.check_plain_text, res.get("unit") or "", f"{workload} unit"))
 
 
-def classify(rel: Path) -> tuple[str, str | None]:
-    """(kind, machine) of a path inside a results directory; kind '' when record does not install it."""
+def machines_in(results_dir: Path) -> set[str]:
+    """asv machine directories of a results directory: those holding a machine.json."""
+    return {p.parent.name for p in Path(results_dir).glob("*/machine.json")}
+
+
+def classify(rel: Path, machines: set[str]) -> tuple[str, str | None]:
+    """(kind, machine) of a path inside a results directory; kind '' when record does not install it (the
+    kernel/, tp/, ... records of other tools: directories without a machine.json)."""
     parts = rel.parts
     if parts == ("benchmarks.json",):
         return "benchmarks", None
     if len(parts) == 2 and parts[1] == "machine.json":
         return "machine", parts[0]
-    if len(parts) == 2 and parts[0] not in ("samples", "records", "kernel", "tp"):
+    if len(parts) == 2 and parts[0] in machines:
         return "result", parts[0]
     if len(parts) == 3 and parts[0] == "samples":
         return "sidecar", parts[1]
     return "", None
 
 
-def validate(path: Path, rel: Path, raw: bytes) -> str:
-    """Check one incoming file; returns its kind. DataError naming the file otherwise."""
-    kind, machine = classify(rel)
-    check(kind != "", path, "not an asv result, machine.json, benchmarks.json or samples sidecar "
-                            "(record installs only those)")
+def validate(path: Path, rel: Path, raw: bytes, machines: set[str]) -> str:
+    """Check one incoming file (machines: the asv machine directories); returns its kind. DataError naming
+    the file otherwise."""
+    kind, machine = classify(rel, machines)
+    check(kind != "", path, "not an asv result (of a directory with a machine.json), machine.json, "
+                            "benchmarks.json or samples sidecar (record installs only those)")
     if machine is not None:
         check_names(path, (names.check_machine_name, machine, "machine directory"))
     try:
@@ -176,11 +183,13 @@ def validate(path: Path, rel: Path, raw: bytes) -> str:
 # --- staging -------------------------------------------------------------------------------------------
 
 
-def read_batch(src: Path) -> dict[str, tuple[str, bytes]]:
-    """{relative path: (kind, bytes)} of every result file under src, all validated; non-JSON regular files
-    (the runner's JSONL scratch) are left out. Symlinks and special files anywhere are refused."""
+def read_batch(src: Path, results_dir: Path) -> dict[str, tuple[str, bytes]]:
+    """{relative path: (kind, bytes)} of every result file under src, all validated (asv result files belong to
+    a machine directory with a machine.json in src or results_dir); non-JSON regular files (the runner's
+    JSONL scratch) are left out. Symlinks and special files anywhere are refused."""
     src = Path(src)
     check(src.is_dir() and not src.is_symlink(), src, "--from must be a directory (not a symlink)")
+    machines = machines_in(src) | machines_in(results_dir)
     batch: dict[str, tuple[str, bytes]] = {}
     for dirpath, dirnames, filenames in os.walk(src):
         for name in dirnames + filenames:
@@ -195,7 +204,7 @@ def read_batch(src: Path) -> dict[str, tuple[str, bytes]]:
             rel = path.relative_to(src)
             with open(path, "rb", opener=lambda p, flags: os.open(p, flags | os.O_NOFOLLOW)) as fh:
                 raw = fh.read()
-            batch[rel.as_posix()] = (validate(path, rel, raw), raw)
+            batch[rel.as_posix()] = (validate(path, rel, raw, machines), raw)
     check(bool(batch), src, "--from: no result files")
     return batch
 
@@ -524,7 +533,7 @@ def install_results(src: Path, results_dir: Path) -> list[Path]:
     returns the paths written (files already present byte for byte are not rewritten)."""
     results_dir = Path(results_dir)
     recover_install(results_dir)
-    writes, _, _ = plan(read_batch(Path(src)), results_dir)
+    writes, _, _ = plan(read_batch(Path(src), results_dir), results_dir)
     if writes:
         install(results_dir, writes, new_batch_id(), None)
         finish(results_dir)
@@ -561,7 +570,7 @@ def record(src: Path, results_dir: Path, repo_dir: Path | None, push: bool, remo
 
 def record_files(src: Path, results_dir: Path, repo, recovered: list[str] | None, message: str | None) -> dict:
     recovered = recovered if recovered is not None else recover_install(results_dir)
-    batch = read_batch(Path(src))
+    batch = read_batch(Path(src), results_dir)
     writes, replaced, same = plan(batch, results_dir)
     writes[RECORDS_REL] = render_records(results_dir, writes)
     check_destination(results_dir, RECORDS_REL)
@@ -615,14 +624,14 @@ def export_changes(results_dir: Path, repo_dir: Path, dest: Path) -> list[Path]:
     results_dir = Path(results_dir).resolve()
     listed = repo.git.ls_files("--modified", "--others", "--exclude-standard", "--",
                                str(results_dir.relative_to(repo_root(repo)))).splitlines()
-    written = []
+    written, machines = [], machines_in(results_dir)
     for line in sorted(set(listed)):
         rel = (repo_root(repo) / line).relative_to(results_dir)
-        if rel.suffix != ".json" or classify(rel)[0] == "" or rel.parts[0].startswith("."):
+        if rel.suffix != ".json" or classify(rel, machines)[0] == "" or rel.parts[0].startswith("."):
             continue
         source = results_dir / rel
         raw = source.read_bytes()
-        validate(source, rel, raw)
+        validate(source, rel, raw, machines)
         (Path(dest) / rel).parent.mkdir(parents=True, exist_ok=True)
         (Path(dest) / rel).write_bytes(raw)
         written.append(Path(dest) / rel)

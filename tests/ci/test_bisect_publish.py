@@ -1,5 +1,6 @@
 """bisect names the commit that made a small CPU benchmark 30% slower; the published asv site renders a
-benchmark graph in headless Chromium (skipped where Chromium is absent)."""
+benchmark graph in headless Chromium (skipped where Chromium is absent); publish refuses a results directory
+with HTML in a machine, benchmark or parameter name."""
 
 from __future__ import annotations
 
@@ -86,6 +87,31 @@ def test_publish_writes_site(tmp_path):
     repo, results = make_site_repo(tmp_path)
     index = publish.publish(results, tmp_path / "site", repo=repo)
     assert index.exists() and (tmp_path / "site" / "graphs").is_dir()
+
+
+@pytest.mark.parametrize("where", ["machine", "benchmark", "param"])
+def test_publish_refuses_html_in_names(tmp_path, where):
+    import json
+
+    from ci.history import DataError
+
+    repo, results = make_site_repo(tmp_path)
+    hostile = '<img src=x onerror="alert(1)">'
+    if where == "machine":
+        (results / "cpu-test").rename(results / f"cpu-{hostile}")
+        (results / f"cpu-{hostile}" / "machine.json").write_text(json.dumps({"machine": f"cpu-{hostile}",
+                                                                              "version": 1}))
+    else:
+        index = json.loads((results / "benchmarks.json").read_text())
+        name = next(k for k in index if k != "version")
+        if where == "benchmark":
+            index[f"bench.{hostile}"] = dict(index.pop(name), name=f"bench.{hostile}")
+        else:
+            index[name]["params"][0].append(f"'{hostile}'")
+        (results / "benchmarks.json").write_text(json.dumps(index))
+    with pytest.raises(DataError, match="expected"):
+        publish.publish(results, tmp_path / "site", repo=repo)
+    assert not (tmp_path / "site").exists()
 
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium (.ci/run installs it)")
