@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kdengine.engine import fused_ops
 from kdengine.engine.config import ModelConfig, vocab_range
 from kdengine.engine.moe import EXPERT_IMPLS, DenseMLP, MoE  # MLP, experts and routing live in moe.py
 from kdengine.engine.profiler import COMM
@@ -44,6 +45,8 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x):
+        if fused_ops.fused_available(x):  # one launch instead of ~8
+            return fused_ops.rms_norm(x, self.weight, self.eps)
         xf = x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return (xf * self.weight.float()).to(x.dtype)
@@ -145,14 +148,20 @@ class MLA(nn.Module):
         with timer("q-up-proj"):
             q = self.q_b_proj(q_a).view(B, T, H, cfg.q_head)
         q_nope, q_pe = q.split([cfg.qk_nope, R], -1)
-        with timer("rope"):  # q and k rotated together: the key is one more "head"
-            pe = apply_rope(torch.cat([q_pe, k_pe[:, :, None]], 2), positions, step.inv_freq, step.rope(positions))
-        with timer("kv-write"):
-            step.cache.write(layer, torch.cat([latent, pe[:, :, H]], -1).to(torch.bfloat16), step.slots)
         w_uk, w_uv = self.absorbed()
         with timer("absorb-q"):  # one batched GEMM over heads: [H, B*T, nope] @ [H, nope, C]
-            q_lat = torch.bmm(q_nope.reshape(B * T, H, -1).transpose(0, 1), w_uk).transpose(0, 1)  # [B*T, H, C]
-            q_abs = torch.cat([q_lat.reshape(B, T, H, C), pe[:, :, :H]], -1).to(torch.bfloat16)
+            q_lat = torch.bmm(q_nope.reshape(B * T, H, -1).transpose(0, 1), w_uk)  # [H, B*T, C]
+        cache = step.cache
+        if fused_ops.fused_available(x) and cache.pool.dtype == torch.bfloat16:
+            with timer("rope"):  # one kernel: rope of q and k, q_abs packed, the KV row written into its page
+                q_abs = fused_ops.mla_rope_pack(q_lat, q, latent, k_pe, *step.rope(positions), cache.pool[layer],
+                                                cache.page_table, step.slots, cache.page_size)
+        else:
+            with timer("rope"):  # q and k rotated together: the key is one more "head"
+                pe = apply_rope(torch.cat([q_pe, k_pe[:, :, None]], 2), positions, step.inv_freq, step.rope(positions))
+            with timer("kv-write"):
+                cache.write(layer, torch.cat([latent, pe[:, :, H]], -1).to(torch.bfloat16), step.slots)
+            q_abs = torch.cat([q_lat.transpose(0, 1).reshape(B, T, H, C), pe[:, :, :H]], -1).to(torch.bfloat16)
         with timer("verify-attention"):
             o_lat = verify_attention(
                 q_abs, step.cache.pool[layer], step.cache.page_table, step.cache.lengths, step.mask_bits,

@@ -1,0 +1,134 @@
+"""Fused per-layer glue of the target forward (Triton), one launch where torch takes many:
+
+  rms_norm(x, weight, eps)        x [..., D] -> x * rsqrt(mean(x^2) + eps) * weight, fp32 math, x.dtype out
+  mla_rope_pack(q_lat, q, latent, k_pe, cos, sin, pool, page_table, slots, page_size)
+      q_lat [H, B*T, C], q [B, T, H, QH] (rope part last), latent [B, T, C], k_pe [B, T, R], cos/sin [B, T, R]
+      -> q_abs [B, T, H, C + R] bf16 (absorbed query: latent part, then the rotated rope part), and the
+         KV row [latent, rotated k_pe] written into pool (one layer [P, page_size, C + R]) at slot
+         slots[b, t] through the page table (kdengine.engine.kv_cache.PagedKVCache.write).
+
+Rope is the HF DeepseekV3 one (kdengine.engine.model.apply_rope): de-interleave the pairs, then
+rotate-half, with the caller's cos/sin tables (torch's accurate cos/sin, computed once per forward).
+Used where fused_available() says so (a GPU, or the CPU under TRITON_INTERPRET=1 for the tests); the
+torch ops are the definition and stay the path elsewhere. No host sync: graph-capturable.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kdengine import env
+
+INTERPRETED = env.triton_interpret()  # Triton picks interpreter or compiler when @triton.jit runs
+
+
+# ---------------------------------------------------------------------------------------------
+# kernels
+
+
+@triton.jit
+def _rms_norm(X, W, OUT, eps, D: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    d = tl.arange(0, BLOCK)
+    inside = d < D
+    x = tl.load(X + row * D + d, mask=inside, other=0.0).to(tl.float32)
+    r = tl.rsqrt(tl.sum(x * x, 0) / D + eps)
+    w = tl.load(W + d, mask=inside, other=0.0).to(tl.float32)
+    tl.store(OUT + row * D + d, ((x * r) * w).to(OUT.dtype.element_ty), mask=inside)
+
+
+@triton.jit
+def _rope_half(x_even, x_odd, c, s):
+    """HF rope on one 64-dim row given as its even and odd elements [.., R/2]: (first, second) halves."""
+    return x_even * c - x_odd * s, x_odd * c + x_even * s
+
+
+@triton.jit
+def _mla_rope_pack(
+    QLAT, Q, LAT, KPE, COS, SIN, QABS, POOL, PAGES, SLOTS, max_pages, T, BT, kpe_stride,
+    H: tl.constexpr, HP: tl.constexpr, C: tl.constexpr, R: tl.constexpr, QH: tl.constexpr, NOPE: tl.constexpr,
+    PAGE: tl.constexpr,
+):
+    bt = tl.program_id(0).to(tl.int64)  # one (sequence, token): row b * T + t
+    h = tl.arange(0, HP)
+    hm = h < H
+    c = tl.arange(0, C)
+    i = tl.arange(0, R // 2)
+    out = QABS + bt * (H * (C + R)) + h[:, None] * (C + R)
+    # absorbed query: the latent part (heads-major q_lat [H, B*T, C]) copied, the rope part rotated
+    qlat = tl.load(QLAT + h[:, None] * (BT * C) + bt * C + c[None, :], mask=hm[:, None], other=0.0)
+    tl.store(out + c[None, :], qlat.to(QABS.dtype.element_ty), mask=hm[:, None])
+    cos = tl.load(COS + bt * R + i)[None, :]  # the tables' two halves are equal (cat([freqs, freqs]))
+    sin = tl.load(SIN + bt * R + i)[None, :]
+    qpe = Q + bt * (H * QH) + h[:, None] * QH + NOPE
+    qe = tl.load(qpe + 2 * i[None, :], mask=hm[:, None], other=0.0).to(tl.float32)
+    qo = tl.load(qpe + 2 * i[None, :] + 1, mask=hm[:, None], other=0.0).to(tl.float32)
+    tl.store(out + C + i[None, :], (qe * cos - qo * sin).to(QABS.dtype.element_ty), mask=hm[:, None])
+    tl.store(out + C + R // 2 + i[None, :], (qo * cos + qe * sin).to(QABS.dtype.element_ty), mask=hm[:, None])
+    # the KV row [latent, rotated k_pe] into its page
+    ke = tl.load(KPE + bt * kpe_stride + 2 * i[None, :]).to(tl.float32)
+    ko = tl.load(KPE + bt * kpe_stride + 2 * i[None, :] + 1).to(tl.float32)
+    slot = tl.load(SLOTS + bt)
+    page = tl.load(PAGES + (bt // T) * max_pages + slot // PAGE).to(tl.int64)
+    dst = POOL + (page * PAGE + slot % PAGE) * (C + R)
+    tl.store(dst + c, tl.load(LAT + bt * C + c).to(POOL.dtype.element_ty))
+    tl.store(dst + C + i[None, :], (ke * cos - ko * sin).to(POOL.dtype.element_ty))
+    tl.store(dst + C + R // 2 + i[None, :], (ko * cos + ke * sin).to(POOL.dtype.element_ty))
+
+
+# ---------------------------------------------------------------------------------------------
+# launchers
+
+
+def fused_available(x: torch.Tensor) -> bool:
+    """True where the fused kernels run for x: a GPU, or the CPU under the interpreter."""
+    return x.device.type == "cuda" or (x.device.type == "cpu" and INTERPRETED)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """x [..., D] normalised over D in fp32, times weight [D]; x.dtype out. One launch."""
+    D = x.shape[-1]
+    if weight.shape != (D,):
+        raise ValueError(f"weight: expected shape [{D}], got {list(weight.shape)}")
+    xc = x.contiguous()
+    out = torch.empty_like(xc)
+    rows = xc.numel() // D if D else 0
+    if rows:
+        _rms_norm[(rows,)](xc, weight, out, eps, D=D, BLOCK=triton.next_power_of_2(D), num_warps=8 if D >= 4096 else 4)
+    return out
+
+
+def mla_rope_pack(q_lat, q, latent, k_pe, cos, sin, pool, page_table, slots, page_size: int) -> torch.Tensor:
+    """The absorbed query [B, T, H, C + R] bf16, and the rotated KV rows written into `pool`.
+
+    q_lat [H, B*T, C] (the absorbing bmm's output, heads first); q [B, T, H, QH] with the rope part at
+    QH - R..QH; latent [B, T, C]; k_pe [B, T, R] (a view with any row stride, last dim contiguous);
+    cos/sin [B, T, R] fp32; pool [P, page_size, C + R] (one layer); page_table [B, max_pages] int32;
+    slots [B, T] token positions. Shapes are checked on the host; slots and pages are trusted (the
+    engine reserved them before the step)."""
+    B, T, H, QH = q.shape
+    C = latent.shape[-1]
+    R = k_pe.shape[-1]
+    if q_lat.shape != (H, B * T, C) or latent.shape != (B, T, C) or k_pe.shape != (B, T, R) or QH < R:
+        raise ValueError(f"q_lat/latent/k_pe: expected [H, B*T, C], [B, T, C], [B, T, R] for q {list(q.shape)}, "
+                         f"got {list(q_lat.shape)}, {list(latent.shape)}, {list(k_pe.shape)}")
+    if k_pe.stride(-1) != 1 or k_pe.stride(0) != T * k_pe.stride(1):
+        raise ValueError(f"k_pe: expected rows of a [B, T, *] tensor (last dim contiguous), got strides {k_pe.stride()}")
+    if cos.shape != (B, T, R) or sin.shape != (B, T, R):
+        raise ValueError(f"cos/sin: expected [{B}, {T}, {R}], got {list(cos.shape)} and {list(sin.shape)}")
+    if pool.dim() != 3 or pool.shape[1] != page_size or pool.shape[2] != C + R:
+        raise ValueError(f"pool: expected [P, {page_size}, {C + R}], got {list(pool.shape)}")
+    if slots.shape != (B, T) or page_table.shape[0] != B:
+        raise ValueError(f"slots/page_table: expected [{B}, {T}] and [{B}, max_pages], got {list(slots.shape)} and {list(page_table.shape)}")
+    q_abs = torch.empty(B, T, H, C + R, dtype=torch.bfloat16, device=q.device)
+    _mla_rope_pack[(B * T,)](
+        q_lat.contiguous(), q.contiguous(), latent.contiguous(), k_pe, cos.float().contiguous(), sin.float().contiguous(),
+        q_abs, pool, page_table.contiguous(), slots.contiguous().long(), page_table.shape[1], T, B * T, k_pe.stride(1),
+        H=H, HP=triton.next_power_of_2(H), C=C, R=R, QH=QH, NOPE=QH - R, PAGE=page_size, num_warps=4,
+    )
+    return q_abs
+
+
+__all__ = ["fused_available", "mla_rope_pack", "rms_norm"]

@@ -1,0 +1,125 @@
+"""Fused per-layer glue (kdengine.engine.fused_ops) against the torch ops that define it: RMSNorm, and the
+MLA rope + q_abs packing + paged KV write; then a whole bf16 forward with and without them. Run in the
+Triton interpreter (child process, CPU) and compiled on a GPU. Bad shapes raise ValueError."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from kdengine.engine.config import ModelConfig
+from kdengine.engine.kv_cache import PagedKVCache
+
+
+def ulp_excess(got: torch.Tensor, ref: torch.Tensor) -> float:
+    """max over elements of |got - ref| minus one bf16 ulp of ref (<= 0: within one rounding)."""
+    got, ref = got.float(), ref.float()
+    return float(((got - ref).abs() - ref.abs() * 2.0**-7 - 1e-6).max())
+
+
+def check_all(device: str) -> dict[str, float]:
+    """Each check's excess (<= 0 passes)."""
+    from kdengine.engine import fused_ops
+    from kdengine.engine.model import RMSNorm, apply_rope, rope_frequencies, rope_tables
+
+    gen = torch.Generator().manual_seed(7)
+    out = {}
+    for shape in ((2, 5, 96), (3, 7168), (1, 4, 1536), (7, 33)):  # odd sizes, one row, a big row
+        x = (torch.randn(*shape, generator=gen) * 3).bfloat16()
+        norm = RMSNorm(shape[-1], 1e-6)
+        norm.weight.data = torch.randn(shape[-1], generator=gen)
+        xf = x.float()  # RMSNorm's torch formula (RMSNorm itself takes the fused path where it runs)
+        ref = ((xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)) * norm.weight).to(x.dtype)
+        out[f"rms{shape}"] = ulp_excess(fused_ops.rms_norm(x.to(device), norm.weight.to(device), 1e-6).cpu(), ref)
+    cfg = ModelConfig.from_name("kimi-k2-tp8-rank")
+    B, T, H, QH = 2, 5, 8, 192
+    q = torch.randn(B, T, H, QH, generator=gen).bfloat16()
+    q_lat = torch.randn(H, B * T, 512, generator=gen).bfloat16()
+    qkv = torch.randn(B, T, 1536 + 576, generator=gen).bfloat16()
+    latent, k_pe = torch.randn(B, T, 512, generator=gen).bfloat16(), qkv[..., 1536 + 512 :]
+    pos = torch.randint(0, 70000, (B, T), generator=gen)
+    inv = rope_frequencies(cfg, "cpu")
+    cos, sin = rope_tables(pos, inv)
+    slots = torch.tensor([[3, 64, 65, 130, 7], [0, 1, 2, 199, 100]])
+    caches = []
+    for _ in range(2):
+        c = PagedKVCache(1, 9, 64, B, 4, "cpu")
+        c.pool.fill_(-3.0)  # poison: rows not written must keep it
+        for b in range(B):
+            c.ensure_capacity(b, 200)
+        caches.append(c)
+    fused, ref = caches
+    pool = fused.pool[0].to(device)
+    q_abs = fused_ops.mla_rope_pack(q_lat.to(device), q.to(device), latent.to(device), k_pe.to(device), cos.to(device),
+                                    sin.to(device), pool, fused.page_table.to(device), slots.to(device), 64)
+    ref_q = torch.cat([q_lat.transpose(0, 1).reshape(B, T, H, 512), apply_rope(q[..., 128:], pos, inv)], -1)
+    ref.write(0, torch.cat([latent, apply_rope(k_pe, pos, inv)], -1), slots)
+    out["q_abs"] = ulp_excess(q_abs.cpu(), ref_q)
+    out["kv_pool"] = ulp_excess(pool.cpu(), ref.pool[0])
+    return out
+
+
+def forward_excess(device: str) -> float:
+    """A tiny bf16 target forward with the fused glue vs without: features within a few bf16 ulps."""
+    from kdengine.engine import fused_ops
+    from kdengine.engine.step import forward, setup_engine, chain_bits
+
+    cfg = ModelConfig.from_name("tiny", dtype="bfloat16")
+    outs = []
+    for fused in (True, False):
+        engine = setup_engine(cfg, device, 2, 256, backend="reference" if device == "cpu" else "auto", seed=3)
+        engine.cache.ensure_capacity(0, 40), engine.cache.ensure_capacity(1, 40)
+        tokens = torch.randint(0, cfg.vocab_size, (2, 9), generator=torch.Generator().manual_seed(1)).to(device)
+        positions = torch.arange(9, device=device).expand(2, 9)
+        saved = fused_ops.fused_available
+        fused_ops.fused_available = saved if fused else (lambda x: False)
+        try:
+            _, feats, _ = forward(engine, tokens, positions, chain_bits(2, 9, device))
+        finally:
+            fused_ops.fused_available = saved
+        outs.append((feats.float().cpu(), engine.cache.pool.float().cpu()))
+    (f1, p1), (f0, p0) = outs
+    scale = f0.abs().max()
+    return float(max((f1 - f0).abs().max() / scale - 0.05, (p1 - p0).abs().max() / p0.abs().max() - 0.05))
+
+
+def test_fused_ops_equal_torch_in_the_interpreter():
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    code = ("from tests.engine.test_fused_ops import check_all, forward_excess; r = check_all('cpu'); "
+            "r['forward'] = forward_excess('cpu'); print('RESULT', max(r.values()), r)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = proc.stdout.split("RESULT")[1]
+    assert float(line.split()[0]) <= 0, line
+
+
+def test_bad_shapes_raise():
+    from kdengine.engine import fused_ops
+
+    with pytest.raises(ValueError, match="weight"):
+        fused_ops.rms_norm(torch.zeros(2, 8), torch.ones(7), 1e-6)
+    B, T, H = 1, 2, 2
+    q, q_lat = torch.zeros(B, T, H, 192), torch.zeros(H, B * T, 512)
+    lat, k_pe, cs = torch.zeros(B, T, 512), torch.zeros(B, T, 64), torch.zeros(B, T, 64)
+    pool, pages, slots = torch.zeros(4, 64, 576), torch.zeros(B, 2, dtype=torch.int32), torch.zeros(B, T, dtype=torch.int64)
+    with pytest.raises(ValueError, match="q_lat"):
+        fused_ops.mla_rope_pack(q_lat[:1], q, lat, k_pe, cs, cs, pool, pages, slots, 64)
+    with pytest.raises(ValueError, match="cos/sin"):
+        fused_ops.mla_rope_pack(q_lat, q, lat, k_pe, cs[:, :1], cs, pool, pages, slots, 64)
+    with pytest.raises(ValueError, match="pool"):
+        fused_ops.mla_rope_pack(q_lat, q, lat, k_pe, cs, cs, pool[:, :32], pages, slots, 64)
+    with pytest.raises(ValueError, match="slots"):
+        fused_ops.mla_rope_pack(q_lat, q, lat, k_pe, cs, cs, pool, pages, slots[:, :1], 64)
+
+
+@pytest.mark.gpu
+def test_fused_ops_equal_torch_on_the_gpu():
+    r = check_all("cuda")
+    r["forward"] = forward_excess("cuda")
+    assert max(r.values()) <= 0, r
