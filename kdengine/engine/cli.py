@@ -65,11 +65,10 @@ def run(args) -> int:
     settings = settings_from(args)
     if settings.tp > 1:
         from kdengine.engine import parallel
-        from kdengine.engine.generate import resolve_device
 
         if not parallel.under_launcher():
             return parallel.relaunch(settings.tp, parallel.argv_from(args, args.decode_parser))
-        group = parallel.init_tp(parallel.backend_for(resolve_device(settings.device)))
+        group, _ = parallel.join_group(settings.tp, settings.device)
     console = Console()
     lead = settings.tp == 1 or torch_rank(group) == 0
     with Progress(console=console, transient=True, disable=not lead) as bar:
@@ -115,6 +114,8 @@ def print_result(console, r) -> None:
         ("MoE bytes per step (MB) / share of step / GB/s",
          f"{r.moe.get('moe_bytes_per_step', 0) / 1e6:.1f} / {100 * r.moe.get('moe_share', 0):.1f}% / {r.moe.get('moe_gbps', 0):.0f}"),
         ("peak GPU memory (GiB)", f"{r.peak_mem_gib:.1f}"),
+        ("step memory floor (ms) / step over floor", f"{r.floor_ms:.3f} / {d['step_over_floor']:.2f}x"),
+        ("bytes per step (MB)", ", ".join(f"{k} {v / 1e6:.1f}" for k, v in r.step_bytes.items())),
     ):
         head.add_row(key, value)
     console.print(head)
@@ -125,6 +126,8 @@ def print_result(console, r) -> None:
     step_ms = max(d["mean_step_ms"], 1e-12)
     for name, ms in r.phase_ms.items():
         phases.add_row(name, f"{ms:.3f}", f"{100 * ms / step_ms:.1f}")
+    for name, ms in r.op_ms.items():  # the ops of "other"
+        phases.add_row(f"  other/{name}", f"{ms:.3f}", f"{100 * ms / step_ms:.1f}")
     console.print(phases)
     if r.per_rank:
         print_ranks(console, r)
