@@ -9,7 +9,7 @@
 #   here:   mkdir -p out/engine_run && git bundle create out/engine_run/kdengine.bundle HEAD
 #   device: bash ci/gpu/engine.sh            (carry out/engine_run)
 # Env: BACKEND (verify backend, default triton: no csrc build inside the device limit), CTXS, STEPS,
-#      TEST_TIMEOUT, DECODE_TIMEOUT (seconds for the two parts).
+#      TESTS (pytest paths), TEST_TIMEOUT, DECODE_TIMEOUT (seconds for the two parts).
 # Output under $OUT: engine_run.json (fingerprint, tree timing, decode results; rewritten after each
 # part, so a run cut short still returns what it measured), engine.log, pytest_gpu.log.
 set -o pipefail
@@ -23,8 +23,8 @@ export PYTHONPATH=$KD
 echo "commit $(git rev-parse HEAD)"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv
 
-timeout ${TEST_TIMEOUT:-75} python3 -m pytest -q -m gpu tests/engine/test_tree.py tests/engine/test_draft_attention.py \
-  tests/engine/test_fused_ops.py tests/engine/test_run_decode.py -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.log" | tail -8
+timeout ${TEST_TIMEOUT:-75} python3 -m pytest -q -m gpu ${TESTS:-tests/engine/test_tree.py tests/engine/test_draft_attention.py \
+  tests/engine/test_fused_ops.py tests/engine/test_run_decode.py} -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.log" | tail -8
 
 BACKEND=${BACKEND:-triton} CTXS=${CTXS:-"4096 65536 16384"} STEPS=${STEPS:-32} timeout ${DECODE_TIMEOUT:-150} python3 - "$OUT" <<'PY' 2>&1 | tee "$OUT/engine.log"
 import json, os, sys, gc
