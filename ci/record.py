@@ -441,22 +441,43 @@ def record_lock(repo):
         yield
 
 
-def recover_repo(repo) -> list[str]:
-    """Abort a rebase and remove git lock files left by a killed record; refuse a detached HEAD. Call with
-    the record lock held (this checkout is written only by record while it holds the lock)."""
+def remove_stale_locks(repo) -> list[str]:
+    """Remove the git lock files a killed record left. Call with the record lock held (this checkout is
+    written only by record while it holds the lock)."""
     done = []
     git_dir = Path(repo.git_dir)
     for lock in [*(git_dir / n for n in GIT_LOCKS), *(git_dir / "refs").rglob("*.lock")]:
         if lock.exists():
             lock.unlink()
             done.append(f"removed stale {lock.relative_to(git_dir)}")
-    if (git_dir / "rebase-merge").exists() or (git_dir / "rebase-apply").exists():
+    return done
+
+
+def abort_rebase(repo) -> list[str]:
+    """Abort a rebase a killed record left, then refuse a detached HEAD. Untracked files at paths of the
+    commits being rebased are what the killed checkout half-wrote (git refuses to start a rebase over such
+    files): they are removed first so the abort can restore the branch."""
+    git_dir = Path(repo.git_dir)
+    state = next((git_dir / d for d in ("rebase-merge", "rebase-apply") if (git_dir / d).is_dir()), None)
+    done = []
+    if state is not None:
+        tips = [(state / n).read_text().strip() for n in ("onto", "orig-head") if (state / n).exists()]
+        tracked = {p for tip in tips for p in repo.git.ls_tree("-r", "--name-only", tip).splitlines()}
+        for rel in set(repo.git.ls_files("--others", "--exclude-standard").splitlines()) & tracked:
+            (repo_root(repo) / rel).unlink()
+            done.append(f"removed {rel}, half-written by the interrupted rebase")
         repo.git.rebase("--abort")
         done.append("aborted a rebase left by an interrupted record")
     if repo.head.is_detached:
         raise RuntimeError(f"{repo_root(repo)}: HEAD is detached and no rebase is in progress; record commits "
                            "on a branch: check out the branch first")
     return done
+
+
+def recover_repo(repo, results_dir: Path) -> list[str]:
+    """Everything a killed record can leave, in order: git locks, an unfinished install (its journal), a
+    rebase in progress."""
+    return remove_stale_locks(repo) + recover_install(results_dir, repo) + abort_rebase(repo)
 
 
 def commit(repo, paths: list[Path], message: str) -> bool:
@@ -561,7 +582,7 @@ def record(src: Path, results_dir: Path, repo_dir: Path | None, push: bool, remo
 
     repo = git.Repo(repo_dir)
     with record_lock(repo):
-        recovered = recover_repo(repo) + recover_install(results_dir, repo)
+        recovered = recover_repo(repo, results_dir)
         out = record_files(src, results_dir, repo, recovered, message)
         if push:
             out["push_attempts"] = push_with_retry(repo, remote, branch, results_dir)
@@ -612,7 +633,7 @@ def recover(results_dir: Path, repo_dir: Path | None) -> list[str]:
 
     repo = git.Repo(repo_dir)
     with record_lock(repo):
-        return recover_repo(repo) + recover_install(Path(results_dir), repo)
+        return recover_repo(repo, Path(results_dir))
 
 
 def export_changes(results_dir: Path, repo_dir: Path, dest: Path) -> list[Path]:
