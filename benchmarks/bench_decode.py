@@ -30,9 +30,15 @@ class Decode:
         """% of a step spent in verify attention (the profiler's `verify-attention` phase)."""
         return 100.0 * self._record(*params)["extra"]["phase_share"].get("verify-attention", float("nan"))
 
+    def track_step_over_floor(self, *params):
+        """Step time / the step's memory floor (weights and experts touched, KV, drafter, over the
+        measured copy bandwidth; kdengine.engine.run): 1.0 = at the floor."""
+        return self._record(*params)["extra"].get("step_over_floor", float("nan"))
+
     common.metric(track_tok_per_s, "tok/s", "higher")
     common.metric(track_mean_accept, "tokens", "higher")
     common.metric(track_attention_share, "percent", "info")
+    common.metric(track_step_over_floor, "ratio", "info")
 
 
 class CpuDecode:

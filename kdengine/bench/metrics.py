@@ -44,6 +44,7 @@ METRICS: dict[str, Metric] = {
     "bench_decode.Decode.track_tok_per_s": Metric("tok/s", "higher"),
     "bench_decode.Decode.track_mean_accept": Metric("tokens", "higher"),
     "bench_decode.Decode.track_attention_share": Metric("percent", "info"),
+    "bench_decode.Decode.track_step_over_floor": Metric("ratio", "info"),  # step time / its memory floor
     "bench_decode.CpuDecode.track_tok_per_s": Metric("tok/s", "higher"),
     "bench_decode.CpuDecode.track_mean_accept": Metric("tokens", "higher"),
     "bench_decode.TreeBuild.track_time": Metric("seconds", "lower"),
