@@ -67,7 +67,7 @@ def check_all(device: str) -> dict[str, float]:
 def forward_excess(device: str) -> float:
     """A tiny bf16 target forward with the fused glue vs without: features within a few bf16 ulps."""
     from kdengine.engine import fused_ops
-    from kdengine.engine.step import forward, setup_engine, chain_bits
+    from kdengine.engine.step import chain_bits, forward, setup_engine
 
     cfg = ModelConfig.from_name("tiny", dtype="bfloat16")
     outs = []
