@@ -155,10 +155,10 @@ def classify_after_kill(repo_dir: Path, bare: Path, sidecar: str) -> str:
     if (git_dir / "rebase-merge").exists() or (git_dir / "rebase-apply").exists():
         return "rebase interrupted"
     status = sh("git", "status", "--porcelain", "--untracked-files=all", cwd=repo_dir)
-    stray = [ln for ln in status.splitlines() if record.STAGING_PREFIX not in ln]
+    stray = [ln for ln in status.splitlines() if record.STAGING_PREFIX not in ln and f"{record.JOURNAL}.tmp" not in ln]
     assert not stray, status  # without a journal or a rebase, nothing half-done may show
     if status:
-        return "staging only"
+        return "staged, journal not yet in place"
     local = sh("git", "ls-tree", "-r", "--name-only", "HEAD", "perf_history/samples", cwd=repo_dir)
     return "committed, not pushed" if sidecar in local else "untouched"
 
