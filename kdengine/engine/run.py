@@ -11,8 +11,10 @@ Profile of a result (DecodeResult.profile(), also in the decode benchmark record
   phase_ms  mean ms per step of each phase (profiler.PHASES); the verify split (attention / MoE /
             other) comes from eager steps scaled to the graph replay's verify time
   op_ms     the ops inside "other" (profiler.OTHER_OPS + other-rest), same scaling
-  step_ms, floor_ms, step_over_floor, step_bytes: the step roofline (bytes the step reads: weights it
-            touches, KV, drafter; over the measured copy bandwidth, read + write counted)
+  step_ms, floor_ms, step_over_floor, step_bytes, floor_ms_by_part: the step roofline (bytes the step
+            reads: weights it touches, KV, drafter; over the measured copy bandwidth, read + write counted),
+            and each part's share of the floor (weights ~ other + dense, experts ~ verify-moe, kv ~
+            verify-attention, drafter_* ~ draft) to say what bounds the rest
 """
 
 from __future__ import annotations
@@ -85,6 +87,7 @@ class DecodeResult:
     op_ms: dict[str, float] = field(default_factory=dict)  # the ops of "other" (profiler.OTHER_OPS)
     step_bytes: dict[str, int] = field(default_factory=dict)  # what one step reads, by part
     floor_ms: float = 0.0  # sum(step_bytes) / measured copy bandwidth
+    copy_bytes_per_s: float = 0.0  # the measured copy bandwidth (read + write counted) behind floor_ms
     experts_touched: float = 0.0  # local experts with a token per step, summed over MoE layers
     routing: str = "random"  # the MoE routing policy the result was measured under
     moe: dict = field(default_factory=dict)  # moe.moe_report: bytes read per step, share of the step, GB/s
@@ -100,6 +103,7 @@ class DecodeResult:
         return {
             "phase_ms": dict(self.phase_ms), "op_ms": dict(self.op_ms), "step_ms": step, "floor_ms": self.floor_ms,
             "step_over_floor": step / self.floor_ms if self.floor_ms > 0 else 0.0, "step_bytes": dict(self.step_bytes),
+            "floor_ms_by_part": {k: 1e3 * v / self.copy_bytes_per_s for k, v in self.step_bytes.items()} if self.copy_bytes_per_s else {},
             "experts_touched": self.experts_touched,
         }
 
@@ -242,6 +246,7 @@ def run_decode(s: DecodeSettings, progress=None) -> DecodeResult:
     B, dev = s.batch, engine.cache.pool.device
     touched = touched_per_step(prof)
     nbytes = step_bytes(engine, s.context, s.budget + 1, touched)
+    bandwidth = copy_bandwidth(dev)
     result = DecodeResult(
         settings=s,
         tok_per_s=sum(tokens) / max(sum(times), 1e-12),
@@ -260,7 +265,8 @@ def run_decode(s: DecodeSettings, progress=None) -> DecodeResult:
         notes=notes,
         op_ms=ops,
         step_bytes=nbytes,
-        floor_ms=1e3 * sum(nbytes.values()) / copy_bandwidth(dev),
+        floor_ms=1e3 * sum(nbytes.values()) / bandwidth,
+        copy_bytes_per_s=bandwidth,
         experts_touched=touched,
         routing=engine.cfg.routing,
         moe=moe.moe_report(engine.cfg, touched, phases.get("verify-moe", 0.0), 1e3 * sum(times) / max(len(times), 1)),

@@ -35,6 +35,8 @@ def test_profile_carries_the_roofline(tiny_result):
     assert p["step_bytes"]["kv"] == cfg.n_layers * (200 + 12) * 576 * 2
     assert p["floor_ms"] > 0 and p["step_over_floor"] == pytest.approx(p["step_ms"] / p["floor_ms"])
     assert p["step_bytes"]["experts"] > 0  # some experts got tokens
+    assert set(p["floor_ms_by_part"]) == set(p["step_bytes"])
+    assert sum(p["floor_ms_by_part"].values()) == pytest.approx(p["floor_ms"])
 
 
 def test_attribute_names_the_ops_that_moved():
