@@ -28,7 +28,7 @@ class Verify:
         return self._record(*params)["extra"]["roofline_pct"]
 
     common.metric(track_time, "seconds", "lower")
-    common.metric(track_roofline_pct, "percent", "higher")
+    common.metric(track_roofline_pct, "percent", "info")
 
 
 class VerifyNsplit:
@@ -67,7 +67,7 @@ class CpuVerify:
         return self._record(*params)["extra"]["roofline_pct"]
 
     common.metric(track_time, "seconds", "lower")
-    common.metric(track_roofline_pct, "percent", "higher")
+    common.metric(track_roofline_pct, "percent", "info")
 
 
 class VerifyPeer:
@@ -91,4 +91,4 @@ class VerifyPeer:
         return self._record(*params)["extra"]["roofline_pct"]
 
     common.metric(track_time, "seconds", "lower")
-    common.metric(track_roofline_pct, "percent", "higher")
+    common.metric(track_roofline_pct, "percent", "info")

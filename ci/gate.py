@@ -128,7 +128,7 @@ def judge(name: str, machine: str, base_run: Run, head_run: Run, series_runs: li
     change = x_head - level
     crit = noise.critical(alpha, model.dof) if model.dof >= 1 else math.inf
     x_base = noise.log_worse(base_pt.value, head_pt.direction)
-    if math.isfinite(sd) and abs(x_base - level) > crit * sd:
+    if math.isfinite(sd) and not base_pt.throttled and abs(x_base - level) > crit * sd:
         # the base run is off its own level (a step or a spike at base): the head must differ from both
         sd_b = math.sqrt(2 * model.sigma ** 2 + within ** 2)
         both = (change, x_head - x_base)
@@ -150,7 +150,7 @@ def judge(name: str, machine: str, base_run: Run, head_run: Run, series_runs: li
         v.detectable_confirmed = max(floor, math.expm1(noise.critical(alpha, model.dof + rounds - 1) * confirm_sd))
     if head_pt.direction == "info":
         v.verdict, v.reason = "unchanged", "informational metric: shown, never gated"
-    elif head_run.throttled and v.verdict in ("regressed", "noisy"):
+    elif (head_pt.throttled or head_run.throttled) and v.verdict in ("regressed", "noisy"):
         v.verdict, v.reason = "noisy", "head run was throttled: rerun before trusting it; " + v.reason
     series = [p.value for _, p in pts] + [head_pt.value]
     v.history = series[-int(d["sparkline"]):]

@@ -209,7 +209,6 @@ def apply_sidecar(run: Run, asv_points: dict, sidecar: dict, path: Path) -> None
     try:
         fp = sidecar.get("fingerprint") or {}
         run.fingerprint.update(fp)
-        run.throttled = run.throttled or bool(fp.get("throttled"))
         for workload, res in sidecar["results"].items():
             where = f"{path}: {workload}"
             asv_name = res.get("asv_name")
@@ -226,8 +225,11 @@ def apply_sidecar(run: Run, asv_points: dict, sidecar: dict, path: Path) -> None
             else:
                 raise ValueError(f"{where}: neither a median nor samples")
             run.points[workload] = Point(median, metric.unit, metric.direction, samples or None,
-                                         bool(res.get("throttled")) or bool(fp.get("throttled")),
-                                         res.get("extra") or {}, point.version if point else None)
+                                         bool(res.get("throttled")), res.get("extra") or {},
+                                         point.version if point else None)
+        # a run is throttled when every workload was: one throttled workload marks only its own point
+        flags = [bool(r.get("throttled")) for r in sidecar["results"].values()]
+        run.throttled = run.throttled or (all(flags) if flags else bool(fp.get("throttled")))
     except ValueError as exc:
         raise DataError(str(exc)) from None
     except (KeyError, TypeError, AttributeError) as exc:
