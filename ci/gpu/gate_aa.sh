@@ -9,6 +9,7 @@
 #   device: RUNS="sha1 sha2 ..." bash ci/gpu/gate_aa.sh          (carry .whl)
 # Env: RUNS (commits, in order), BENCH (asv --bench regex; default verify + tree + decode suites),
 #      CONFIRM (seconds of confirmation per run, default 300), FIRST_CONFIRM (for the first run, default 0),
+#      CONFIRMS ("60 240": a budget per run, overriding both),
 #      LIMIT (stop starting runs after this many seconds, default 540), NO_RECORD_FROM (index from which runs
 #      are judged but not recorded, e.g. a planted slowdown that must not enter history).
 # Output under $OUT (three files: the device tool returns at most 8): logs.tgz (every perf log), gate.tgz
@@ -45,6 +46,7 @@ for sha in $RUNS; do
   if (( i > 0 && now + last > ${LIMIT:-540} )); then echo "=== skip $sha: $now s used, a run takes ~$last s"; break; fi
   git checkout -q "$sha" || { echo "no commit $sha"; status=1; break; }
   budget=${CONFIRM:-300}; (( i == 0 )) && budget=${FIRST_CONFIRM:-0}
+  [[ -n ${CONFIRMS:-} ]] && budgets=($CONFIRMS) && budget=${budgets[$i]:-$budget}
   record=(); [[ -n ${NO_RECORD_FROM:-} ]] && (( i >= NO_RECORD_FROM )) && record=(--no-record)
   echo "=== run $i: $(git log -1 --format='%h %s') (confirm budget $budget s) at $now s"
   t0=$(date +%s)
