@@ -72,7 +72,7 @@ def forward_excess(device: str) -> float:
     cfg = ModelConfig.from_name("tiny", dtype="bfloat16")
     outs = []
     for fused in (True, False):
-        engine = setup_engine(cfg, device, 2, 256, backend="reference" if device == "cpu" else "auto", seed=3)
+        engine = setup_engine(cfg, device, 2, 256, backend="reference" if device == "cpu" else "triton", seed=3)
         engine.cache.ensure_capacity(0, 40), engine.cache.ensure_capacity(1, 40)
         tokens = torch.randint(0, cfg.vocab_size, (2, 9), generator=torch.Generator().manual_seed(1)).to(device)
         positions = torch.arange(9, device=device).expand(2, 9)
