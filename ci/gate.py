@@ -161,29 +161,26 @@ def judge(name: str, machine: str, base_run: Run, head_run: Run, series_runs: li
 
 def confirm(row: dict, base_values: list[float], head_values: list[float], config: dict) -> dict:
     """Re-judge a suspect row from interleaved reruns: base_values[i] and head_values[i] are the medians of
-    round i (base and head measured back to back on one machine). The rounds' paired log differences are
-    tested with the history's run-to-run spread as the prior (scaled inverse-chi2, as in the first pass);
-    the row's verdict becomes the confirmed one and row["confirmation"] says how it was reached."""
+    round i (base and head measured back to back on one machine, ABAB). The rounds' own spread is the noise
+    (noise.rounds_estimate); at least two rounds a side are needed. The row's verdict becomes the confirmed
+    one and row["confirmation"] says how it was reached."""
     rounds = min(len(base_values), len(head_values))
     if rounds < 1:
         raise ValueError(f"confirm {row['name']}: no rounds measured")
-    sign = -1.0 if row["direction"] == "higher" else 1.0
-    diffs = [sign * (math.log(h) - math.log(b)) for b, h in zip(base_values, head_values, strict=False)]
-    mean = sum(diffs) / rounds
-    ss = sum((x - mean) ** 2 for x in diffs) / 2  # each difference carries two runs' noise
-    nu0 = float(row.get("dof") or 0.0)
-    s0 = float(row.get("run_to_run") or 0.0)
-    dof = nu0 + rounds - 1
-    sigma = math.sqrt((nu0 * s0 ** 2 + ss) / dof) if dof > 0 else math.inf
-    est = noise.Estimate(mean, sigma * math.sqrt(2 / rounds), dof)
+    est = noise.rounds_estimate(base_values, head_values, row["direction"], float(row.get("within_run") or 0.0))
     floor, alpha = float(row["threshold"]), float(config["defaults"]["alpha"])
-    decision = noise.decide(est, floor, alpha, confirm_sd=est.sd)
-    first = row["verdict"]
-    verdict = decision.verdict if decision.verdict in ("regressed", "unchanged", "improved") else "noisy"
+    first = row.get("confirmation", {}).get("first_pass") if row.get("confirmation") else row["verdict"]
+    if est.dof < 2:
+        verdict, reason = "noisy", f"{est.worse:+.1%} over {rounds} round(s): too few to confirm (needs 2 a side)"
+    else:
+        decision = noise.decide(est, floor, alpha, confirm_sd=est.sd)
+        verdict = decision.verdict if decision.verdict in ("regressed", "unchanged", "improved") else "noisy"
+        reason = decision.reason or f"{est.worse:+.1%}: within the noise of the rounds"
     row.update(verdict=verdict, worse=est.worse,
-               reason=f"after {rounds} interleaved rounds (first pass: {first}): {decision.reason or 'within noise'}",
+               reason=f"after {rounds} interleaved rounds (first pass: {first}): {reason}",
                confirmation={"rounds": rounds, "first_pass": first, "base": base_values, "head": head_values,
-                             "worse": est.worse, "sd": est.sd if math.isfinite(est.sd) else None, "dof": dof})
+                             "worse": est.worse, "sd": est.sd if math.isfinite(est.sd) else None,
+                             "dof": est.dof})
     return row
 
 

@@ -14,6 +14,11 @@ log space against a prediction interval for a new run:
                        bound of the margin (benchmarks with frequent one-run spikes need more to be red);
     practical floor    the estimated change itself must pass the benchmark's threshold.
 
+Confirmation (`rounds_estimate`): base and head re-measured alternately (ABAB) on one machine; slow drift
+hits both sides, so the rounds' own spread (a two-sample t with 2R-2 dof) is the noise, not the history's
+(which includes drift between sessions: on the H200 1-1.7% between machine sessions against 0.02-0.3%
+within one).
+
 `decide()` is the one rule that says regressed / improved / noisy / unchanged: the gate's first pass, the
 confirmation reruns of `ci perf` and `ci bisect` all call it.
 """
@@ -28,6 +33,7 @@ import numpy as np
 from scipy import stats
 
 MIN_SEGMENT = 2  # a level needs two runs: one run off the line is a spike until a second agrees
+ROBUST_MIN_DOF = 8  # residual degrees of freedom before the robust (MAD) spread replaces the classical one
 TAIL_MIN = 30  # residuals needed before their empirical quantile is trusted
 MEDIAN_SE = 1.2533 * 1.4826  # standard error of a median from the MAD, for normal-ish noise
 
@@ -107,6 +113,21 @@ def margin_pct(margin: float) -> str:
     return f"{math.expm1(margin):.1%}"
 
 
+def rounds_estimate(base: list[float], head: list[float], direction: str, floor_sd: float = 0.0) -> Estimate:
+    """The change of head vs base from interleaved rounds (each value one run's median): difference of the
+    mean logs, pooled two-sample sd with len(base) + len(head) - 2 dof (never below floor_sd, the
+    within-run sd of one median)."""
+    xb = [log_worse(v, direction) for v in base]
+    xh = [log_worse(v, direction) for v in head]
+    dof = len(xb) + len(xh) - 2
+    if len(xb) < 2 or len(xh) < 2:
+        return Estimate(statistics.fmean(xh) - statistics.fmean(xb), math.inf, 0.0)
+    mb, mh = statistics.fmean(xb), statistics.fmean(xh)
+    ss = sum((x - mb) ** 2 for x in xb) + sum((x - mh) ** 2 for x in xh)
+    s = max(math.sqrt(ss / dof), floor_sd)
+    return Estimate(mh - mb, s * math.sqrt(1 / len(xb) + 1 / len(xh)), float(dof))
+
+
 # --- the series model ---------------------------------------------------------------------------------
 
 
@@ -162,9 +183,11 @@ def fit_series(x: list[float], prior: Prior | None, penalty: float = 3.0) -> Ser
     resid = np.asarray(resid)
     nu = max(n - (len(bounds) - 1), 0)
     ss = float(np.sum(resid ** 2))
-    if nu > 0:  # robust: a spike must not inflate the spread that judges the next run
+    if nu >= ROBUST_MIN_DOF:  # robust: a spike must not inflate the spread that judges the next run
         robust = (1.4826 * float(np.median(np.abs(resid)))) ** 2 * nu
         ss = min(ss, robust) if robust > 0 else ss
+    # below that, the MAD of residuals around a median is biased low (one residual is 0 by construction):
+    # two back-to-back runs 0.02% apart must not stand for a machine whose sessions differ by 1.5%
     nu0, s0 = (prior.runs, prior.sigma) if prior else (0.0, 0.0)
     dof = nu + nu0
     sigma = math.sqrt((nu0 * s0 ** 2 + ss) / dof) if dof > 0 else math.inf

@@ -22,6 +22,7 @@ from pathlib import Path
 from ci import gate, history, record, report
 
 ROOT = Path(__file__).resolve().parents[1]
+MIN_ROUNDS = 2  # a confirmation needs two runs a side to know its own spread, whatever the budget
 PROGRESS = re.compile(r"^\s*\[\s*\d+(\.\d+)?%\]")
 
 
@@ -197,7 +198,7 @@ def confirm(args, result: dict, machine: str, head: str, new: Path, tmp: Path, r
                 f"{len(todo) - len(open_rows)} confirmed, {len(open_rows)} open")
             if not open_rows and rnd + 1 >= 2:
                 break
-            if elapsed / (rnd + 1) * (rnd + 2) > args.confirm_budget:
+            if rnd + 1 >= MIN_ROUNDS and elapsed / (rnd + 1) * (rnd + 2) > args.confirm_budget:
                 if rnd + 1 < max_rounds:
                     say(f"stopping after {rnd + 1} rounds: another would pass the {args.confirm_budget:.0f} s budget")
                 break
@@ -291,7 +292,8 @@ def add_parser(sub) -> None:
                                                 "one, or head's own earlier run)")
     p.add_argument("--base-sha", default=None, help="alias of --base (the PR's base commit)")
     p.add_argument("--confirm-budget", type=float, default=300.0, metavar="SECONDS",
-                   help="time for the interleaved confirmation reruns of suspects (default 300; 0 = off)")
+                   help="time for the interleaved confirmation reruns of suspects beyond the first two "
+                        "rounds, which always run (default 300; 0 = no confirmation)")
     p.add_argument("--bench-filter", default=None, help="asv --bench regex")
     p.add_argument("--thresholds", default=None, help="floors TOML (default ci/thresholds.toml)")
     p.add_argument("--priors", default=None, help="run-to-run priors TOML (default ci/noise_prior.toml)")

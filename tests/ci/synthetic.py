@@ -6,8 +6,9 @@ Profiles (relative spreads, 20 samples a run):
   quiet  within-run 0.05-0.2%, run-to-run 0.1-0.3%, steps of 2%  (graph-replayed GPU kernels)
 A trial builds a history (8-40 runs, an earlier step of either sign in half of them), then a head that is
 unchanged, a planted step in the bad direction, or a one-run spike that reverts (the confirmation reruns
-measure the true level). The gate judges the head (first pass); suspects are confirmed by `rounds`
-interleaved base/head reruns, exactly as `ci perf` does.
+measure the true level). The gate judges the head (first pass); suspects are confirmed by interleaved
+base/head reruns until confirmed or max_rounds, exactly as `ci perf` does. Confirmation runs are drawn with
+the full run-to-run spread (no session effect that ABAB would cancel): harder than a real runner.
 """
 
 from __future__ import annotations
@@ -64,11 +65,15 @@ def trial(rng, profile: str, kind: str, config: dict) -> Trial:
     head = _run(rng, n, head_level, within, between, direction)
     row = gate.asdict(gate.judge("w", "m", hist[-1], head, hist, config))
     first = row["verdict"]
-    if first in ("regressed", "noisy"):
+    if first in ("regressed", "noisy"):  # what `ci perf` does: rounds until confirmed, at most max_rounds
         true_head = base_level if kind == "spike" else head_level
-        rounds = int(config["defaults"]["rounds"])
-        gate.confirm(row, [_median(rng, base_level, within, between) for _ in range(rounds)],
-                     [_median(rng, true_head, within, between) for _ in range(rounds)], config)
+        base_values, head_values = [], []
+        for rnd in range(int(config["defaults"]["max_rounds"])):
+            base_values.append(_median(rng, base_level, within, between))
+            head_values.append(_median(rng, true_head, within, between))
+            if rnd >= 1 and gate.confirm(dict(row), base_values, head_values, config)["verdict"] == "regressed":
+                break
+        gate.confirm(row, base_values, head_values, config)
     return Trial(kind, first, row["verdict"])
 
 
