@@ -28,8 +28,7 @@ from ci.history import DataError, MachineHistory, Run
 
 THRESHOLDS_FILE = Path(__file__).with_name("thresholds.toml")
 PRIOR_FILE = Path(__file__).with_name("noise_prior.toml")
-DEFAULTS = {"threshold": 0.01, "alpha": 0.001, "window": 200, "sparkline": 20, "penalty": 3.0, "rounds": 3,
-            "max_rounds": 6}
+DEFAULTS = {"threshold": 0.01, "alpha": 0.001, "window": 200, "sparkline": 20, "penalty": 3.0, "max_rounds": 6}
 VERDICTS = ("regressed", "improved", "unchanged", "noisy", "new", "missing")
 
 
@@ -52,9 +51,10 @@ class Verdict:
     within_run: float | None = None  # relative sd of the head's median from its own samples
     dof: float | None = None
     detectable: float | None = None  # smallest change one run can call regressed
-    detectable_confirmed: float | None = None  # ... with the confirmation rounds
+    detectable_confirmed: float | None = None  # ... after max_rounds confirmation rounds
     runs: int = 0  # history runs behind the level and spread
     confirmation: dict | None = None  # filled by `ci perf` when the verdict was re-measured
+    attribution: list[dict] = field(default_factory=list)  # decode: which phases/ops moved (base -> head)
     history: list[float] = field(default_factory=list)
     change_points: list[dict] = field(default_factory=list)
 
@@ -109,7 +109,7 @@ def judge(name: str, machine: str, base_run: Run, head_run: Run, series_runs: li
     """The verdict for one benchmark; series_runs: the comparable history up to and including the base run,
     oldest first."""
     d = config["defaults"]
-    floor, alpha, rounds = threshold_for(name, config), float(d["alpha"]), int(d["rounds"])
+    floor, alpha, rounds = threshold_for(name, config), float(d["alpha"]), int(d["max_rounds"])
     head_pt, base_pt = head_run.points[name], base_run.points[name]
     v = Verdict(name, machine, "unchanged", head_pt.unit, head_pt.direction, base_pt.value, head_pt.value,
                 threshold=floor, env=head_run.env or "")
@@ -119,6 +119,11 @@ def judge(name: str, machine: str, base_run: Run, head_run: Run, series_runs: li
     pts = [(r, r.points[name]) for r in series_runs if name in r.points and not r.points[name].throttled
            and (not head_pt.version or r.points[name].version in (None, head_pt.version))]
     pts = pts[-int(d["window"]):]
+    if head_pt.direction == "info":
+        v.change = (head_pt.value - base_pt.value) / abs(base_pt.value) if base_pt.value else None
+        v.reason = "informational metric: shown, never gated"
+        v.history = ([p.value for _, p in pts] + [head_pt.value])[-int(d["sparkline"]):]
+        return v
     x = [noise.log_worse(p.value, head_pt.direction) for _, p in pts]
     model = noise.fit_series(x, prior_for(machine, name, config), float(d["penalty"]))
     x_head = noise.log_worse(head_pt.value, head_pt.direction)
@@ -136,8 +141,10 @@ def judge(name: str, machine: str, base_run: Run, head_run: Run, series_runs: li
         sd = max(sd, sd_b)
         v.reason = "base run is off its level: judged against both; "
     est = noise.Estimate(change, sd, model.dof, model.tail)
+    # what max_rounds ABAB rounds could resolve (their own spread, 2R-2 dof; the history's sigma stands in)
+    confirm_crit = noise.critical(alpha, 2 * rounds - 2)
     confirm_sd = model.sigma * math.sqrt(2 / rounds) if math.isfinite(model.sigma) else None
-    decision = noise.decide(est, floor, alpha, confirm_sd)
+    decision = noise.decide(est, floor, alpha, confirm_crit * confirm_sd if confirm_sd else None)
     v.verdict, v.reason = decision.verdict, v.reason + decision.reason
     sign = 1 if head_pt.direction != "higher" else -1
     v.baseline = math.exp(sign * level)
@@ -147,11 +154,11 @@ def judge(name: str, machine: str, base_run: Run, head_run: Run, series_runs: li
     if math.isfinite(model.sigma):
         v.run_to_run, v.dof = model.sigma, model.dof
         v.detectable = max(floor, math.expm1(max(crit * sd, model.tail)))
-        v.detectable_confirmed = max(floor, math.expm1(noise.critical(alpha, model.dof + rounds - 1) * confirm_sd))
-    if head_pt.direction == "info":
-        v.verdict, v.reason = "unchanged", "informational metric: shown, never gated"
-    elif (head_pt.throttled or head_run.throttled) and v.verdict in ("regressed", "noisy"):
+        v.detectable_confirmed = max(floor, math.expm1(confirm_crit * confirm_sd))
+    if (head_pt.throttled or head_run.throttled) and v.verdict in ("regressed", "noisy"):
         v.verdict, v.reason = "noisy", "head run was throttled: rerun before trusting it; " + v.reason
+    if v.verdict in ("regressed", "improved", "noisy"):
+        v.attribution = attribute(base_pt.extra, head_pt.extra)
     series = [p.value for _, p in pts] + [head_pt.value]
     v.history = series[-int(d["sparkline"]):]
     v.change_points = [{"index": s, "commit": pts[s][0].commit, "before": pts[s - 1][1].value,
@@ -173,9 +180,14 @@ def confirm(row: dict, base_values: list[float], head_values: list[float], confi
     if est.dof < 2:
         verdict, reason = "noisy", f"{est.worse:+.1%} over {rounds} round(s): too few to confirm (needs 2 a side)"
     else:
-        decision = noise.decide(est, floor, alpha, confirm_sd=est.sd)
+        decision = noise.decide(est, floor, alpha, confirm_margin=math.inf)  # no more rounds to come
         verdict = decision.verdict if decision.verdict in ("regressed", "unchanged", "improved") else "noisy"
         reason = decision.reason or f"{est.worse:+.1%}: within the noise of the rounds"
+        if verdict == "unchanged" and est.change + decision.margin >= math.log1p(floor):
+            # neither significant nor shown to be below the floor: say so rather than call it unchanged
+            verdict = "noisy"
+            reason = (f"inconclusive: {est.worse:+.1%} with a {noise.margin_pct(decision.margin)} margin after "
+                      f"{rounds} rounds (more rounds, or a quieter machine, would settle it)")
     row.update(verdict=verdict, worse=est.worse,
                reason=f"after {rounds} interleaved rounds (first pass: {first}): {reason}",
                confirmation={"rounds": rounds, "first_pass": first, "base": base_values, "head": head_values,
@@ -188,6 +200,16 @@ def suspects(result: dict) -> list[dict]:
     """Rows a confirmation should re-measure: a first-pass regression, or a change past the floor that the
     noise could not settle."""
     return [b for b in result["benchmarks"] if b["verdict"] in ("regressed", "noisy")]
+
+
+def attribute(base_extra: dict, head_extra: dict, top: int = 5) -> list[dict]:
+    """For decode results that carry their step profile: the phases and ops that moved most between base
+    and head (kdengine.engine.profiler.attribute), so a red decode build names the culprit layer."""
+    if not (base_extra.get("phase_ms") and head_extra.get("phase_ms")):
+        return []
+    from kdengine.engine.profiler import attribute as by_part
+
+    return by_part(base_extra, head_extra)[:top]
 
 
 # --- per machine and overall ---------------------------------------------------------------------------

@@ -27,7 +27,8 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kdengine.bench import metrics, samples as sidecars
+from kdengine.bench import metrics
+from kdengine.bench import samples as sidecars
 
 # Fingerprint fields that must agree for two runs to be compared (other GPU, driver, toolkit, torch).
 COMPARABLE_KEYS = ("gpu", "sm_count", "driver", "cuda", "torch")

@@ -83,10 +83,10 @@ def critical(alpha: float, dof: float) -> float:
     return float(stats.t.ppf(1.0 - alpha, dof)) if dof < 1e6 else float(stats.norm.ppf(1.0 - alpha))
 
 
-def decide(est: Estimate, floor: float, alpha: float, confirm_sd: float | None = None) -> Decision:
-    """The verdict for a change. confirm_sd: the sd a confirmation would reach; when even that cannot
-    make a change of this size significant, an insignificant change is "unchanged" (within noise), not
-    "noisy" (which asks for confirmation)."""
+def decide(est: Estimate, floor: float, alpha: float, confirm_margin: float | None = None) -> Decision:
+    """The verdict for a change. confirm_margin: the log change the confirmation rounds could resolve; when
+    even that cannot make a change of this size significant, an insignificant change is "unchanged" (within
+    noise), not "noisy" (which asks for confirmation)."""
     worse = est.worse
     if est.dof < 1 or not math.isfinite(est.sd):
         if worse >= floor:
@@ -101,7 +101,7 @@ def decide(est: Estimate, floor: float, alpha: float, confirm_sd: float | None =
     if -est.change > margin and better >= floor:
         return Decision("improved", f"{better:.1%} better, {sig}: refresh the baseline on purpose", margin)
     if worse >= floor and est.change > 0:
-        if confirm_sd is not None and est.change <= critical(alpha, est.dof) * confirm_sd:
+        if confirm_margin is not None and est.change <= confirm_margin:
             return Decision("unchanged", f"{worse:+.1%} is within the noise even after confirmation "
                                          f"(margin {margin_pct(margin)})", margin)
         return Decision("noisy", f"{worse:+.1%} worse but within the {margin_pct(margin)} noise margin of a "

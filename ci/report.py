@@ -4,7 +4,7 @@ templates in ci/templates/), and a matplotlib PNG of tok/s vs context per backen
 Everything in a gate result that came from a run (benchmark and machine names, notes, reasons,
 fingerprint fields, extra fields the gate adds) is treated as hostile: HTML templates are autoescaped
 (`.html` and `.html.j2`), and in markdown every interpolated value is escaped as prose unless a filter
-made it safe: `code` fences a value in a code span it cannot leave, `num`/`pct`/`pval` format numbers.
+made it safe: `code` fences a value in a code span it cannot leave, `num`/`pct`/`pm` format numbers.
 Missing or unknown fields render as "—" or in a details list, never as an error. JSON is strict (no NaN).
 
 `python -m ci report --json gate.json [--markdown OUT.md] [--html OUT.html] [--results-dir DIR --commit SHA
@@ -27,8 +27,8 @@ TEMPLATES = Path(__file__).with_name("templates")
 SPARK = "▁▂▃▄▅▆▇█"
 VERIFY_RE = re.compile(r"^(?:cpu-)?verify/(?P<backend>[^/]+)/ctx(?P<ctx>\d+)/T(?P<T>\d+)$")
 # Row fields the templates show in their own columns; any other field goes to the row's details.
-ROW_FIELDS = ("name", "machine", "unit", "direction", "base", "head", "change", "p_value", "verdict", "history",
-              "reason", "change_points")
+ROW_FIELDS = ("name", "machine", "unit", "direction", "base", "head", "change", "detectable", "verdict", "history",
+              "reason", "change_points", "attribution", "confirmation")
 MACHINE_FIELDS = ("machine", "base", "head", "notes", "benchmarks")
 RESULT_FIELDS = ("base", "head", "machines", "benchmarks", "regressed", "exit_code", "counts")
 # Markdown: characters that could open a link, image, heading, list, emphasis, table cell, code span or
@@ -78,9 +78,10 @@ def format_pct(value: object) -> str:
     return "—" if value is None else f"{value:+.1%}"
 
 
-def format_p(value: object) -> str:
+def format_pm(value: object) -> str:
+    """A spread as ±x.x% (the smallest change a run can call regressed)."""
     value = as_number(value)
-    return "—" if value is None else f"{value:.2g}"
+    return "—" if value is None else f"±{abs(value):.1%}"
 
 
 def format_sha(value: object, width: int = 12) -> str:
@@ -151,7 +152,7 @@ def environment(markdown: bool = False) -> jinja2.Environment:
         env = jinja2.Environment(autoescape=jinja2.select_autoescape(["html", "html.j2", "htm"]), **options)
     safe = Markup if markdown else str  # made of digits, signs and block characters only
     env.filters.update(spark=lambda v: safe(sparkline(v)), num=format_number,  # num: the unit is text
-                       pct=lambda v: safe(format_pct(v)), pval=lambda v: safe(format_p(v)),
+                       pct=lambda v: safe(format_pct(v)), pm=lambda v: safe(format_pm(v)),
                        sha=lambda v, w=12: safe(format_sha(v, w)), extras=extra_fields)
     if markdown:
         env.filters["code"] = code_span

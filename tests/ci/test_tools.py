@@ -56,7 +56,8 @@ def test_report_markdown_html_and_plot(tmp_path):
                   "--commit", sha("head"), "--plot", str(tmp_path / "ctx.png")])
     assert rc == 0
     md = (tmp_path / "r.md").read_text()
-    assert "| benchmark | base | head | change | p-value | verdict |" in md
+    assert "| benchmark | base | head | change | noise (1 run) | verdict |" in md
+    assert "±" in md  # each judged row says the smallest change one run can call regressed
     assert "+9.6%" in md or "+9.7%" in md or "+10" in md
     assert any(ch in md for ch in report.SPARK)
     html = (tmp_path / "r.html").read_text()
