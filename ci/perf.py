@@ -213,6 +213,17 @@ def confirm(args, result: dict, machine: str, head: str, new: Path, tmp: Path, r
             r["verdict"], r["reason"] = "noisy", "the confirmation reruns did not measure it; " + r["reason"]
 
 
+def drop_unselected(result: dict, bench_filter: str) -> None:
+    """Under --bench-filter the benchmarks it did not select are not "missing": drop them, with one note."""
+    for m in result["machines"]:
+        kept = [b for b in m["benchmarks"] if b["verdict"] != "missing"]
+        if len(kept) < len(m["benchmarks"]):
+            m["notes"].append(f"{len(m['benchmarks']) - len(kept)} benchmarks of the base were not selected by "
+                              f"--bench-filter {bench_filter!r}: not compared")
+        m["benchmarks"] = kept
+    result["benchmarks"] = [b for m in result["machines"] for b in m["benchmarks"]]
+
+
 def confirmed(row: dict, values: dict[str, list[float]], config: dict) -> bool:
     """True once the rounds so far confirm the regression (the loop may stop measuring it)."""
     if len(values["base"]) < 2 or len(values["head"]) < 2:
@@ -263,6 +274,8 @@ def perf(args) -> int:
         else:
             say(f"judging {head[:10]} against {base[:10]}" + (" (a rerun: A/A pair)" if base == head else ""))
         result = gate.run_gate(str(merged), base, head, machine, args.thresholds, str(root), args.priors)
+        if args.bench_filter:
+            drop_unselected(result, args.bench_filter)
         first = dict(result["counts"])
         confirm(args, result, machine, head, new, tmp, root, config)
         result = gate.summarize(result["base"], head, result["machines"])
