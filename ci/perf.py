@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from ci import gate, history, record, report
+from kdengine.bench import names
 
 ROOT = Path(__file__).resolve().parents[1]
 MIN_ROUNDS = 2  # a confirmation needs two runs a side to know its own spread, whatever the budget
@@ -322,5 +323,7 @@ def add_parser(sub) -> None:
 def main(args) -> int:
     if args.confirm_budget < 0:
         raise ValueError(f"--confirm-budget: expected >= 0 seconds, got {args.confirm_budget}")
+    if args.machine is not None:
+        names.check_machine_name(args.machine, "--machine")
     args.commit = args.commit or args.push
     return perf(args)

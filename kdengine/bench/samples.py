@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from kdengine import env
-from kdengine.bench import fingerprint, metrics
+from kdengine.bench import fingerprint, metrics, names
 
 SCHEMA = 2
 READABLE_SCHEMAS = (1, 2)
@@ -37,6 +37,7 @@ def make_record(*, name: str, unit: str, direction: str, median: float, samples:
                 throttled: bool, fingerprint: dict, asv_name: str | None = None,
                 asv_params: list[str] | None = None, extra: dict | None = None, run: str | None = None) -> dict:
     """One JSONL line: a workload's result plus the fingerprint it was measured under."""
+    names.check_workload_name(name, "name")
     if direction not in DIRECTIONS:
         raise ValueError(f"direction: expected one of {DIRECTIONS}, got {direction!r}")
     metrics.check_entry(asv_name, unit, direction, f"record {name}")
@@ -120,8 +121,7 @@ def collect_jsonl(jsonl_path: Path | str, commit: str, machine: str, env: str | 
     env: the environment the run used (asv's env_name), part of the run's identity; run_id: default new."""
     if not commit or not isinstance(commit, str):
         raise ValueError(f"commit: expected a commit sha, got {commit!r}")
-    if not machine or not isinstance(machine, str):
-        raise ValueError(f"machine: expected a machine name, got {machine!r}")
+    names.check_machine_name(machine, "machine")
     records = read_jsonl(jsonl_path)
     results = {}
     for record in records:

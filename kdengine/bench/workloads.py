@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from kdengine import env
-from kdengine.bench import fingerprint, peers, roofline, timer, verify_timing
+from kdengine.bench import fingerprint, names, peers, roofline, timer, verify_timing
 from kdengine.bench import samples as sidecar
 
 CONTEXTS = (4096, 16384, 65536)
@@ -58,6 +58,9 @@ class Workload:
     H: int = HEADS
     nsplit: int | str | None = None  # forced KV split count (verify-nsplit only)
     weights: str = "dense"  # decode: routed experts dense (8 layers, router routing) or int4 (61 layers, uniform routing)
+
+    def __post_init__(self):
+        names.check_workload_name(self.name, "name")
 
     @property
     def unit(self) -> str:

@@ -85,3 +85,17 @@ def test_run_to_run_spread(tmp_path):
     assert list(spread) == ["a"]
     assert spread["a"]["rel_diff"] == pytest.approx(0.1) and spread["a"]["unit"] == "seconds"
     assert spread["a"]["rel_iqr_1"] > 0
+
+
+HOSTILE_NAME = "verify/<script>/ctx1/T1"
+
+
+def test_hostile_names_are_refused_where_records_are_made(tmp_path):
+    with pytest.raises(ValueError, match=r"^name: .*'<>'"):
+        record(HOSTILE_NAME, 1.0)
+    jsonl = tmp_path / "s.jsonl"
+    S.append_record(record("verify/triton/ctx65536/T16", 1.0), jsonl)
+    for machine in (HOSTILE_NAME, "gpu/../escape", ".hidden", "", None):
+        with pytest.raises(ValueError, match=r"^machine: "):
+            S.collect_jsonl(jsonl, "f" * 40, machine)
+

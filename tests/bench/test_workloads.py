@@ -89,3 +89,12 @@ def test_int4_decode_workloads():
     w = W.find("decode-int4/cuda/ctx65536")
     assert (w.kind, w.weights, w.unit, w.direction, w.context) == ("decode", "int4", "tok/s", "higher", 65536)
     assert W.find("decode/cuda/ctx65536").weights == "dense"
+
+
+def test_workload_names_are_checked_where_workloads_are_made():
+    made = W.all_workloads() + W.cpu_workloads()  # constructing each one ran the check
+    assert {w.name for w in made} == set(FROZEN_GPU) | set(FROZEN_CPU)
+    with pytest.raises(ValueError, match=r"^name: .*'<>'"):
+        W.Workload("verify/<script>/ctx1/T1", "verify", "reference", 1, "cpu", 1)
+    with pytest.raises(ValueError, match=r"^name: "):
+        W.verify_workload("triton extend", 4096, 16)

@@ -171,3 +171,16 @@ def test_names_the_project_uses_pass():
     names.check_asv_name("bench_verify.VerifyNsplit.track_time")
     hostile_gpu = {"gpu": '<img src=x onerror="1">', "sm_count": 132, "capability": "sm_9<0"}
     assert fingerprint.machine_name(hostile_gpu) == "gpu-img-src-x-onerror-1-sm9-0"
+
+
+@pytest.mark.parametrize("machine", ["gpu/<script>", "../up", ".hidden", "a b"])
+def test_perf_refuses_a_hostile_machine_before_running(machine):
+    import argparse
+
+    from ci import perf
+
+    parser = argparse.ArgumentParser()
+    perf.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["perf", "--no-record", "--machine", machine])
+    with pytest.raises(ValueError, match="^--machine: "):
+        perf.main(args)
