@@ -93,10 +93,9 @@ def check_values(values: list, unit: str, where: str) -> list[float]:
     Fast path for the common case (history files hold millions of samples): a NaN or inf makes the sum
     non-finite, so one sum and one min decide a list of good floats."""
     try:
-        total = math.fsum(values)
-        if math.isfinite(total) and (not UNITS.get(unit) or min(values) > 0) and \
-                all(type(v) in (float, int) for v in values):
-            return [float(v) for v in values]
+        total = math.fsum(values)  # TypeError for anything that is not a number
+        if math.isfinite(total) and (not UNITS.get(unit) or min(values) > 0) and not isinstance(values, str):
+            return list(map(float, values))
     except (TypeError, ValueError):
         pass
     return [check_value(v, unit, where) for v in values]  # raises at the first bad value
@@ -104,6 +103,8 @@ def check_values(values: list, unit: str, where: str) -> list[float]:
 
 def check_value(value: object, unit: str, where: str) -> float:
     """The value as a float: finite, and > 0 for times, rates and sizes. ValueError naming `where`."""
+    if isinstance(value, (str, bytes, bool)):
+        raise ValueError(f"{where}: expected a number, got {value!r}")
     try:
         number = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: the ci package
 import asvdata  # noqa: E402
 
 from ci import gate  # noqa: E402
