@@ -8,7 +8,8 @@ made (asv's started_at, the sidecar's run id), never by a commit's author date.
 
 Bad input is a DataError naming the file: malformed JSON, unknown units or directions, non-finite, zero or
 negative times and rates, two asv files for one commit and environment, symlinks, FIFOs and other
-non-regular entries (refused, never followed). Files a comparison may not need (an asv file of the old
+non-regular entries (refused, never followed), a directory a record was interrupted in (its journal is
+there until `python -m ci record --recover`). Files a comparison may not need (an asv file of the old
 format) are set aside with asv's own advice and only become an error when the gate needs that commit.
 
 Layout (perf_history/README.md): <dir>/benchmarks.json, <dir>/<machine>/machine.json,
@@ -34,6 +35,7 @@ from kdengine.bench import samples as sidecars
 COMPARABLE_KEYS = ("gpu", "sm_count", "driver", "cuda", "torch")
 ASV_RESULT_VERSION = 2
 MIN_PREFIX = 4  # shortest abbreviated sha accepted
+RECORD_JOURNAL = ".record-journal.json"  # ci/record.py's install journal: while it exists, results are half-written
 
 
 class DataError(Exception):
@@ -360,6 +362,8 @@ def load_histories(results_dir: str | Path, machine: str | None = None) -> dict[
     if not results_dir.is_dir():
         raise DataError(f"results directory {results_dir} does not exist")
     check_regular(results_dir)
+    if os.path.lexists(results_dir / RECORD_JOURNAL):
+        raise DataError(f"interrupted record in {results_dir}: run `python -m ci record --recover`")
     benchmarks = load_benchmarks(results_dir)
     names = [p.name for p in list_dir(results_dir)
              if p.is_dir() and p.name != "samples" and os.path.lexists(p / "machine.json")]

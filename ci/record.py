@@ -42,7 +42,7 @@ from kdengine.bench import names
 SKIP_MARK = "[skip perf]"
 RECORD_FILE = "verify_kernel_cudagraph.txt"
 RECORDS_REL = f"records/{RECORD_FILE}"
-JOURNAL = ".record-journal.json"
+JOURNAL = history.RECORD_JOURNAL
 STAGING_PREFIX = ".record-staging-"
 BATCH_TRAILER = "Record-batch:"
 SHA_RE = re.compile(r"[0-9a-f]{40}")

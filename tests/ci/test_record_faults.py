@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import statistics
 import subprocess
@@ -362,8 +363,12 @@ def test_a_crash_mid_install_is_rolled_back(tmp_path, monkeypatch):
         record.record(make_batch(tmp_path, sha_of(13), run_id_of(13, "x"), 13), dest, None, False, "o", "m")
     monkeypatch.undo()
     assert (dest / record.JOURNAL).exists()
+    expected = f"interrupted record in {dest}: run `python -m ci record --recover`"
+    with pytest.raises(history.DataError, match=f"^{re.escape(expected)}$"):
+        history.load_histories(dest)  # the gate never judges against a half-installed batch
     assert record.recover(dest, None)[0].startswith("rolled back")
     assert snapshot(dest) == before
+    assert MACHINE in history.load_histories(dest)
 
 
 def test_interrupted_rebase_is_aborted_and_the_run_pushed(tmp_path, remote):
