@@ -13,8 +13,6 @@ import re
 import subprocess
 from pathlib import Path
 
-import torch
-
 from kdengine.bench import names
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -30,6 +28,8 @@ def _git(*args: str) -> str | None:
 
 
 def software() -> dict:
+    import torch  # here, not at the top: ci record/gate read fingerprints without paying torch's import
+
     try:
         import triton
 
@@ -45,6 +45,8 @@ def software() -> dict:
 
 
 def gpu() -> dict:
+    import torch
+
     if not torch.cuda.is_available():
         return {"gpu": "cpu", "sm_count": 0, "cpu": platform.processor() or platform.machine()}
     props = torch.cuda.get_device_properties(0)
@@ -189,6 +191,8 @@ def _smi_clocks(index: int) -> dict:
 
 def clocks(index: int | None = None) -> dict:
     """SM/memory clocks, temperature, power and throttle reasons of GPU `index` ({} without a GPU)."""
+    import torch
+
     if not torch.cuda.is_available():
         return {}
     index = torch.cuda.current_device() if index is None else index

@@ -79,3 +79,15 @@ def test_collect_jsonl_rederives_throttled_from_raw_clocks(tmp_path):
     assert side["results"]["decode/x/ctx4096"]["throttled"] is False
     assert side["results"]["decode/y/ctx4096"]["throttled"] is True
     assert side["fingerprint"]["throttled"] is True
+
+
+def test_the_ci_tools_do_not_import_torch():
+    """ci record/gate read fingerprints and samples: torch's import (seconds) is paid only where it is used."""
+    import subprocess
+    import sys
+
+    modules = "ci.gate, ci.record, ci.history, kdengine.bench.fingerprint, kdengine.bench.samples"
+    code = f"import sys, {modules}; print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=fp.REPO_ROOT).stdout
+    assert out.strip() == "[]"
