@@ -76,7 +76,7 @@ def within_run_sd(samples: list[float] | None) -> float:
         return 0.0
     med = statistics.median(samples)
     mad = statistics.median(abs(s - med) for s in samples)
-    return MEDIAN_SE * mad / math.sqrt(len(samples)) / abs(med) if med else 0.0
+    return float(MEDIAN_SE * mad / math.sqrt(len(samples)) / abs(med)) if med else 0.0
 
 
 def critical(alpha: float, dof: float) -> float:

@@ -130,7 +130,8 @@ def extra_fields(item: object, known: tuple[str, ...]) -> list[tuple[str, str]]:
     """(key, text) for every field of a dict that the templates do not show in a column of their own."""
     if not isinstance(item, dict):
         return []
-    return [(str(k), format_detail(v)) for k, v in item.items() if k not in known and v not in (None, "", [], {})]
+    return [(str(k), format_detail(v)) for k, v in item.items()
+            if k not in known and v is not None and not (isinstance(v, (str, list, dict)) and not v)]
 
 
 def finalize_markdown(value: object) -> str:

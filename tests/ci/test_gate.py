@@ -310,3 +310,29 @@ def test_usage_error_exit_2():
 def test_worse_fraction_by_direction():
     assert gate.worse_fraction(100.0, 90.0, "higher") == pytest.approx(0.1)
     assert gate.worse_fraction(1.0, 1.1, "lower") == pytest.approx(0.1)
+
+
+def test_a_decode_regression_names_the_phases_that_moved():
+    import numpy as np
+
+    from ci.history import Point, Run
+
+    rng = np.random.default_rng(7)
+
+    def run(i: int, tok_s: float, moe_ms: float) -> Run:
+        samples = list(tok_s * (1 + 0.002 * rng.standard_normal(20)))
+        extra = {"phase_ms": {"draft": 0.6, "tree": 0.04, "verify-attention": 0.5, "verify-moe": moe_ms,
+                              "other": 2.6}}
+        return Run(f"{i:040x}", "m", float(i), {"decode/cuda/ctx4096": Point(
+            float(np.median(samples)), "tok/s", "higher", samples, extra=extra)}, has_samples=True)
+
+    hist = [run(i, 950.0, 1.5) for i in range(12)]
+    head = run(12, 800.0, 2.4)  # the MoE phase got 0.9 ms slower
+    v = gate.judge("decode/cuda/ctx4096", "m", hist[-1], head, hist, gate.load_thresholds())
+    assert v.verdict == "regressed"
+    assert v.attribution[0]["op"] == "verify-moe" and v.attribution[0]["share_of_change"] == pytest.approx(1.0)
+    from ci import report
+
+    md = report.render_markdown(gate.summarize("a" * 40, "b" * 40, [
+        {"machine": "m", "notes": [], "benchmarks": [gate.asdict(v)]}]))
+    assert "moved:" in md and "`verify-moe`" in md
