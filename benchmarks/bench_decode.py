@@ -8,11 +8,14 @@ from kdengine.bench import workloads as W
 
 
 class Decode:
-    """GPU: decode/<backend>/ctx<N> (kimi-k2-tp8-rank, 8 layers, budget 63, acceptance replay)."""
+    """GPU: decode/<backend>/ctx<N> (kimi-k2-tp8-rank, 8 layers, budget 63, acceptance replay, uniform
+    routing). `version` replaces asv's source hash for every metric of the class: bump it by hand when
+    the workload behind them changes (the gate then starts a new series instead of comparing across)."""
 
     params = (list(W.DECODE_BACKENDS), list(W.CONTEXTS))
     param_names = ["backend", "context"]
     timeout = 1200
+    version = "uniform-routing-1"  # was the source hash under random (router) routing
 
     def setup(self, backend, context):
         self.workload = common.require(W.decode_workload(backend, context))

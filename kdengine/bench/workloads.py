@@ -3,7 +3,7 @@ never rename one (tests/bench/test_workloads.py holds the frozen list).
 
 GPU names:  verify/<backend>/ctx<N>/T<T>                 one layer's verify call, H=8, seconds
             verify-nsplit/<backend>/ctx65536/T<T>/s<S>    the same at a forced KV split count S
-            decode/<backend>/ctx<N>                       engine decode throughput, tok/s
+            decode/<backend>/ctx<N>                       engine decode throughput, tok/s (uniform routing)
             tree/device/budget63                          DDTree build + ancestor mask, seconds
             verify-peer/<peer>/ctx<N>/T<T>                a peer (FlashMLA) on the verify shapes, seconds
 CPU names:  cpu-verify/reference/ctx<N>/T<T>, cpu-decode/reference/ctx256, cpu-tree/device/budget15
@@ -57,7 +57,8 @@ class Workload:
     T: int = 0  # tree tokens verified (verify only)
     H: int = HEADS
     nsplit: int | str | None = None  # forced KV split count (verify-nsplit only)
-    weights: str = "dense"  # decode: routed experts dense (8 layers, router routing) or int4 (61 layers, uniform routing)
+    weights: str = "dense"  # decode: routed experts dense (8 layers) or int4 (61 layers)
+    routing: str = "random"  # decode: MoE routing policy (engine/moe.py): uniform on the GPU, random on the CPU
 
     def __post_init__(self):
         names.check_workload_name(self.name, "name")
@@ -84,12 +85,15 @@ def nsplit_workload(backend: str, T: int, nsplit: int | str) -> Workload:
 
 
 def decode_workload(backend: str, context: int) -> Workload:
-    return Workload(f"decode/{backend}/ctx{context}", "decode", backend, context, "cuda")
+    """8 layers of kimi-k2-tp8-rank under uniform routing (random routing until the asv version
+    uniform-routing-1 of bench_decode.Decode: same names, a new series)."""
+    return Workload(f"decode/{backend}/ctx{context}", "decode", backend, context, "cuda", routing="uniform")
 
 
 def decode_int4_workload(backend: str, context: int) -> Workload:
     """The whole 61-layer kimi-k2-tp8-rank with INT4 experts (W4A16) under uniform routing."""
-    return Workload(f"decode-int4/{backend}/ctx{context}", "decode", backend, context, "cuda", weights="int4")
+    return Workload(f"decode-int4/{backend}/ctx{context}", "decode", backend, context, "cuda", weights="int4",
+                    routing="uniform")
 
 
 def cpu_verify_workload(context: int, T: int) -> Workload:
@@ -97,6 +101,7 @@ def cpu_verify_workload(context: int, T: int) -> Workload:
 
 
 def cpu_decode_workload() -> Workload:
+    """The tiny config on the router's own routing (spec == plain greedy holds only for `random`)."""
     return Workload(f"cpu-decode/reference/ctx{CPU_DECODE_CONTEXT}", "decode", "reference", CPU_DECODE_CONTEXT, "cpu")
 
 
@@ -255,16 +260,24 @@ def _measure_verify(w: Workload, n_samples: int) -> tuple[timer.Measurement, dic
     return m, {"copies": len(sets)}
 
 
-def _measure_decode(w: Workload, steps: int) -> tuple[timer.Measurement, dict]:
-    gen = _engine()
+def decode_settings(w: Workload, steps: int):
+    """The engine's DecodeSettings for decode workload `w` timed over `steps` steps."""
+    if w.kind != "decode":
+        raise ValueError(f"w: expected a decode workload, got {w.name}")
     on_gpu = w.device == "cuda"
-    settings = gen.DecodeSettings(
+    return _engine().DecodeSettings(
         config="kimi-k2-tp8-rank" if on_gpu else "tiny", layers=(INT4_LAYERS if w.weights == "int4" else 8) if on_gpu else 2,
-        context=w.context, weights=w.weights, routing="uniform" if w.weights == "int4" else "random",
+        context=w.context, weights=w.weights, routing=w.routing,
         budget=63 if on_gpu else 7, backend=w.backend, steps=steps, warmup_steps=4 if on_gpu else 2,
         device=w.device, seed=0, acceptance="replay", mean_accept=5.0 if on_gpu else 3.0,
         cuda_graphs=on_gpu, batch=1,
     )
+
+
+def _measure_decode(w: Workload, steps: int) -> tuple[timer.Measurement, dict]:
+    gen = _engine()
+    on_gpu = w.device == "cuda"
+    settings = decode_settings(w, steps)
     clocks_start = fingerprint.clocks() if on_gpu else {}
     r = gen.run_decode(settings, progress=None)
     clocks_end = fingerprint.clocks() if on_gpu else {}
