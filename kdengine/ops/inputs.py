@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from kdengine.ops.mask import chain_mask, mask_from_parents
-from kdengine.ops.shapes import D_QK, DV, PAGE_SIZE
+from kdengine.ops.shapes import D_QK, PAGE_SIZE
 
 
 @dataclass

@@ -282,7 +282,8 @@ def bench(tokens: int = 64, top_k: int = 8, n_experts: int = 384, E: int = 48, D
         try:
             got = moe_w4a16(x, ids, valid, rw, w13, s13, w2, s2, config=cfg)
             err = float((got.float() - ref).norm() / ref.norm())
-            m = timer.time_gpu(lambda i, c=cfg: moe_w4a16(x, ids, valid, rw, w13, s13, w2, s2, config=c),
+            weights = (w13, s13, w2, s2)
+            m = timer.time_gpu(lambda i, c=cfg, w=weights: moe_w4a16(x, ids, valid, rw, *w, config=c),
                                samples=samples, launches=4, l2_flush=True)
         except Exception as exc:  # a config that does not compile here is reported, not fatal
             out["w4a16"].append({"config": cfg, "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
