@@ -336,3 +336,29 @@ def test_a_decode_regression_names_the_phases_that_moved():
     md = report.render_markdown(gate.summarize("a" * 40, "b" * 40, [
         {"machine": "m", "notes": [], "benchmarks": [gate.asdict(v)]}]))
     assert "moved:" in md and "`verify-moe`" in md
+
+
+def test_commits_after_a_step_are_not_blamed_again():
+    """A real 6% step lands at the base run; the head stays at the new level: not the head's doing."""
+    import numpy as np
+
+    from ci.history import Point, Run
+
+    rng = np.random.default_rng(8)
+
+    def run(i: int, level: float) -> Run:
+        s = list(level * (1 + 0.003 * rng.standard_normal()) * (1 + 0.001 * rng.standard_normal(20)))
+        return Run(f"{i:040x}", "m", float(i), {"w": Point(float(np.median(s)), "seconds", "lower", s)},
+                   has_samples=True)
+
+    config = gate.load_thresholds()
+    hist = [run(i, 1.0) for i in range(20)]
+    step = run(20, 1.06)
+    assert gate.judge("w", "m", hist[-1], step, hist, config).verdict == "regressed"  # the step itself
+    hist.append(step)
+    after = run(21, 1.06)
+    v = gate.judge("w", "m", hist[-1], after, hist, config)
+    assert v.verdict != "regressed" and "off its level" in v.reason
+    hist.append(after)
+    later = run(22, 1.06)  # two runs at the new level: it is the level now
+    assert gate.judge("w", "m", hist[-1], later, hist, config).verdict == "unchanged"
