@@ -48,15 +48,15 @@ fi
 
 if want bench; then
   step bench
-  $PY -m kdengine.ops.bench_kernel measure --out "$OUT/verify_kernel.json" --commit "${KDENGINE_COMMIT:-}" 2>&1 | tee "$LOG/bench.log" || status=1
-  $PY -m kdengine.ops.bench_kernel render "$OUT/verify_kernel.json" --out "$OUT/verify_kernel_cudagraph.txt" > /dev/null
+  $PY -m kdengine.bench.kernel measure --out "$OUT/verify_kernel.json" --commit "${KDENGINE_COMMIT:-}" 2>&1 | tee "$LOG/bench.log" || status=1
+  $PY -m kdengine.bench.kernel render "$OUT/verify_kernel.json" --out "$OUT/verify_kernel_cudagraph.txt" > /dev/null
 fi
 
 if want sanitize; then
   step sanitize
-  compute-sanitizer --tool memcheck --error-exitcode 9 $PY -m kdengine.ops.bench_kernel once --B 3 --T 17 --prefix 130 \
+  compute-sanitizer --tool memcheck --error-exitcode 9 $PY -m kdengine.bench.kernel once --B 3 --T 17 --prefix 130 \
     2>&1 | tail -20 | tee "$LOG/memcheck.log" || status=1
-  compute-sanitizer --tool racecheck --error-exitcode 9 $PY -m kdengine.ops.bench_kernel once --T 3 --H 2 --prefix 40 \
+  compute-sanitizer --tool racecheck --error-exitcode 9 $PY -m kdengine.bench.kernel once --T 3 --H 2 --prefix 40 \
     2>&1 | tail -20 | tee "$LOG/racecheck.log" || status=1
 fi
 
@@ -64,7 +64,7 @@ if want ncu; then
   step ncu
   timeout 120 ncu --clock-control none -k regex:verify_split --launch-count 1 --section SpeedOfLight \
     --section Occupancy --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
-    $PY -m kdengine.ops.bench_kernel once --T 16 --prefix 65520 --nsplit 64 2>&1 | tee "$LOG/ncu.txt" || true
+    $PY -m kdengine.bench.kernel once --T 16 --prefix 65520 --nsplit 64 2>&1 | tee "$LOG/ncu.txt" || true
 fi
 
 tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$LOG"

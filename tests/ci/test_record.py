@@ -119,3 +119,20 @@ def test_records_keep_the_kernel_harness_section(tmp_path):
     record.record(src, tmp_path / "ph", None, False, "origin", "main")
     text = (tmp_path / "ph" / "records" / record.RECORD_FILE).read_text()
     assert "kernel harness" in text and "# asv results" in text and "## gpu-a" in text
+
+
+def test_records_show_ours_over_flashmla_where_the_run_has_the_peer():
+    P = history.Point
+    points = {"verify/cuda/ctx65536/T16": P(130e-6, "seconds", "lower"),
+              "verify/triton_extend/ctx65536/T16": P(260e-6, "seconds", "lower"),
+              "verify-peer/flashmla/ctx65536/T16": P(50e-6, "seconds", "lower"),
+              "decode/cuda/ctx65536": P(100.0, "tok/s", "higher")}
+    run = history.Run("7" * 40, "gpu-a", 1_700_000_000.0, points, {"gpu": "NVIDIA H200"})
+    text = record.format_record({"gpu-a": [run]})
+    lines = text.splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.startswith("ours / peer"))
+    assert lines[at + 2].split()[:3] == ["65536", "16", "flashmla"] and "2.60x" in lines[at + 2]
+    assert lines[at - 1].split()[:3] == ["64k", "16", "triton_extend"]  # after the verify table
+    assert text.endswith(lines[at + 2] + "\n")  # and closes the machine's section
+    run.points.pop("verify-peer/flashmla/ctx65536/T16")
+    assert "ours / peer" not in record.format_record({"gpu-a": [run]})
