@@ -125,7 +125,7 @@ def test_published_site_shows_a_graph_in_chromium(tmp_path):
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         port = server.stdout.readline().split("port ")[1].split()[0]
-        url = f"http://127.0.0.1:{port}/#bench_verify.Verify.time_verify"
+        url = f"http://127.0.0.1:{port}/#bench_verify.Verify.track_time"
         flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
                  f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=8000"]
