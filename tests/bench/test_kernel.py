@@ -60,15 +60,6 @@ def test_peers_set_is_the_default_row_and_the_peers():
     assert len(full) == len(set(full)) and set(labels) <= set(full) and "triton_extend" in full
 
 
-def test_old_module_name_runs_the_cli(tmp_path):
-    doc = tmp_path / "d.json"
-    doc.write_text(json.dumps(_doc()))
-    out = subprocess.run([sys.executable, "-m", "kdengine.ops.bench_kernel", "render", str(doc)],
-                         capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert out.returncode == 0, out.stderr
-    assert "python -m kdengine.bench.kernel render" in out.stdout and "ours / peer" in out.stdout
-
-
 @pytest.mark.gpu
 def test_one_case_on_the_gpu():
     import torch
