@@ -5,8 +5,6 @@ still runs the CLI; on a GPU one case is measured by the one core."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
