@@ -59,17 +59,9 @@ def is_bad(good: list[float], values: list[float], direction: str, threshold: fl
            alpha: float) -> tuple[bool, float, str]:
     """(bad?, relative worsening, the decision's reason): the gate's own rule (ci.noise.decide), each
     value one run of the good or the candidate commit, the spread estimated from both sides' runs."""
-    import math
-
     from ci import noise
 
-    xg = [noise.log_worse(v, direction) for v in good]
-    xc = [noise.log_worse(v, direction) for v in values]
-    mg, mc = statistics.fmean(xg), statistics.fmean(xc)
-    dof = len(xg) + len(xc) - 2
-    ss = sum((x - mg) ** 2 for x in xg) + sum((x - mc) ** 2 for x in xc)
-    sigma = math.sqrt(ss / dof) if dof > 0 else math.inf
-    est = noise.Estimate(mc - mg, sigma * math.sqrt(1 / len(xg) + 1 / len(xc)), dof)
+    est = noise.rounds_estimate(good, values, direction)
     decision = noise.decide(est, threshold, alpha)
     return decision.verdict == "regressed", est.worse, decision.verdict
 

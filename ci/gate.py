@@ -306,9 +306,7 @@ def gate_machine(machine: str, runs: list[Run] | MachineHistory, base_sha: str |
     commits = [r.commit for r in hist.runs] + list(hist.old_format_commits)
     try:
         head = history.resolve_commit(commits, head_sha, "--head")
-    except DataError as exc:
-        if "no results" not in str(exc):
-            raise
+    except history.UnknownCommit:
         out["notes"].append(f"no results for head {head_sha[:10]} on {machine}")
         return out
     head_runs = needed_runs(hist, head, "--head")

@@ -43,6 +43,10 @@ class DataError(Exception):
     the file or the candidates."""
 
 
+class UnknownCommit(DataError):
+    """A commit that has no results here (other machines may have some)."""
+
+
 @dataclass
 class Point:
     value: float  # median (or asv's result value)
@@ -310,6 +314,7 @@ def load_machine(results_dir: Path, machine: str, benchmarks: dict | None = None
     for _, header, _ in asv_files:
         envs_of.setdefault(header["commit"], []).append(header["env"])
     by_key: dict[tuple[str, str], list[Run]] = {}
+    sidecar_of: dict[int, tuple[Path, dict]] = {}  # id(run) -> its sidecar, applied once points are named
     for path, doc in docs:
         commit, env = str(doc["commit"]), doc.get("env")
         if env is None:  # schema 1: no env recorded; it belongs to the commit's only asv environment
@@ -321,7 +326,7 @@ def load_machine(results_dir: Path, machine: str, benchmarks: dict | None = None
         created = _run_id_epoch(doc.get("run_id")) or _iso_to_epoch(doc.get("date"))
         run = Run(commit, machine, created, env=env, run_id=str(doc.get("run_id") or ""), has_samples=True,
                   paths=[str(path)])
-        run.sidecar = (path, doc)  # type: ignore[attr-defined]
+        sidecar_of[id(run)] = (path, doc)
         by_key.setdefault((commit, env), []).append(run)
     runs = []
     for path, header, points in asv_files:
@@ -348,10 +353,9 @@ def load_machine(results_dir: Path, machine: str, benchmarks: dict | None = None
         runs.extend(group)
     points_of = {(h["commit"], h["env"]): p for _, h, p in asv_files}
     for run in runs:
-        side = getattr(run, "sidecar", None)
-        if side is not None:
-            apply_sidecar(run, points_of.get((run.commit, run.env), {}), side[1], side[0])
-            del run.sidecar  # type: ignore[attr-defined]
+        if id(run) in sidecar_of:
+            path, doc = sidecar_of[id(run)]
+            apply_sidecar(run, points_of.get((run.commit, run.env), {}), doc, path)
     hist.runs = sorted(runs, key=lambda r: (r.date, r.run_id, r.commit))
     return hist
 
@@ -393,7 +397,7 @@ def resolve_commit(commits: list[str], sha: str, what: str) -> str:
         raise DataError(f"{what}: {sha!r} is too short (at least {MIN_PREFIX} characters)")
     matches = sorted({c for c in commits if c.lower().startswith(sha)})
     if not matches:
-        raise DataError(f"{what}: no results for commit {sha}")
+        raise UnknownCommit(f"{what}: no results for commit {sha}")
     if len(matches) > 1:
         raise DataError(f"{what}: {sha!r} is ambiguous: {', '.join(m[:12] for m in matches)}")
     return matches[0]
@@ -408,10 +412,8 @@ def find_run(runs: list[Run], sha: str) -> Run | None:
     prefix is a DataError)."""
     try:
         commit = resolve_commit([r.commit for r in runs], sha, "commit")
-    except DataError as exc:
-        if "no results" in str(exc):
-            return None
-        raise
+    except UnknownCommit:
+        return None
     return runs_of(runs, commit)[-1]
 
 
