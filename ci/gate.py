@@ -275,6 +275,9 @@ def gate_env(machine: str, runs: list[Run], head_run: Run, base_commit: str | No
         out["notes"].append("fingerprint mismatch, not compared: " + "; ".join(diffs))
         out["fingerprint_mismatch"] = diffs
         return rows_all(head_run, machine, "new", "other fingerprint")
+    moved = history.physical_gpu_change(base.fingerprint, head_run.fingerprint)
+    if moved:
+        out["notes"].append(moved)
     hist = [r for r in branch_history(env_runs, base, order) if r is not head_run and not r.throttled
             and not history.fingerprint_differences(r.fingerprint, head_run.fingerprint)]
     base_run, note = pick_base(hist, base)

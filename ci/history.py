@@ -135,6 +135,15 @@ def fingerprint_differences(fp_a: dict, fp_b: dict) -> list[str]:
     return diffs
 
 
+def physical_gpu_change(fp_a: dict, fp_b: dict) -> str | None:
+    """A note when two comparable runs were measured on different physical GPUs (both UUIDs known)."""
+    a, b = fp_a.get("gpu_uuid"), fp_b.get("gpu_uuid")
+    if not a or not b or a == b:
+        return None
+    return (f"base and head ran on different physical GPUs ({a} -> {b}): boards of one model can differ by "
+            "1-2%, so a small first-pass change is only settled by confirmation (base and head on one GPU)")
+
+
 def load_benchmarks(results_dir: Path) -> dict[str, dict]:
     path = results_dir / "benchmarks.json"
     if not os.path.lexists(path):

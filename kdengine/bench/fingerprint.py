@@ -57,7 +57,19 @@ def gpu() -> dict:
         "memory_gib": round(props.total_memory / 2**30, 1),
         "l2_mib": round(getattr(props, "L2_cache_size", 0) / 2**20, 1),
         "driver": driver_version(),
+        "gpu_uuid": gpu_uuid(props),
     }
+
+
+def gpu_uuid(props) -> str | None:
+    """The physical GPU's UUID (`GPU-...`, as nvidia-smi prints it), None when torch does not expose it.
+    Not a comparable field: two runs on two H200s are comparable, but the gate notes the change, since
+    boards of one model differ by ~1-2% (seen between machine sessions on the H200)."""
+    uuid = getattr(props, "uuid", None)
+    if uuid is None:
+        return None
+    text = str(uuid)
+    return text if text.startswith("GPU-") else f"GPU-{text}"
 
 
 def driver_version() -> str | None:

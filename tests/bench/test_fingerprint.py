@@ -23,6 +23,16 @@ def test_collect_has_the_recorded_fields():
     assert info["commit"] is None or len(info["commit"]) == 40
 
 
+def test_gpu_uuid_spelled_as_nvidia_smi_prints_it():
+    class Props:
+        uuid = "8c7e2f0a-1b2c-4d5e-8f90-123456789abc"
+
+    assert fp.gpu_uuid(Props()) == "GPU-8c7e2f0a-1b2c-4d5e-8f90-123456789abc"
+    Props.uuid = "GPU-1234"
+    assert fp.gpu_uuid(Props()) == "GPU-1234"
+    assert fp.gpu_uuid(object()) is None
+
+
 def test_parse_nvidia_smi_line():
     state = fp.parse_smi_line("1980, 3201, 45, 120.50, 0x0000000000000024")
     assert state["sm_mhz"] == 1980 and state["mem_mhz"] == 3201 and state["power_w"] == 120.5

@@ -83,6 +83,23 @@ def test_fingerprint_change_never_compares():
     assert "driver" in result["machines"][0]["notes"][0]
 
 
+def test_physical_gpu_change_is_noted_but_still_compared(tmp_path):
+    # Two boards of one model are comparable (same gpu/driver/cuda/torch); the note says which boards,
+    # and the verdicts are still computed (not "new"): the H200 showed a ~1.5% offset between boards.
+    root = tmp_path / "uuid"
+    asvdata.write_benchmarks(root)
+    for i in range(4):
+        write(root, sha(f"u{i}"), 1_700_000_000_000 + i * 60_000, 1.0, fingerprint={"gpu_uuid": "GPU-aaaa"})
+    write(root, sha("uhead"), 1_700_000_999_000, 1.0, fingerprint={"gpu_uuid": "GPU-bbbb"})
+    result = gate.run_gate(str(root), sha("u3"), sha("uhead"), MACHINE)
+    notes = " ".join(result["machines"][0]["notes"])
+    assert "GPU-aaaa -> GPU-bbbb" in notes
+    assert verdicts(result)[W] == "unchanged"
+    write(root, sha("uhead2"), 1_700_001_999_000, 1.0, fingerprint={"gpu_uuid": "GPU-bbbb"})
+    result = gate.run_gate(str(root), sha("uhead"), sha("uhead2"), MACHINE)
+    assert "physical GPUs" not in " ".join(result["machines"][0]["notes"])
+
+
 def test_throttled_base_is_refused():
     result = gate.run_gate(str(FIX / "throttled"), sha("base"), sha("head"))
     note = result["machines"][0]["notes"][0]
