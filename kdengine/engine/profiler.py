@@ -56,6 +56,11 @@ class Profiler:
         """The callable the model takes to time its inner phases."""
         return self.phase(name)
 
+    def add_replayed(self, marks: list[tuple[str, float]]) -> None:
+        """Ops timed inside a graph replay (GraphOpTimer.read()), as (name, ms) pairs of this step."""
+        if self.enabled:
+            self.current.extend((name, ms, None) for name, ms in marks)
+
     def end_step(self, expert_load: torch.Tensor | None = None) -> None:
         if self.enabled:
             self.steps.append(self.current)
@@ -69,6 +74,8 @@ class Profiler:
     # ------------------------------------------------------------------ results
 
     def elapsed_ms(self, start, end) -> float:
+        if end is None:  # resolved already (add_replayed)
+            return start
         return start.elapsed_time(end) if self.cuda else (end - start) * 1e3
 
     def phase_ms(self) -> dict[str, float]:
@@ -132,6 +139,32 @@ class Profiler:
         loads = self._loads().sum(1)
         ratio = loads.max(1).values / loads.mean(1).clamp_min(1e-9)
         return float(ratio.mean())
+
+
+class GraphOpTimer:
+    """The model's op timer for a CUDA graph capture: each timed region records a pair of external
+    timing events (torch.cuda.Event(external=True)) into the graph, so every replay re-records them
+    around the replayed kernels. read() after a replay returns this replay's (name, ms) pairs (one
+    host sync: a profiling pass, not the timed steps). start() forgets the marks of an earlier
+    forward (the capture's warm-up runs)."""
+
+    def __init__(self):
+        self.marks: list[tuple[str, object, object]] = []
+
+    def start(self) -> None:
+        self.marks = []
+
+    @contextlib.contextmanager
+    def __call__(self, name: str):
+        start, end = (torch.cuda.Event(enable_timing=True, external=True) for _ in range(2))
+        start.record()
+        yield
+        end.record()
+        self.marks.append((name, start, end))
+
+    def read(self) -> list[tuple[str, float]]:
+        torch.cuda.synchronize()
+        return [(name, a.elapsed_time(b)) for name, a, b in self.marks]
 
 
 # ---------------------------------------------------------------------------- attribution

@@ -8,8 +8,9 @@ are filled with random latent rows directly, with no prefill forward over the co
 accepted + bonus tokens over the timed steps for the layers actually run (never extrapolated).
 
 Profile of a result (DecodeResult.profile(), also in the decode benchmark record's extra dict):
-  phase_ms  mean ms per step of each phase (profiler.PHASES); the verify split (attention / MoE /
-            other) comes from eager steps scaled to the graph replay's verify time
+  phase_ms  mean ms per step of each phase (profiler.PHASES); under graphs the verify split (attention /
+            MoE / other) comes from replays of a verify graph with its op events captured inside,
+            scaled to the timed replay's verify time (split_graph_phases; the scale is in the notes)
   op_ms     the ops inside "other" (profiler.OTHER_OPS + other-rest), same scaling
   step_ms, floor_ms, step_over_floor, step_bytes, floor_ms_by_part: the step roofline (bytes the step
             reads: weights it touches, KV, drafter; over the measured copy bandwidth, read + write counted),
@@ -34,6 +35,7 @@ from kdengine.engine.step import (
     Engine,
     capture_graphs,
     fill_synthetic_context,
+    profile_verify_in_graph,
     release_graphs,
     setup_engine,
     speculative_step,
@@ -170,21 +172,32 @@ def timed_steps(engine: Engine, s: DecodeSettings, policy, prof: Profiler, n: in
     return times, tokens
 
 
-def split_graph_phases(engine: Engine, s: DecodeSettings, policy, graph_phases: dict[str, float]):
-    """Graph steps time verify as one replay; run a few eager steps with the profiler to split it
-    into attention / MoE / other and the ops of other, scaled to the graph replay's verify time.
-    Returns (phase_ms, op_ms)."""
-    release_graphs(engine)
-    eager = Profiler(engine.cache.pool.device)
-    timed_steps(engine, s, policy, eager, min(4, s.steps))
+def split_graph_phases(engine: Engine, s: DecodeSettings, policy, graph_phases: dict[str, float], notes: list[str]):
+    """Graph steps time verify as one replay. Split it into attention / MoE / other and the ops of
+    other under replay: a verify graph with its op events captured inside (GraphOpTimer) runs a few
+    steps; its parts are scaled to the timed replay's verify time (the events' own cost; the scale is
+    noted). Where that capture fails, eager steps give the split instead (noted: launch gaps in it).
+    Returns (phase_ms, op_ms, all-reduce ms per step)."""
     parts = ("verify-attention", "verify-moe", "other")
-    e = eager.phase_ms()
-    graph_verify, eager_verify = sum(graph_phases[k] for k in parts), sum(e[k] for k in parts)
-    scale = graph_verify / eager_verify if eager_verify > 0 else 0.0
+    n = min(4, s.steps)
+    if profile_verify_in_graph(engine, notes):
+        prof = Profiler(engine.cache.pool.device)
+        timed_steps(engine, s, policy, prof, n)
+        how = "replays of a verify graph with its op events captured inside"
+    else:
+        release_graphs(engine)
+        prof = Profiler(engine.cache.pool.device)
+        timed_steps(engine, s, policy, prof, n)
+        how = "eager steps (the op-timed graph could not be captured: launch gaps included)"
+    p = prof.phase_ms()
+    graph_verify, profiled_verify = sum(graph_phases[k] for k in parts), sum(p[k] for k in parts)
+    scale = graph_verify / profiled_verify if profiled_verify > 0 else 0.0
+    notes.append(f"verify split (attention/moe/other and the ops of other) from {n} {how}, scaled by {scale:.3f} "
+                 f"to the timed replay's verify ({graph_verify:.3f} ms vs {profiled_verify:.3f} ms profiled)")
     out = dict(graph_phases)
     for k in parts:
-        out[k] = e[k] * scale
-    return out, {k: v * scale for k, v in eager.op_ms().items()}
+        out[k] = p[k] * scale
+    return out, {k: v * scale for k, v in prof.op_ms().items()}, prof.comm_ms() * scale
 
 
 # ---------------------------------------------------------------------------- step roofline
@@ -240,9 +253,9 @@ def run_decode(s: DecodeSettings, progress=None) -> DecodeResult:
     prof = Profiler(engine.cache.pool.device)
     times, tokens = timed_steps(engine, s, policy, prof, s.steps, progress, s.warmup_steps)
     phases, ops = prof.phase_ms(), prof.op_ms()
+    comm = prof.comm_ms()
     if graphs:
-        phases, ops = split_graph_phases(engine, s, policy, phases)
-        notes.append("verify split (attention/moe/other and the ops of other) measured on eager steps after the timed graph steps, scaled to the replayed verify time")
+        phases, ops, comm = split_graph_phases(engine, s, policy, phases, notes)
     B, dev = s.batch, engine.cache.pool.device
     touched = touched_per_step(prof)
     nbytes = step_bytes(engine, s.context, s.budget + 1, touched)
@@ -273,7 +286,7 @@ def run_decode(s: DecodeSettings, progress=None) -> DecodeResult:
         peak_mem_gib=torch.cuda.max_memory_allocated(dev) / 2**30 if dev.type == "cuda" else 0.0,
     )
     if engine.group is not None:
-        gather_ranks(result, engine, prof.comm_ms())
+        gather_ranks(result, engine, comm)
     return result
 
 
@@ -284,8 +297,6 @@ def gather_ranks(result: DecodeResult, engine: Engine, all_reduce_ms: float) -> 
     step_ms = result.mean_step_ms
     result.all_reduce_ms = all_reduce_ms
     result.all_reduce_share = all_reduce_ms / step_ms if step_ms > 0 else 0.0
-    if result.cuda_graphs_used:
-        result.notes.append("all-reduce time is not measured inside CUDA graph replays")
     mine = {
         "rank": engine.cfg.tp_rank, "device": result.device, "tok_per_s": result.tok_per_s, "step_ms": step_ms,
         "phase_ms": result.phase_ms, "op_ms": result.op_ms,

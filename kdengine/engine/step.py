@@ -23,7 +23,7 @@ from kdengine.engine.config import ModelConfig
 from kdengine.engine.drafter import DraftCache, Drafter, append_context, draft_block
 from kdengine.engine.kv_cache import PagedKVCache
 from kdengine.engine.model import Step, Transformer, torch_dtype
-from kdengine.engine.profiler import VERIFY, Profiler
+from kdengine.engine.profiler import VERIFY, GraphOpTimer, Profiler
 from kdengine.engine.tree import DraftTree, tree_and_mask
 from kdengine.engine.weights import materialize
 from kdengine.ops.mask import pack_tree_mask
@@ -85,13 +85,46 @@ def capture_graphs(engine: Engine, budget: int, notes: list[str]) -> bool:
     if captured["draft"] is not None:
         lp, ids = captured["draft"].outputs
         captured["tree"] = graphs.capture(tree_eager(budget), [lp, ids, engine.root], notes, "tree")
-    tokens = torch.zeros(B, T, dtype=torch.int64, device=dev)
-    positions = engine.cache.lengths[:, None].long() + torch.arange(T, device=dev)
-    captured["verify"] = graphs.capture(verify_eager(engine), [tokens, positions, chain_bits(B, T, dev)], notes, "verify")
+    captured["verify"] = capture_verify(engine, budget, notes)
     if any(g is None for g in captured.values()) or len(captured) < 3:
         return False
     engine.graphs, engine.budget = captured, budget
     notes.append(f"cuda graphs: drafter, tree + mask and verify (T={T}, B={B}) captured once, replayed at every context length")
+    return True
+
+
+def capture_verify(engine: Engine, budget: int, notes: list[str], timer: GraphOpTimer | None = None):
+    """The verify forward (T = budget + 1) captured; with `timer`, its op events are captured into
+    the graph too (the profiling pass: replay, then timer.read()). None when capture fails."""
+    B, T, dev = engine.root.shape[0], budget + 1, engine.root.device
+    tokens = torch.zeros(B, T, dtype=torch.int64, device=dev)
+    positions = engine.cache.lengths[:, None].long() + torch.arange(T, device=dev)
+
+    def fn(tokens, positions, mask_bits):
+        if timer is not None:
+            timer.start()  # keep only the captured forward's marks, not the warm-up runs'
+        return forward(engine, tokens, positions, mask_bits, timer)
+
+    captured = graphs.capture(fn, [tokens, positions, chain_bits(B, T, dev)], notes, "profiled verify" if timer else "verify")
+    if captured is not None:
+        captured.timer = timer
+    return captured
+
+
+def profile_verify_in_graph(engine: Engine, notes: list[str]) -> bool:
+    """Swap the captured verify graph for one with its op events inside (GraphOpTimer): steps after
+    this report each op's time under replay. False (graphs unchanged) when that capture fails."""
+    if "verify" not in engine.graphs:
+        return False
+    old = engine.graphs.pop("verify")
+    del old
+    torch.cuda.empty_cache()
+    reserve(engine, engine.budget + 1)  # warm-up runs write tree rows past the lengths
+    profiled = capture_verify(engine, engine.budget, notes, GraphOpTimer())
+    if profiled is None:
+        engine.graphs["verify"] = capture_verify(engine, engine.budget, notes)
+        return False
+    engine.graphs["verify"] = profiled
     return True
 
 
@@ -227,6 +260,9 @@ def speculative_step(engine: Engine, budget: int, policy=None, prof: Profiler | 
         tree, bits = make_tree(engine, log_probs, ids, budget)
     with prof.phase(VERIFY):
         target, feats, load = verify(engine, tree, bits, prof.timer if prof.enabled else None)
+    replayed = engine.graphs.get("verify")
+    if prof.enabled and getattr(replayed, "timer", None) is not None:
+        prof.add_replayed(replayed.timer.read())  # the ops of this replay (one host sync: profiling pass)
     with prof.phase("accept/commit"):
         path, count, bonus, counts_host = accept(engine, tree, target, policy)
         commit(engine, path, count, bonus, feats, counts_host)
