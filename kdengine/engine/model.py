@@ -240,18 +240,20 @@ class Transformer(nn.Module):
 
 
 def greedy_tokens(logits, cfg: ModelConfig, group, timer=None) -> torch.Tensor:
-    """Argmax over the whole vocab; with a group, the shards' maxima are all-gathered (TP: vocab)."""
+    """Argmax over the whole vocab; with a group, every shard's (max, argmax) pair is all-gathered in
+    one collective (TP: vocab): both packed in float64, exact for fp32 maxima and ids below 2**53."""
     best, idx = logits.max(-1)
     idx = idx + vocab_range(cfg)[0]
     if group is None:
         return idx
     size = torch.distributed.get_world_size(group)
-    bests, idxs = [torch.empty_like(best) for _ in range(size)], [torch.empty_like(idx) for _ in range(size)]
+    mine = torch.stack([best.double(), idx.double()])  # [2, B, T]
+    every = torch.empty((size * 2, *mine.shape[1:]), dtype=mine.dtype, device=mine.device)
     with (timer or null_timer)(COMM):
-        torch.distributed.all_gather(bests, best, group=group)
-        torch.distributed.all_gather(idxs, idx, group=group)
-    pick = torch.stack(bests).argmax(0)  # first rank wins ties = lowest token id
-    return torch.stack(idxs).gather(0, pick[None])[0]
+        torch.distributed.all_gather_into_tensor(every, mine, group=group)
+    every = every.view(size, 2, *mine.shape[1:])  # [ranks, 2, B, T]
+    pick = every[:, 0].argmax(0)  # first rank wins ties = lowest token id
+    return every[:, 1].gather(0, pick[None])[0].long()
 
 
 @contextlib.contextmanager
