@@ -1,6 +1,9 @@
 """Fused per-layer glue of the target forward (Triton), one launch where torch takes many:
 
   rms_norm(x, weight, eps)        x [..., D] -> x * rsqrt(mean(x^2) + eps) * weight, fp32 math, x.dtype out
+  add_rms_norm(x, y, weight, eps) the residual add and the next norm: (s = x + y in x.dtype, rms_norm(s))
+  rms_norm_pair(x, wa, wb, eps)   two norms over the first DA and the next DB columns of x [..., >= DA + DB]
+                                  (read in place: the MLA down-projection's q and kv parts) -> two tensors
   mla_rope_pack(q_lat, q, latent, k_pe, cos, sin, pool, page_table, slots, page_size)
       q_lat [H, B*T, C], q [B, T, H, QH] (rope part last), latent [B, T, C], k_pe [B, T, R], cos/sin [B, T, R]
       -> q_abs [B, T, H, C + R] bf16 (absorbed query: latent part, then the rotated rope part), and the
@@ -37,6 +40,40 @@ def _rms_norm(X, W, OUT, eps, D: tl.constexpr, BLOCK: tl.constexpr):
     r = tl.rsqrt(tl.sum(x * x, 0) / D + eps)
     w = tl.load(W + d, mask=inside, other=0.0).to(tl.float32)
     tl.store(OUT + row * D + d, ((x * r) * w).to(OUT.dtype.element_ty), mask=inside)
+
+
+@triton.jit
+def _add_rms_norm(X, Y, S, W, OUT, eps, D: tl.constexpr, BLOCK: tl.constexpr, F64: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    d = tl.arange(0, BLOCK)
+    inside = d < D
+    acc = tl.float64 if F64 else tl.float32
+    x = tl.load(X + row * D + d, mask=inside, other=0.0).to(acc)
+    y = tl.load(Y + row * D + d, mask=inside, other=0.0).to(acc)
+    s = (x + y).to(S.dtype.element_ty)  # the residual stream, rounded as torch's x + y rounds it
+    tl.store(S + row * D + d, s, mask=inside)
+    sf = s.to(tl.float32)
+    r = tl.rsqrt(tl.sum(sf * sf, 0) / D + eps)
+    w = tl.load(W + d, mask=inside, other=0.0).to(tl.float32)
+    tl.store(OUT + row * D + d, ((sf * r) * w).to(OUT.dtype.element_ty), mask=inside)
+
+
+@triton.jit
+def _rms_norm_pair(X, WA, WB, OA, OB, stride, eps_a, eps_b, DA: tl.constexpr, DB: tl.constexpr,
+                   BA: tl.constexpr, BB: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    a = tl.arange(0, BA)
+    ia = a < DA
+    x = tl.load(X + row * stride + a, mask=ia, other=0.0).to(tl.float32)
+    r = tl.rsqrt(tl.sum(x * x, 0) / DA + eps_a)
+    w = tl.load(WA + a, mask=ia, other=0.0).to(tl.float32)
+    tl.store(OA + row * DA + a, ((x * r) * w).to(OA.dtype.element_ty), mask=ia)
+    b = tl.arange(0, BB)
+    ib = b < DB
+    x = tl.load(X + row * stride + DA + b, mask=ib, other=0.0).to(tl.float32)
+    r = tl.rsqrt(tl.sum(x * x, 0) / DB + eps_b)
+    w = tl.load(WB + b, mask=ib, other=0.0).to(tl.float32)
+    tl.store(OB + row * DB + b, ((x * r) * w).to(OB.dtype.element_ty), mask=ib)
 
 
 @triton.jit
@@ -100,6 +137,41 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return out
 
 
+def add_rms_norm(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(s, rms_norm(s, weight, eps)) for s = x + y ([..., D], x.dtype; fp32 sum, fp64 for fp64). One launch."""
+    D = x.shape[-1]
+    if y.shape != x.shape or y.dtype != x.dtype:
+        raise ValueError(f"y: expected {x.dtype} {list(x.shape)} (as x), got {y.dtype} {list(y.shape)}")
+    if weight.shape != (D,):
+        raise ValueError(f"weight: expected shape [{D}], got {list(weight.shape)}")
+    xc, yc = x.contiguous(), y.contiguous()
+    s, out = torch.empty_like(xc), torch.empty_like(xc)
+    rows = xc.numel() // D if D else 0
+    if rows:
+        _add_rms_norm[(rows,)](xc, yc, s, weight, out, eps, D=D, BLOCK=triton.next_power_of_2(D),
+                               F64=x.dtype == torch.float64, num_warps=8 if D >= 4096 else 4)
+    return s, out
+
+
+def rms_norm_pair(x: torch.Tensor, wa: torch.Tensor, wb: torch.Tensor, eps_a: float, eps_b: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """rms_norm of x[..., :DA] by wa and of x[..., DA:DA + DB] by wb (DA, DB = their lengths), read in
+    place from x [..., >= DA + DB] (last dim contiguous, rows evenly strided); two contiguous outputs
+    [..., DA] and [..., DB] in x.dtype. One launch."""
+    DA, DB = wa.shape[0], wb.shape[0]
+    if wa.dim() != 1 or wb.dim() != 1 or x.shape[-1] < DA + DB:
+        raise ValueError(f"wa/wb: expected 1-d weights of at most {x.shape[-1]} columns together, got {list(wa.shape)} and {list(wb.shape)}")
+    lead = x.shape[:-1]
+    rows = x[..., 0].numel()
+    flat = x.reshape(rows, x.shape[-1]) if rows else x.reshape(0, x.shape[-1])
+    if flat.stride(-1) != 1:
+        raise ValueError(f"x: expected its last dim contiguous, got strides {x.stride()}")
+    oa, ob = torch.empty(*lead, DA, dtype=x.dtype, device=x.device), torch.empty(*lead, DB, dtype=x.dtype, device=x.device)
+    if rows:
+        _rms_norm_pair[(rows,)](flat, wa, wb, oa, ob, flat.stride(0), eps_a, eps_b, DA=DA, DB=DB,
+                                BA=triton.next_power_of_2(DA), BB=triton.next_power_of_2(DB), num_warps=4)
+    return oa, ob
+
+
 def mla_rope_pack(q_lat, q, latent, k_pe, cos, sin, pool, page_table, slots, page_size: int) -> torch.Tensor:
     """The absorbed query [B, T, H, C + R] bf16, and the rotated KV rows written into `pool`.
 
@@ -131,4 +203,4 @@ def mla_rope_pack(q_lat, q, latent, k_pe, cos, sin, pool, page_table, slots, pag
     return q_abs
 
 
-__all__ = ["fused_available", "mla_rope_pack", "rms_norm"]
+__all__ = ["add_rms_norm", "fused_available", "mla_rope_pack", "rms_norm", "rms_norm_pair"]

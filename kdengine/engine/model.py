@@ -52,6 +52,17 @@ class RMSNorm(nn.Module):
         return (xf * self.weight.float()).to(x.dtype)
 
 
+def add_rms_norm(x, delta, norm: RMSNorm):
+    """The residual stream x + delta (x itself when delta is None) and its norm, in one launch where
+    the fused kernels run: the add of the block before, fused into the norm of the block after."""
+    if delta is None:
+        return x, norm(x)
+    if fused_ops.fused_available(x):
+        return fused_ops.add_rms_norm(x, delta, norm.weight, norm.eps)
+    x = x + delta
+    return x, norm(x)
+
+
 # ---------------------------------------------------------------------------- rope (YaRN)
 
 
@@ -144,7 +155,11 @@ class MLA(nn.Module):
             qkv = F.linear(x, self.down_weight())  # [B, T, q_lora + C + R]
         q_a, latent, k_pe = qkv.split([cfg.q_lora_rank, C, R], -1)
         with timer("q/kv-norm"):
-            q_a, latent = self.q_a_layernorm(q_a), self.kv_a_layernorm(latent)
+            if fused_ops.fused_available(x):  # both norms in one launch, read in place from qkv
+                qn, kvn = self.q_a_layernorm, self.kv_a_layernorm
+                q_a, latent = fused_ops.rms_norm_pair(qkv, qn.weight, kvn.weight, qn.eps, kvn.eps)
+            else:
+                q_a, latent = self.q_a_layernorm(q_a), self.kv_a_layernorm(latent)
         with timer("q-up-proj"):
             q = self.q_b_proj(q_a).view(B, T, H, cfg.q_head)
         q_nope, q_pe = q.split([cfg.qk_nope, R], -1)
@@ -188,17 +203,20 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden, cfg.rms_eps)
         self.mlp = MoE(cfg) if cfg.is_moe(layer) else DenseMLP(cfg.hidden, cfg.local_intermediate)
 
-    def forward(self, x, positions, step, timer):
+    def forward(self, x, delta, positions, step, timer):
+        """The residual stream enters as x + delta (delta None: x) and leaves as the returned
+        (x, delta): each residual add is fused into the norm that follows it (add_rms_norm)."""
         with timer("attn-norm"):
-            h = self.input_layernorm(x)
-        x = x + self.self_attn(h, positions, step, self.layer, timer)
-        h = self.post_attention_layernorm(x)
+            x, h = add_rms_norm(x, delta, self.input_layernorm)
+        a = self.self_attn(h, positions, step, self.layer, timer)
+        with timer("post-norm"):
+            x, h = add_rms_norm(x, a, self.post_attention_layernorm)
         if isinstance(self.mlp, MoE):
             with timer("verify-moe"):
-                return x + all_reduce(self.mlp(h, step, timer), step.group, timer)  # TP: experts and shared expert
+                return x, all_reduce(self.mlp(h, step, timer), step.group, timer)  # TP: experts and shared expert
         with timer("dense-mlp"):
             h = self.mlp(h)
-        return x + all_reduce(h, step.group, timer)  # TP: dense MLP
+        return x, all_reduce(h, step.group, timer)  # TP: dense MLP
 
 
 class Transformer(nn.Module):
@@ -229,13 +247,14 @@ class Transformer(nn.Module):
         timer = timer or null_timer
         with timer("embed"):
             x = self.embed(tokens, step.group, timer)
-        feats = []
+        feats, delta = [], None
         for blk in self.layers:
-            x = blk(x, positions, step, timer)
-            if blk.layer in self.cfg.feature_layers:
+            x, delta = blk(x, delta, positions, step, timer)
+            if blk.layer in self.cfg.feature_layers:  # the drafter reads the residual stream itself
+                x, delta = x + delta, None
                 feats.append(x)
         with timer("lm-head"):
-            logits = self.lm_head(self.norm(x)).float()  # [B, T, V]
+            logits = self.lm_head(add_rms_norm(x, delta, self.norm)[1]).float()  # [B, T, V]
         return greedy_tokens(logits, self.cfg, step.group, timer), torch.cat(feats, -1)
 
 

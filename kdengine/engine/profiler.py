@@ -22,8 +22,9 @@ VERIFY = "verify"  # timed around the whole target forward; reported as its thre
 COMM = "all-reduce"  # TP collectives, timed inside the phases above: reported apart by comm_ms()
 # The ops of the target forward outside attention and MoE ("other"), timed by the model's timer calls.
 # op_ms() reports each (summed over layers) and OTHER_REST for the part of "other" no op covers
-# (residual adds, the post-attention norm, event gaps).
-OTHER_OPS = ("embed", "attn-norm", "qkv-down-proj", "q/kv-norm", "q-up-proj", "rope", "kv-write", "absorb-q",
+# (the feature layers' residual adds, event gaps). attn-norm and post-norm include the residual add
+# fused into them (model.add_rms_norm).
+OTHER_OPS = ("embed", "attn-norm", "post-norm", "qkv-down-proj", "q/kv-norm", "q-up-proj", "rope", "kv-write", "absorb-q",
              "absorb-o", "o-proj", "dense-mlp", "lm-head")
 OTHER_REST = "other-rest"
 

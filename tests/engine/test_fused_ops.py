@@ -36,6 +36,19 @@ def check_all(device: str) -> dict[str, float]:
         xf = x.float()  # RMSNorm's torch formula (RMSNorm itself takes the fused path where it runs)
         ref = ((xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)) * norm.weight).to(x.dtype)
         out[f"rms{shape}"] = ulp_excess(fused_ops.rms_norm(x.to(device), norm.weight.to(device), 1e-6).cpu(), ref)
+        y = (torch.randn(*shape, generator=gen) * 3).bfloat16()
+        s_ref = x + y  # torch's bf16 add
+        s, h = fused_ops.add_rms_norm(x.to(device), y.to(device), norm.weight.to(device), 1e-6)
+        sf = s.cpu().float()  # the norm of the sum the kernel stored
+        ref = ((sf * torch.rsqrt(sf.pow(2).mean(-1, keepdim=True) + 1e-6)) * norm.weight).to(x.dtype)
+        out[f"add_rms_sum{shape}"] = ulp_excess(s.cpu(), s_ref)  # bit-equal on a GPU; the interpreter truncates
+        out[f"add_rms{shape}"] = ulp_excess(h.cpu(), ref)
+    qkv = (torch.randn(3, 5, 96 + 40 + 16, generator=gen) * 2).bfloat16()  # [.., DA + DB + rest], read in place
+    wa, wb = torch.randn(96, generator=gen), torch.randn(40, generator=gen)
+    ga, gb = fused_ops.rms_norm_pair(qkv.to(device), wa.to(device), wb.to(device), 1e-6, 1e-5)
+    for got, part, w, eps, name in ((ga, qkv[..., :96], wa, 1e-6, "pair_a"), (gb, qkv[..., 96:136], wb, 1e-5, "pair_b")):
+        pf = part.float()
+        out[name] = ulp_excess(got.cpu(), ((pf * torch.rsqrt(pf.pow(2).mean(-1, keepdim=True) + eps)) * w).to(part.dtype))
     cfg = ModelConfig.from_name("kimi-k2-tp8-rank")
     B, T, H, QH = 2, 5, 8, 192
     q = torch.randn(B, T, H, QH, generator=gen).bfloat16()
@@ -65,11 +78,15 @@ def check_all(device: str) -> dict[str, float]:
 
 
 def forward_excess(device: str) -> float:
-    """A tiny bf16 target forward with the fused glue vs without: features within a few bf16 ulps."""
+    """A tiny bf16 target forward with the fused glue vs without: features within a few bf16 ulps.
+    Every token takes every expert (top_k = n_experts): a one-ulp difference may otherwise flip a
+    top-k routing choice and move a feature by a whole expert's output (the interpreter rounds
+    bf16 by truncation, the GPU to nearest even), which says nothing about the glue."""
     from kdengine.engine import fused_ops
     from kdengine.engine.step import chain_bits, forward, setup_engine
 
     cfg = ModelConfig.from_name("tiny", dtype="bfloat16")
+    cfg = ModelConfig.from_name("tiny", dtype="bfloat16", top_k=cfg.n_experts)
     outs = []
     for fused in (True, False):
         engine = setup_engine(cfg, device, 2, 256, backend="reference" if device == "cpu" else "triton", seed=3)
@@ -104,6 +121,10 @@ def test_bad_shapes_raise():
 
     with pytest.raises(ValueError, match="weight"):
         fused_ops.rms_norm(torch.zeros(2, 8), torch.ones(7), 1e-6)
+    with pytest.raises(ValueError, match="y"):
+        fused_ops.add_rms_norm(torch.zeros(2, 8), torch.zeros(2, 7), torch.ones(8), 1e-6)
+    with pytest.raises(ValueError, match="wa/wb"):
+        fused_ops.rms_norm_pair(torch.zeros(2, 8), torch.ones(6), torch.ones(3), 1e-6, 1e-6)
     B, T, H = 1, 2, 2
     q, q_lat = torch.zeros(B, T, H, 192), torch.zeros(H, B * T, 512)
     lat, k_pe, cs = torch.zeros(B, T, 512), torch.zeros(B, T, 64), torch.zeros(B, T, 64)
