@@ -93,7 +93,7 @@ def capture(fn, example_inputs: list[torch.Tensor], notes: list[str], what: str)
     """CapturedFn(fn, example_inputs), or None with a note when an op cannot be captured."""
     try:
         return CapturedFn(fn, example_inputs)
-    except RuntimeError as exc:  # a backend or op that cannot be captured: run eagerly, say so
+    except (RuntimeError, TypeError) as exc:  # a backend or op that cannot be captured (or an older torch): eager, say so
         notes.append(f"cuda graphs: {what} capture failed, running eagerly ({str(exc).splitlines()[0][:200]})")
         torch.cuda.synchronize()
         return None

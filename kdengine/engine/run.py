@@ -94,6 +94,7 @@ class DecodeResult:
     routing: str = "random"  # the MoE routing policy the result was measured under
     moe: dict = field(default_factory=dict)  # moe.moe_report: bytes read per step, share of the step, GB/s
     peak_mem_gib: float = 0.0  # torch.cuda.max_memory_allocated after the run (0 on the CPU)
+    host_step_ms: float = 0.0  # mean host time to issue one timed step (close to the step time: host-bound)
 
     @property
     def mean_step_ms(self) -> float:
@@ -147,11 +148,14 @@ def build_engine(s: DecodeSettings):
     return engine, policy
 
 
-def timed_steps(engine: Engine, s: DecodeSettings, policy, prof: Profiler, n: int, progress=None, offset: int = 0):
-    """n steps; per-step wall times (CUDA events or perf_counter) and tokens per step."""
+def timed_steps(engine: Engine, s: DecodeSettings, policy, prof: Profiler, n: int, progress=None, offset: int = 0,
+                host: list | None = None):
+    """n steps; per-step wall times (CUDA events or perf_counter) and tokens per step; `host` gets
+    each step's host time (perf_counter around the step's launches: near the step time = host-bound)."""
     cuda = engine.cache.pool.device.type == "cuda"
     marks, tokens = [], []
     for i in range(n):
+        t0 = time.perf_counter()
         if cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
@@ -163,6 +167,8 @@ def timed_steps(engine: Engine, s: DecodeSettings, policy, prof: Profiler, n: in
         else:
             end = time.perf_counter()
         marks.append((start, end))
+        if host is not None:
+            host.append(time.perf_counter() - t0)
         tokens.extend(counts)
         if progress is not None:
             progress(offset + i + 1, s.warmup_steps + s.steps)
@@ -251,7 +257,8 @@ def run_decode(s: DecodeSettings, progress=None) -> DecodeResult:
     notes.append("tree and mask: one build (timed as tree; mask is 0)")
     timed_steps(engine, s, policy, Profiler(engine.cache.pool.device, enabled=False), s.warmup_steps, progress)
     prof = Profiler(engine.cache.pool.device)
-    times, tokens = timed_steps(engine, s, policy, prof, s.steps, progress, s.warmup_steps)
+    host: list[float] = []
+    times, tokens = timed_steps(engine, s, policy, prof, s.steps, progress, s.warmup_steps, host)
     phases, ops = prof.phase_ms(), prof.op_ms()
     comm = prof.comm_ms()
     if graphs:
@@ -284,6 +291,7 @@ def run_decode(s: DecodeSettings, progress=None) -> DecodeResult:
         routing=engine.cfg.routing,
         moe=moe.moe_report(engine.cfg, touched, phases.get("verify-moe", 0.0), 1e3 * sum(times) / max(len(times), 1)),
         peak_mem_gib=torch.cuda.max_memory_allocated(dev) / 2**30 if dev.type == "cuda" else 0.0,
+        host_step_ms=1e3 * sum(host) / max(len(host), 1),
     )
     if engine.group is not None:
         gather_ranks(result, engine, comm)
