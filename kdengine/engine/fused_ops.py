@@ -47,10 +47,12 @@ def _add_rms_norm(X, Y, S, W, OUT, eps, D: tl.constexpr, BLOCK: tl.constexpr, F6
     row = tl.program_id(0).to(tl.int64)
     d = tl.arange(0, BLOCK)
     inside = d < D
-    acc = tl.float64 if F64 else tl.float32
-    x = tl.load(X + row * D + d, mask=inside, other=0.0).to(acc)
-    y = tl.load(Y + row * D + d, mask=inside, other=0.0).to(acc)
-    s = (x + y).to(S.dtype.element_ty)  # the residual stream, rounded as torch's x + y rounds it
+    x = tl.load(X + row * D + d, mask=inside, other=0.0)
+    y = tl.load(Y + row * D + d, mask=inside, other=0.0)
+    if F64:
+        s = x + y
+    else:  # the residual stream, rounded as torch's x + y rounds it (fp32 sum, one rounding)
+        s = (x.to(tl.float32) + y.to(tl.float32)).to(S.dtype.element_ty)
     tl.store(S + row * D + d, s, mask=inside)
     sf = s.to(tl.float32)
     r = tl.rsqrt(tl.sum(sf * sf, 0) / D + eps)
