@@ -72,8 +72,9 @@ def replay_or_run(engine: Engine, phase: str, eager: Callable, *inputs: torch.Te
 
 
 def capture_graphs(engine: Engine, budget: int, notes: list[str]) -> bool:
-    """Capture the drafter forward, the tree + mask build and the verify forward (T = budget + 1) of
-    this engine's batch; True when all three were captured (else the engine stays eager)."""
+    """Capture the drafter forward, the tree + mask build, the verify forward (T = budget + 1) and the
+    commit's device part of this engine's batch; True when the first three were captured (else the
+    engine stays eager; the commit graph is optional)."""
     impls = {m.impl for m in engine.model.modules() if hasattr(m, "impl")}
     reason = graphs.graph_blocker(engine.cache.pool.device, engine.backend, impls, engine.group)
     if reason is not None:
@@ -86,10 +87,17 @@ def capture_graphs(engine: Engine, budget: int, notes: list[str]) -> bool:
         lp, ids = captured["draft"].outputs
         captured["tree"] = graphs.capture(tree_eager(budget), [lp, ids, engine.root], notes, "tree")
     captured["verify"] = capture_verify(engine, budget, notes)
+    if captured["verify"] is not None:  # count 0 in the example: the warm-up runs commit nothing
+        feats = captured["verify"].outputs[1]
+        path = torch.arange(T, device=dev).repeat(B, 1)
+        count = torch.zeros(B, dtype=torch.int64, device=dev)
+        commit_graph = graphs.capture(commit_eager(engine), [path, count, torch.zeros_like(feats)], notes, "commit")
+        if commit_graph is not None:  # optional: the commit runs eagerly where it cannot be captured
+            captured["commit"] = commit_graph
     if any(g is None for g in captured.values()) or len(captured) < 3:
         return False
     engine.graphs, engine.budget = captured, budget
-    notes.append(f"cuda graphs: drafter, tree + mask and verify (T={T}, B={B}) captured once, replayed at every context length")
+    notes.append(f"cuda graphs: {', '.join(captured)} (T={T}, B={B}) captured once, replayed at every context length")
     return True
 
 
@@ -146,6 +154,10 @@ def tree_eager(budget: int):
         return tree.tokens, tree.parents, tree.depths, bits
 
     return build
+
+
+def commit_eager(engine: Engine):
+    return lambda path, count, features: commit_rows(engine, path, count, features)
 
 
 def verify_eager(engine: Engine, timer=None):
@@ -239,11 +251,16 @@ def accept(engine: Engine, tree: DraftTree, target, policy):
 
 def commit(engine: Engine, path, count, bonus, features, counts_host: list[int]) -> None:
     """Keep the accepted KV rows (compacted after the prefix), extend the drafter context, new root."""
+    replay_or_run(engine, "commit", commit_eager(engine), path, count, features)
+    engine.root = bonus
+    advance(engine, counts_host)
+
+
+def commit_rows(engine: Engine, path, count, features) -> None:
+    """The device part of commit (fixed shapes, no host sync: captured as the `commit` graph)."""
     engine.cache.compact(path, count)
     feats = features.gather(1, path[:, :, None].expand(-1, -1, features.shape[-1]))
     append_context(engine.drafter, engine.dcache, feats, count)
-    engine.root = bonus
-    advance(engine, counts_host)
 
 
 @torch.no_grad()
