@@ -25,9 +25,10 @@ from kdengine.engine.run import DecodeSettings, run_decode
 def line(ctx: int, routing: str, d: dict) -> str:
     ph = " ".join(f"{k}={v:.3f}" for k, v in d["phase_ms"].items())
     ops = " ".join(f"{k}={v:.3f}" for k, v in d["op_ms"].items())
+    moe = " ".join(f"{k}={v:.3f}" for k, v in d["moe_op_ms"].items())
     return (f"ctx {ctx} {routing}: {d['tok_per_s']:.1f} tok/s, step {d['mean_step_ms']:.3f} ms (host {d['host_step_ms']:.3f}), "
             f"floor {d['floor_ms']:.3f} ms ({d['step_over_floor']:.2f}x), graphs {d['cuda_graphs_used']}, "
-            f"all-reduce {d['all_reduce_ms']:.3f} ms\n  phases {ph}\n  ops {ops}\n  notes {d['notes'][1:]}")
+            f"all-reduce {d['all_reduce_ms']:.3f} ms\n  phases {ph}\n  ops {ops}\n  moe {moe}\n  notes {d['notes'][1:]}")
 
 
 def main() -> None:

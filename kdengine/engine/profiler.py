@@ -27,6 +27,10 @@ COMM = "all-reduce"  # TP collectives, timed inside the phases above: reported a
 OTHER_OPS = ("embed", "attn-norm", "post-norm", "qkv-down-proj", "q/kv-norm", "q-up-proj", "rope", "kv-write", "absorb-q",
              "absorb-o", "o-proj", "dense-mlp", "lm-head")
 OTHER_REST = "other-rest"
+# The parts of verify-moe, timed by the MoE module (its expert path's parts where it has them);
+# moe_op_ms() reports each (summed over layers) and MOE_REST for the rest of verify-moe.
+MOE_OPS = ("moe-route", "moe-dispatch", "moe-gate-up", "moe-down", "moe-combine", "moe-shared")
+MOE_REST = "moe-rest"
 
 
 class Profiler:
@@ -108,6 +112,27 @@ class Profiler:
         out = {k: totals[k] / n for k in OTHER_OPS if k in totals}
         out[OTHER_REST] = max(self.phase_ms()["other"] - sum(out.values()), 0.0)
         return out
+
+    def moe_op_ms(self) -> dict[str, float]:
+        """Mean ms per step of each op of MOE_OPS that was timed, then MOE_REST (the rest of
+        verify-moe: the all-reduce, event gaps); empty when none was timed."""
+        totals = self._sums(MOE_OPS)
+        if not totals:
+            return {}
+        n = max(len(self.steps), 1)
+        out = {k: totals[k] / n for k in MOE_OPS if k in totals}
+        out[MOE_REST] = max(self.phase_ms()["verify-moe"] - sum(out.values()), 0.0)
+        return out
+
+    def _sums(self, names) -> dict[str, float]:
+        if self.cuda:
+            torch.cuda.synchronize()
+        totals: dict[str, float] = {}
+        for step in self.steps:
+            for name, start, end in step:
+                if name in names:
+                    totals[name] = totals.get(name, 0.0) + self.elapsed_ms(start, end)
+        return totals
 
     def comm_ms(self) -> float:
         """Mean ms per step spent in TP collectives (already inside the phases of phase_ms)."""

@@ -12,6 +12,7 @@ Profile of a result (DecodeResult.profile(), also in the decode benchmark record
             MoE / other) comes from replays of a verify graph with its op events captured inside,
             scaled to the timed replay's verify time (split_graph_phases; the scale is in the notes)
   op_ms     the ops inside "other" (profiler.OTHER_OPS + other-rest), same scaling
+  moe_op_ms the parts of verify-moe (profiler.MOE_OPS + moe-rest), same scaling
   step_ms, floor_ms, step_over_floor, step_bytes, floor_ms_by_part: the step roofline (bytes the step
             reads: weights it touches, KV, drafter; over the measured copy bandwidth, read + write counted),
             and each part's share of the floor (weights ~ other + dense, experts ~ verify-moe, kv ~
@@ -87,6 +88,7 @@ class DecodeResult:
     all_reduce_share: float = 0.0  # TP: all_reduce_ms / mean step time
     rank_imbalance: dict = field(default_factory=dict)  # TP: parallel.summarize_ranks (max/mean per metric)
     op_ms: dict[str, float] = field(default_factory=dict)  # the ops of "other" (profiler.OTHER_OPS)
+    moe_op_ms: dict[str, float] = field(default_factory=dict)  # the parts of verify-moe (profiler.MOE_OPS)
     step_bytes: dict[str, int] = field(default_factory=dict)  # what one step reads, by part
     floor_ms: float = 0.0  # sum(step_bytes) / measured copy bandwidth
     copy_bytes_per_s: float = 0.0  # the measured copy bandwidth (read + write counted) behind floor_ms
@@ -104,7 +106,7 @@ class DecodeResult:
         """The per-phase and per-op profile and the step roofline (what attribution compares)."""
         step = self.mean_step_ms
         return {
-            "phase_ms": dict(self.phase_ms), "op_ms": dict(self.op_ms), "step_ms": step, "floor_ms": self.floor_ms,
+            "phase_ms": dict(self.phase_ms), "op_ms": dict(self.op_ms), "moe_op_ms": dict(self.moe_op_ms), "step_ms": step, "floor_ms": self.floor_ms,
             "step_over_floor": step / self.floor_ms if self.floor_ms > 0 else 0.0, "step_bytes": dict(self.step_bytes),
             "floor_ms_by_part": {k: 1e3 * v / self.copy_bytes_per_s for k, v in self.step_bytes.items()} if self.copy_bytes_per_s else {},
             "experts_touched": self.experts_touched,
@@ -183,7 +185,7 @@ def split_graph_phases(engine: Engine, s: DecodeSettings, policy, graph_phases: 
     other under replay: a verify graph with its op events captured inside (GraphOpTimer) runs a few
     steps; its parts are scaled to the timed replay's verify time (the events' own cost; the scale is
     noted). Where that capture fails, eager steps give the split instead (noted: launch gaps in it).
-    Returns (phase_ms, op_ms, all-reduce ms per step)."""
+    Returns (phase_ms, op_ms, moe_op_ms, all-reduce ms per step)."""
     parts = ("verify-attention", "verify-moe", "other")
     n = min(4, s.steps)
     if profile_verify_in_graph(engine, notes):
@@ -203,7 +205,8 @@ def split_graph_phases(engine: Engine, s: DecodeSettings, policy, graph_phases: 
     out = dict(graph_phases)
     for k in parts:
         out[k] = p[k] * scale
-    return out, {k: v * scale for k, v in prof.op_ms().items()}, prof.comm_ms() * scale
+    scaled = lambda ops: {k: v * scale for k, v in ops.items()}  # noqa: E731
+    return out, scaled(prof.op_ms()), scaled(prof.moe_op_ms()), prof.comm_ms() * scale
 
 
 # ---------------------------------------------------------------------------- step roofline
@@ -259,10 +262,9 @@ def run_decode(s: DecodeSettings, progress=None) -> DecodeResult:
     prof = Profiler(engine.cache.pool.device)
     host: list[float] = []
     times, tokens = timed_steps(engine, s, policy, prof, s.steps, progress, s.warmup_steps, host)
-    phases, ops = prof.phase_ms(), prof.op_ms()
-    comm = prof.comm_ms()
+    phases, ops, moe_ops, comm = prof.phase_ms(), prof.op_ms(), prof.moe_op_ms(), prof.comm_ms()
     if graphs:
-        phases, ops, comm = split_graph_phases(engine, s, policy, phases, notes)
+        phases, ops, moe_ops, comm = split_graph_phases(engine, s, policy, phases, notes)
     B, dev = s.batch, engine.cache.pool.device
     touched = touched_per_step(prof)
     nbytes = step_bytes(engine, s.context, s.budget + 1, touched)
@@ -284,6 +286,7 @@ def run_decode(s: DecodeSettings, progress=None) -> DecodeResult:
         expert_impl=engine.model.layers[-1].mlp.impl if engine.cfg.n_layers > engine.cfg.first_dense else "",
         notes=notes,
         op_ms=ops,
+        moe_op_ms=moe_ops,
         step_bytes=nbytes,
         floor_ms=1e3 * sum(nbytes.values()) / bandwidth,
         copy_bytes_per_s=bandwidth,
