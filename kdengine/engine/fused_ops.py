@@ -4,6 +4,9 @@
   add_rms_norm(x, y, weight, eps) the residual add and the next norm: (s = x + y in x.dtype, rms_norm(s))
   rms_norm_pair(x, wa, wb, eps)   two norms over the first DA and the next DB columns of x [..., >= DA + DB]
                                   (read in place: the MLA down-projection's q and kv parts) -> two tensors
+  moe_combine(y, inv, w, valid)   out[n] = sum_j valid[n, j] * w[n, j] * y[inv[n, j]] (fp32 sum in slot
+                                  order, y.dtype out): the routed experts' rows, sorted by expert, back
+                                  to their tokens; rows of invalid slots are never read
   mla_rope_pack(q_lat, q, latent, k_pe, cos, sin, pool, page_table, slots, page_size)
       q_lat [H, B*T, C], q [B, T, H, QH] (rope part last), latent [B, T, C], k_pe [B, T, R], cos/sin [B, T, R]
       -> q_abs [B, T, H, C + R] bf16 (absorbed query: latent part, then the rotated rope part), and the
@@ -76,6 +79,21 @@ def _rms_norm_pair(X, WA, WB, OA, OB, stride, eps_a, eps_b, DA: tl.constexpr, DB
     r = tl.rsqrt(tl.sum(x * x, 0) / DB + eps_b)
     w = tl.load(WB + b, mask=ib, other=0.0).to(tl.float32)
     tl.store(OB + row * DB + b, ((x * r) * w).to(OB.dtype.element_ty), mask=ib)
+
+
+@triton.jit
+def _moe_combine(Y, INV, W, VALID, OUT, D, K: tl.constexpr, BLOCK: tl.constexpr):
+    n = tl.program_id(0).to(tl.int64)
+    d = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    inside = d < D
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for j in tl.static_range(K):
+        ok = tl.load(VALID + n * K + j).to(tl.int32)  # 1 or 0
+        slot = tl.load(INV + n * K + j).to(tl.int64)
+        wt = tl.load(W + n * K + j).to(tl.float32) * ok.to(tl.float32)
+        row = tl.load(Y + slot * D + d, mask=d < D * ok, other=0.0).to(tl.float32)  # invalid: nothing read
+        acc += wt * row
+    tl.store(OUT + n * D + d, acc.to(OUT.dtype.element_ty), mask=inside)
 
 
 @triton.jit
@@ -174,6 +192,23 @@ def rms_norm_pair(x: torch.Tensor, wa: torch.Tensor, wb: torch.Tensor, eps_a: fl
     return oa, ob
 
 
+def moe_combine(y: torch.Tensor, inv: torch.Tensor, w: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """y [NK, D] (expert outputs, one row per assignment, sorted by expert; rows of invalid slots
+    may hold anything), inv [N, k] (each slot's row in y), w [N, k] routing weights, valid [N, k]
+    bool -> [N, D] in y.dtype. One launch; deterministic (no atomics)."""
+    N, k = inv.shape
+    if w.shape != (N, k) or valid.shape != (N, k) or y.dim() != 2 or y.shape[0] < N * k:
+        raise ValueError(f"w/valid/y: expected [{N}, {k}], [{N}, {k}] and [>= {N * k}, D], "
+                         f"got {list(w.shape)}, {list(valid.shape)} and {list(y.shape)}")
+    D = y.shape[1]
+    out = torch.empty(N, D, dtype=y.dtype, device=y.device)
+    if N and D:
+        BLOCK = 1024
+        _moe_combine[(N, triton.cdiv(D, BLOCK))](y.contiguous(), inv.contiguous(), w.float().contiguous(),
+                                                 valid.to(torch.int8).contiguous(), out, D, K=k, BLOCK=BLOCK, num_warps=4)
+    return out
+
+
 def mla_rope_pack(q_lat, q, latent, k_pe, cos, sin, pool, page_table, slots, page_size: int) -> torch.Tensor:
     """The absorbed query [B, T, H, C + R] bf16, and the rotated KV rows written into `pool`.
 
@@ -205,4 +240,4 @@ def mla_rope_pack(q_lat, q, latent, k_pe, cos, sin, pool, page_table, slots, pag
     return q_abs
 
 
-__all__ = ["add_rms_norm", "fused_available", "mla_rope_pack", "rms_norm", "rms_norm_pair"]
+__all__ = ["add_rms_norm", "fused_available", "mla_rope_pack", "moe_combine", "rms_norm", "rms_norm_pair"]

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kdengine.engine import fused_ops
 from kdengine.engine.config import ModelConfig, expert_bytes, expert_range, parse_routing
 
 
@@ -258,6 +259,9 @@ def experts_grouped_mm(moe: MoE, x, local, w, valid, timer=_null_timer):
     with timer("moe-down"):
         y = torch._grouped_mm(h, down.transpose(1, 2), offs=offs)  # [N*k, D]
     with timer("moe-combine"):
+        if fused_ops.fused_available(x):  # one launch; reads only the valid slots' rows
+            inv = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=x.device))
+            return fused_ops.moe_combine(y, inv.view(-1, k), w, valid)
         scale = w.flatten()[order].float()
         y = torch.where((key < E)[:, None], y.float() * scale[:, None], torch.zeros((), device=x.device))
         # Un-sort with a permutation (unique indices) and sum each token's k rows: deterministic, no atomics.

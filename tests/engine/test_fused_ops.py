@@ -49,6 +49,16 @@ def check_all(device: str) -> dict[str, float]:
     for got, part, w, eps, name in ((ga, qkv[..., :96], wa, 1e-6, "pair_a"), (gb, qkv[..., 96:136], wb, 1e-5, "pair_b")):
         pf = part.float()
         out[name] = ulp_excess(got.cpu(), ((pf * torch.rsqrt(pf.pow(2).mean(-1, keepdim=True) + eps)) * w).to(part.dtype))
+    N, k, D = 6, 3, 1100  # MoE combine: rows sorted by expert, invalid slots' rows poisoned
+    valid = torch.rand(N, k, generator=gen) < 0.7
+    w = torch.rand(N, k, generator=gen)
+    order = torch.randperm(N * k, generator=gen)  # sorted position -> assignment
+    inv = torch.empty_like(order).scatter_(0, order, torch.arange(N * k)).view(N, k)
+    y = torch.randn(N * k + 2, D, generator=gen).bfloat16()
+    y[inv[~valid]] = float("nan")
+    ref = (y[inv].float() * (w * valid)[..., None]).nan_to_num(0.0).sum(1).bfloat16()
+    got = fused_ops.moe_combine(y.to(device), inv.to(device), w.to(device), valid.to(device)).cpu()
+    out["moe_combine"] = ulp_excess(got, ref) if not got.isnan().any() else float("inf")
     cfg = ModelConfig.from_name("kimi-k2-tp8-rank")
     B, T, H, QH = 2, 5, 8, 192
     q = torch.randn(B, T, H, QH, generator=gen).bfloat16()
@@ -123,6 +133,8 @@ def test_bad_shapes_raise():
         fused_ops.rms_norm(torch.zeros(2, 8), torch.ones(7), 1e-6)
     with pytest.raises(ValueError, match="y"):
         fused_ops.add_rms_norm(torch.zeros(2, 8), torch.zeros(2, 7), torch.ones(8), 1e-6)
+    with pytest.raises(ValueError, match="w/valid/y"):
+        fused_ops.moe_combine(torch.zeros(5, 8), torch.zeros(2, 3, dtype=torch.int64), torch.zeros(2, 3), torch.ones(2, 3, dtype=torch.bool))
     with pytest.raises(ValueError, match="wa/wb"):
         fused_ops.rms_norm_pair(torch.zeros(2, 8), torch.ones(6), torch.ones(3), 1e-6, 1e-6)
     B, T, H = 1, 2, 2
