@@ -4,6 +4,11 @@
   add_rms_norm(x, y, weight, eps) the residual add and the next norm: (s = x + y in x.dtype, rms_norm(s))
   rms_norm_pair(x, wa, wb, eps)   two norms over the first DA and the next DB columns of x [..., >= DA + DB]
                                   (read in place: the MLA down-projection's q and kv parts) -> two tensors
+  moe_route(logits, bias, k, scale) the router after its GEMM: top-k of sigmoid(logits) + bias per token,
+                                  the chosen sigmoid scores normalised to sum 1, times scale
+  moe_plan(ids, lo, E, load)      the grouped GEMM's plan from global expert ids [N, k]: slots of this rank's
+                                  experts sorted by expert (stable), other ranks' slots last; rows, inverse,
+                                  end offsets, valid mask; each expert's count added to load [E]
   moe_combine(y, inv, w, valid)   out[n] = sum_j valid[n, j] * w[n, j] * y[inv[n, j]] (fp32 sum in slot
                                   order, y.dtype out): the routed experts' rows, sorted by expert, back
                                   to their tokens; rows of invalid slots are never read
@@ -79,6 +84,50 @@ def _rms_norm_pair(X, WA, WB, OA, OB, stride, eps_a, eps_b, DA: tl.constexpr, DB
     r = tl.rsqrt(tl.sum(x * x, 0) / DB + eps_b)
     w = tl.load(WB + b, mask=ib, other=0.0).to(tl.float32)
     tl.store(OB + row * DB + b, ((x * r) * w).to(OB.dtype.element_ty), mask=ib)
+
+
+@triton.jit
+def _moe_route(LOGITS, BIAS, IDS, W, n_experts, scale, K: tl.constexpr, KP: tl.constexpr, BLOCK: tl.constexpr):
+    n = tl.program_id(0).to(tl.int64)
+    e = tl.arange(0, BLOCK)
+    inside = e < n_experts
+    score = tl.sigmoid(tl.load(LOGITS + n * n_experts + e, mask=inside, other=0.0).to(tl.float32))
+    sel = tl.where(inside, score + tl.load(BIAS + e, mask=inside, other=0.0), float("-inf"))
+    slot = tl.arange(0, KP)
+    ids = tl.zeros([KP], dtype=tl.int32)
+    w = tl.zeros([KP], dtype=tl.float32)
+    for j in tl.static_range(K):  # top-k by repeated max; ties go to the lowest expert id
+        best = tl.max(sel, 0)
+        pick = tl.min(tl.where(sel == best, e, BLOCK), 0)
+        ids = tl.where(slot == j, pick, ids)
+        w = tl.where(slot == j, tl.sum(tl.where(e == pick, score, 0.0), 0), w)
+        sel = tl.where(e == pick, float("-inf"), sel)
+    tl.store(IDS + n * K + slot, ids.to(tl.int64), mask=slot < K)
+    tl.store(W + n * K + slot, w / tl.sum(w, 0) * scale, mask=slot < K)
+
+
+@triton.jit
+def _moe_plan(IDS, ROWS, INV, OFFS, VALID, LOAD, NK, lo, E, K: tl.constexpr, BLOCK: tl.constexpr):
+    """One program: a counting sort of the NK slots by local expert (stable), other ranks' slots last."""
+    a = tl.arange(0, BLOCK)
+    live = a < NK
+    local = tl.load(IDS + a, mask=live, other=0) - lo
+    valid = live & (local >= 0) & (local < E)
+    key = tl.where(valid, local, E)
+    key = tl.where(live, key, E + 1)
+    pos = tl.zeros([BLOCK], dtype=tl.int32)
+    start = tl.sum(pos, 0)  # an int32 zero
+    for x in range(0, E + 1):  # expert x's slots take the next count[x] positions, in slot order
+        m = (key == x).to(tl.int32)
+        pos = tl.where(key == x, start + tl.cumsum(m, 0) - 1, pos)
+        cnt = tl.sum(m, 0)
+        start += cnt
+        if x < E:
+            tl.store(OFFS + x, start)
+            tl.store(LOAD + x, tl.load(LOAD + x) + cnt.to(tl.float32))
+    tl.store(ROWS + pos, (a // K).to(tl.int64), mask=live)
+    tl.store(INV + a, pos.to(tl.int64), mask=live)
+    tl.store(VALID + a, valid.to(tl.int8), mask=live)
 
 
 @triton.jit
@@ -192,6 +241,40 @@ def rms_norm_pair(x: torch.Tensor, wa: torch.Tensor, wb: torch.Tensor, eps_a: fl
     return oa, ob
 
 
+def moe_route(logits: torch.Tensor, bias: torch.Tensor, k: int, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits [N, n_experts] (the router GEMM's output), bias [n_experts] fp32 -> (ids [N, k] int64,
+    w [N, k] fp32): the k largest sigmoid(logits) + bias, best first (ties: lowest id), and their
+    sigmoid scores normalised to sum 1 times scale. One launch."""
+    N, n_experts = logits.shape
+    if bias.shape != (n_experts,) or not 1 <= k <= n_experts:
+        raise ValueError(f"bias/k: expected [{n_experts}] and 1 <= k <= {n_experts}, got {list(bias.shape)} and {k}")
+    ids = torch.empty(N, k, dtype=torch.int64, device=logits.device)
+    w = torch.empty(N, k, dtype=torch.float32, device=logits.device)
+    if N:
+        _moe_route[(N,)](logits.contiguous(), bias.float().contiguous(), ids, w, n_experts, float(scale), K=k,
+                         KP=triton.next_power_of_2(k), BLOCK=triton.next_power_of_2(n_experts), num_warps=4)
+    return ids, w
+
+
+def moe_plan(ids: torch.Tensor, lo: int, E: int, load: torch.Tensor):
+    """ids [N, k] global expert ids; this rank's experts are lo..lo+E-1; load [E] fp32 (counts added).
+    Returns (rows [N*k] int64: the token of each sorted slot, inv [N, k] int64: each slot's sorted
+    position, offs [E] int32: end of each expert's run, valid [N, k] int8: 1 = this rank's expert).
+    One launch (one program)."""
+    N, k = ids.shape
+    if load.shape != (E,) or load.dtype != torch.float32:
+        raise ValueError(f"load: expected float32 [{E}], got {load.dtype} {list(load.shape)}")
+    NK = N * k
+    rows = torch.empty(NK, dtype=torch.int64, device=ids.device)
+    inv = torch.empty(N, k, dtype=torch.int64, device=ids.device)
+    offs = torch.empty(E, dtype=torch.int32, device=ids.device)
+    valid = torch.empty(N, k, dtype=torch.int8, device=ids.device)
+    if NK:
+        _moe_plan[(1,)](ids.contiguous(), rows, inv, offs, valid, load, NK, lo, E, K=k,
+                        BLOCK=triton.next_power_of_2(NK), num_warps=8)
+    return rows, inv, offs, valid
+
+
 def moe_combine(y: torch.Tensor, inv: torch.Tensor, w: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     """y [NK, D] (expert outputs, one row per assignment, sorted by expert; rows of invalid slots
     may hold anything), inv [N, k] (each slot's row in y), w [N, k] routing weights, valid [N, k]
@@ -205,7 +288,7 @@ def moe_combine(y: torch.Tensor, inv: torch.Tensor, w: torch.Tensor, valid: torc
     if N and D:
         BLOCK = 1024
         _moe_combine[(N, triton.cdiv(D, BLOCK))](y.contiguous(), inv.contiguous(), w.float().contiguous(),
-                                                 valid.to(torch.int8).contiguous(), out, D, K=k, BLOCK=BLOCK, num_warps=4)
+                                                 valid.to(torch.int8).contiguous(), out, D, K=k, BLOCK=BLOCK, num_warps=4)  # int8: no copy
     return out
 
 
@@ -240,4 +323,4 @@ def mla_rope_pack(q_lat, q, latent, k_pe, cos, sin, pool, page_table, slots, pag
     return q_abs
 
 
-__all__ = ["add_rms_norm", "fused_available", "mla_rope_pack", "moe_combine", "rms_norm", "rms_norm_pair"]
+__all__ = ["add_rms_norm", "fused_available", "mla_rope_pack", "moe_combine", "moe_plan", "moe_route", "rms_norm", "rms_norm_pair"]

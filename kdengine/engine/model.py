@@ -307,6 +307,12 @@ class Step:
             self._rope = (positions, rope_tables(positions, self.inv_freq))
         return self._rope[1]
 
+    def next_load_row(self) -> torch.Tensor:
+        """This MoE layer's row of expert_load [E] (a fused kernel adds its counts there)."""
+        row = self.expert_load[self.moe_calls]
+        self.moe_calls += 1
+        return row
+
     def count_experts(self, local, valid) -> None:
         """Tokens routed to each local expert by this MoE layer (row moe_calls of expert_load)."""
         E = self.cfg.local_experts

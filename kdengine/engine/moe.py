@@ -67,6 +67,8 @@ def route(x, moe: MoE):
     sigmoid scores, top-k on score + bias (or the policy's draw), normalized weights."""
     cfg = moe.cfg
     weight, bias = moe.gate.fp32_weights()
+    if moe.policy == "random" and fused_ops.fused_available(x):  # sigmoid, top-k, normalise: one launch
+        return fused_ops.moe_route(F.linear(x.float(), weight), bias, cfg.top_k, cfg.routed_scaling)
     scores = torch.sigmoid(F.linear(x.float(), weight))  # [N, E_total]
     if moe.policy == "random":
         ids = torch.topk(scores + bias, cfg.top_k, dim=-1).indices
@@ -179,13 +181,20 @@ class MoE(nn.Module):
         timer = timer or _null_timer
         B, T, D = x.shape
         flat = x.reshape(-1, D)
+        E = self.cfg.local_experts
         with timer("moe-route"):
             ids, w = route(flat, self)
             lo, _ = expert_range(self.cfg)
-            local = ids - lo  # [N, k]; outside [0, E) = another rank's expert
-            valid = (local >= 0) & (local < self.cfg.local_experts)
-            step.count_experts(local, valid)
-        out = EXPERT_IMPLS[self.impl](self, flat, local, w, valid, timer)
+            if self.impl == "grouped_mm" and fused_ops.fused_available(flat):  # sort + load count: one launch
+                plan = fused_ops.moe_plan(ids, lo, E, step.next_load_row())
+            else:
+                local = ids - lo  # [N, k]; outside [0, E) = another rank's expert
+                valid = (local >= 0) & (local < E)
+                step.count_experts(local, valid)
+        if self.impl == "grouped_mm" and fused_ops.fused_available(flat):
+            out = experts_planned(self, flat, plan, w, timer)
+        else:
+            out = EXPERT_IMPLS[self.impl](self, flat, local, w, valid, timer)
         with timer("moe-shared"):
             return (out + self.shared_experts(flat)).view(B, T, D)  # this rank's partial sum
 
@@ -253,11 +262,7 @@ def experts_grouped_mm(moe: MoE, x, local, w, valid, timer=_null_timer):
         order, key, offs = sort_assignments(local, valid, E)
         rows = order // k
         a = x[rows]  # [N*k, D]
-        gate_up, down = moe.dequantized(dtype=x.dtype)
-    with timer("moe-gate-up"):
-        h = swiglu(torch._grouped_mm(a, gate_up.transpose(1, 2), offs=offs))
-    with timer("moe-down"):
-        y = torch._grouped_mm(h, down.transpose(1, 2), offs=offs)  # [N*k, D]
+    y = grouped_ffn(moe, a, offs, timer)  # [N*k, D]
     with timer("moe-combine"):
         if fused_ops.fused_available(x):  # one launch; reads only the valid slots' rows
             inv = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=x.device))
@@ -267,6 +272,27 @@ def experts_grouped_mm(moe: MoE, x, local, w, valid, timer=_null_timer):
         # Un-sort with a permutation (unique indices) and sum each token's k rows: deterministic, no atomics.
         unsorted = torch.empty_like(y).index_copy_(0, order, y)
         return unsorted.view(-1, k, y.shape[-1]).sum(1).to(x.dtype)
+
+
+def experts_planned(moe: MoE, x, plan, w, timer=_null_timer):
+    """The grouped_mm path from a fused_ops.moe_plan (slots already sorted by expert, loads counted):
+    gather the sorted rows, the two grouped GEMMs, and the fused combine."""
+    rows, inv, offs, valid = plan
+    with timer("moe-dispatch"):
+        a = x[rows]  # [N*k, D]
+    y = grouped_ffn(moe, a, offs, timer)
+    with timer("moe-combine"):
+        return fused_ops.moe_combine(y, inv, w, valid)
+
+
+def grouped_ffn(moe: MoE, a, offs, timer=_null_timer):
+    """SwiGLU experts over rows a [N*k, D] grouped by expert (offs [E]: end of each group) -> [N*k, D]
+    (rows past offs[-1] are not written)."""
+    gate_up, down = moe.dequantized(dtype=a.dtype)
+    with timer("moe-gate-up"):
+        h = swiglu(torch._grouped_mm(a, gate_up.transpose(1, 2), offs=offs))
+    with timer("moe-down"):
+        return torch._grouped_mm(h, down.transpose(1, 2), offs=offs)
 
 
 def experts_dense(moe: MoE, x, local, w, valid, timer=_null_timer):
