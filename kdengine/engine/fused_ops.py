@@ -87,12 +87,29 @@ def _rms_norm_pair(X, WA, WB, OA, OB, stride, eps_a, eps_b, DA: tl.constexpr, DB
 
 
 @triton.jit
-def _moe_route(LOGITS, BIAS, IDS, W, n_experts, scale, K: tl.constexpr, KP: tl.constexpr, BLOCK: tl.constexpr):
+def _shr(z, s: tl.constexpr):
+    return (z >> s) & ((1 << (64 - s)) - 1)  # logical shift of int64 (kdengine.engine.moe._shr)
+
+
+@triton.jit
+def _moe_route(LOGITS, BIAS, LOGP, CALLS, SALT, IDS, W, n_experts, scale, golden, mix1, mix2,
+               K: tl.constexpr, KP: tl.constexpr, BLOCK: tl.constexpr, DRAW: tl.constexpr):
     n = tl.program_id(0).to(tl.int64)
     e = tl.arange(0, BLOCK)
     inside = e < n_experts
     score = tl.sigmoid(tl.load(LOGITS + n * n_experts + e, mask=inside, other=0.0).to(tl.float32))
-    sel = tl.where(inside, score + tl.load(BIAS + e, mask=inside, other=0.0), float("-inf"))
+    if DRAW:  # Gumbel top-k over log_p, noise from the counter hash (kdengine.engine.moe.hash_uniform)
+        z = (tl.load(CALLS) * 1_000_003 + tl.load(SALT)) * 1_000_000_007 + n * 65_537
+        z = z * n_experts + e.to(tl.int64) + golden
+        z = (z ^ _shr(z, 30)) * mix1
+        z = (z ^ _shr(z, 27)) * mix2
+        z = z ^ _shr(z, 31)
+        u = (_shr(z, 40).to(tl.float32) + 0.5) / 16777216.0
+        u = tl.minimum(tl.maximum(u, 1e-7), 1 - 1e-7)
+        key = tl.load(LOGP + e, mask=inside, other=0.0) - tl.log(-tl.log(u))
+    else:
+        key = score + tl.load(BIAS + e, mask=inside, other=0.0)
+    sel = tl.where(inside, key, float("-inf"))
     slot = tl.arange(0, KP)
     ids = tl.zeros([KP], dtype=tl.int32)
     w = tl.zeros([KP], dtype=tl.float32)
@@ -241,18 +258,25 @@ def rms_norm_pair(x: torch.Tensor, wa: torch.Tensor, wb: torch.Tensor, eps_a: fl
     return oa, ob
 
 
-def moe_route(logits: torch.Tensor, bias: torch.Tensor, k: int, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+def moe_route(logits: torch.Tensor, bias: torch.Tensor, k: int, scale: float, draw=None) -> tuple[torch.Tensor, torch.Tensor]:
     """logits [N, n_experts] (the router GEMM's output), bias [n_experts] fp32 -> (ids [N, k] int64,
     w [N, k] fp32): the k largest sigmoid(logits) + bias, best first (ties: lowest id), and their
-    sigmoid scores normalised to sum 1 times scale. One launch."""
+    sigmoid scores normalised to sum 1 times scale. draw = (log_p [n_experts] fp32, calls, salt) (0-d
+    int64 device tensors): the k largest log_p + Gumbel noise of the counter hash instead (the
+    uniform / skewed routing policies, kdengine.engine.moe.draw_experts; calls already advanced).
+    One launch."""
+    from kdengine.engine.moe import _GOLDEN, _MIX1, _MIX2
+
     N, n_experts = logits.shape
     if bias.shape != (n_experts,) or not 1 <= k <= n_experts:
         raise ValueError(f"bias/k: expected [{n_experts}] and 1 <= k <= {n_experts}, got {list(bias.shape)} and {k}")
     ids = torch.empty(N, k, dtype=torch.int64, device=logits.device)
     w = torch.empty(N, k, dtype=torch.float32, device=logits.device)
+    log_p, calls, salt = draw if draw is not None else (bias, ids, ids)  # unread without a draw
     if N:
-        _moe_route[(N,)](logits.contiguous(), bias.float().contiguous(), ids, w, n_experts, float(scale), K=k,
-                         KP=triton.next_power_of_2(k), BLOCK=triton.next_power_of_2(n_experts), num_warps=4)
+        _moe_route[(N,)](logits.contiguous(), bias.float().contiguous(), log_p.float().contiguous(), calls, salt, ids, w,
+                         n_experts, float(scale), _GOLDEN, _MIX1, _MIX2, K=k, KP=triton.next_power_of_2(k),
+                         BLOCK=triton.next_power_of_2(n_experts), DRAW=draw is not None, num_warps=4)
     return ids, w
 
 

@@ -67,8 +67,12 @@ def route(x, moe: MoE):
     sigmoid scores, top-k on score + bias (or the policy's draw), normalized weights."""
     cfg = moe.cfg
     weight, bias = moe.gate.fp32_weights()
-    if moe.policy == "random" and fused_ops.fused_available(x):  # sigmoid, top-k, normalise: one launch
-        return fused_ops.moe_route(F.linear(x.float(), weight), bias, cfg.top_k, cfg.routed_scaling)
+    if fused_ops.fused_available(x):  # sigmoid, top-k (or the policy's draw), normalise: one launch
+        draw = None
+        if moe.policy != "random":
+            moe.calls += 1  # as draw_experts: on the device, advances inside a replayed graph too
+            draw = (moe.log_p, moe.calls, moe.salt)
+        return fused_ops.moe_route(F.linear(x.float(), weight), bias, cfg.top_k, cfg.routed_scaling, draw)
     scores = torch.sigmoid(F.linear(x.float(), weight))  # [N, E_total]
     if moe.policy == "random":
         ids = torch.topk(scores + bias, cfg.top_k, dim=-1).indices

@@ -59,7 +59,7 @@ def check_all(device: str) -> dict[str, float]:
     ref = (y[inv].float() * (w * valid)[..., None]).nan_to_num(0.0).sum(1).bfloat16()
     got = fused_ops.moe_combine(y.to(device), inv.to(device), w.to(device), valid.to(device)).cpu()
     out["moe_combine"] = ulp_excess(got, ref) if not got.isnan().any() else float("inf")
-    from kdengine.engine.moe import sort_assignments
+    from kdengine.engine.moe import hash_uniform, sort_assignments
 
     for N, k, n_exp, lo, E in ((64, 8, 384, 48, 48), (5, 2, 8, 4, 4)):  # router top-k and the grouped GEMM plan
         logits, bias = torch.randn(N, n_exp, generator=gen), torch.randn(n_exp, generator=gen) * 0.1
@@ -69,6 +69,12 @@ def check_all(device: str) -> dict[str, float]:
         ref_w = score.gather(1, ref_ids)
         out[f"route_ids{N}"] = 0.0 if torch.equal(ids.cpu(), ref_ids) else float("inf")
         out[f"route_w{N}"] = float((w.cpu() - ref_w / ref_w.sum(-1, keepdim=True) * 2.5).abs().max()) - 1e-6
+        log_p, calls, salt = torch.randn(n_exp, generator=gen), torch.tensor(7), torch.tensor(3)  # a policy's draw
+        d_ids, d_w = fused_ops.moe_route(logits.to(device), bias.to(device), k, 1.0, (log_p.to(device), calls.to(device), salt.to(device)))
+        d_ref = torch.topk(log_p - torch.log(-torch.log(hash_uniform(calls, salt, N, n_exp))), k, dim=-1).indices
+        out[f"draw_ids{N}"] = 0.0 if torch.equal(d_ids.cpu(), d_ref) else float("inf")
+        d_rw = score.gather(1, d_ref)
+        out[f"draw_w{N}"] = float((d_w.cpu() - d_rw / d_rw.sum(-1, keepdim=True)).abs().max()) - 1e-6
         load = torch.zeros(E, device=device)
         rows, inv, offs, valid = fused_ops.moe_plan(ids, lo, E, load)
         local = ref_ids - lo
