@@ -41,9 +41,10 @@ wait $A; echo "part A rc $? ($(( $(date +%s) - start )) s)"; cat "$OUT/engine.lo
 
 if [[ $NG -ge 2 ]]; then
   start=$(date +%s)
-  timeout ${TP_TIMEOUT:-110} torchrun --standalone --nproc-per-node 2 ci/gpu/engine_decode.py --tp 2 \
+  NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT timeout ${TP_TIMEOUT:-110} torchrun --standalone --nproc-per-node 2 ci/gpu/engine_decode.py --tp 2 \
     --out "$OUT/tp2_run.json" --ctxs ${TP_CTXS:-$CTXS} --backend "${BACKEND:-triton}" --steps "${STEPS:-32}" \
-    2>&1 | tee "$OUT/tp2.log" | grep -v Warning
+    2>&1 | tee "$OUT/tp2.log" | grep -v "Warning\|NCCL INFO"
+  grep -E "NCCL INFO (Channel 00|.*via|NCCL version)" "$OUT/tp2.log" | sort -u | head -8  # the transport the all-reduces use
   echo "part B rc $? ($(( $(date +%s) - start )) s)"
   left=$(( ${BUDGET_S:-240} - ($(date +%s) - T0) - 5 ))
   echo "2-GPU test: ${left} s left"
