@@ -134,6 +134,10 @@ class Profiler:
                     totals[name] = totals.get(name, 0.0) + self.elapsed_ms(start, end)
         return totals
 
+    def verify_ms(self) -> float:
+        """Mean ms per step of the whole target forward (VERIFY)."""
+        return sum(self._sums((VERIFY,)).values()) / max(len(self.steps), 1)
+
     def comm_ms(self) -> float:
         """Mean ms per step spent in TP collectives (already inside the phases of phase_ms)."""
         if self.cuda:
@@ -171,11 +175,13 @@ class GraphOpTimer:
     """The model's op timer for a CUDA graph capture: each timed region records a pair of external
     timing events (torch.cuda.Event(external=True)) into the graph, so every replay re-records them
     around the replayed kernels. read() after a replay returns this replay's (name, ms) pairs (one
-    host sync: a profiling pass, not the timed steps). start() forgets the marks of an earlier
-    forward (the capture's warm-up runs)."""
+    host sync: a profiling pass, not the timed steps), each less the cost of the event nodes inside
+    it (overhead_ms per event node: its own end event and two per nested region; see
+    event_overhead_ms). start() forgets the marks of an earlier forward (the capture's warm-up runs)."""
 
     def __init__(self):
-        self.marks: list[tuple[str, object, object]] = []
+        self.marks: list[tuple[str, object, object, int]] = []
+        self.overhead_ms = 0.0
 
     def start(self) -> None:
         self.marks = []
@@ -183,14 +189,26 @@ class GraphOpTimer:
     @contextlib.contextmanager
     def __call__(self, name: str):
         start, end = (torch.cuda.Event(enable_timing=True, external=True) for _ in range(2))
+        before = len(self.marks)
         start.record()
         yield
         end.record()
-        self.marks.append((name, start, end))
+        self.marks.append((name, start, end, len(self.marks) - before))  # regions nested inside this one
 
     def read(self) -> list[tuple[str, float]]:
         torch.cuda.synchronize()
-        return [(name, a.elapsed_time(b)) for name, a, b in self.marks]
+        return [(name, corrected_ms(a.elapsed_time(b), nested, self.overhead_ms)) for name, a, b, nested in self.marks]
+
+
+def event_overhead_ms(profiled_ms: float, replayed_ms: float, pairs: int) -> float:
+    """The cost of one event node in a replayed graph: the time the op-timed graph takes beyond the
+    plain one, over its 2 * pairs event nodes (0 when it is not slower)."""
+    return max(profiled_ms - replayed_ms, 0.0) / (2 * pairs) if pairs else 0.0
+
+
+def corrected_ms(raw_ms: float, nested: int, overhead_ms: float) -> float:
+    """A region's time less its event nodes: its end event and the two of each nested region."""
+    return max(raw_ms - overhead_ms * (1 + 2 * nested), 0.0)
 
 
 # ---------------------------------------------------------------------------- attribution

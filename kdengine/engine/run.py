@@ -9,10 +9,10 @@ accepted + bonus tokens over the timed steps for the layers actually run (never 
 
 Profile of a result (DecodeResult.profile(), also in the decode benchmark record's extra dict):
   phase_ms  mean ms per step of each phase (profiler.PHASES); under graphs the verify split (attention /
-            MoE / other) comes from replays of a verify graph with its op events captured inside,
-            scaled to the timed replay's verify time (split_graph_phases; the scale is in the notes)
-  op_ms     the ops inside "other" (profiler.OTHER_OPS + other-rest), same scaling
-  moe_op_ms the parts of verify-moe (profiler.MOE_OPS + moe-rest), same scaling
+            MoE / other) comes from replays of a verify graph with its op events captured inside, less
+            the events' own cost (split_graph_phases; the cost per event node is in the notes)
+  op_ms     the ops inside "other" (profiler.OTHER_OPS + other-rest), measured the same way
+  moe_op_ms the parts of verify-moe (profiler.MOE_OPS + moe-rest), measured the same way
   step_ms, floor_ms, step_over_floor, step_bytes, floor_ms_by_part: the step roofline (bytes the step
             reads: weights it touches, KV, drafter; over the measured copy bandwidth, read + write counted),
             and each part's share of the floor (weights ~ other + dense, experts ~ verify-moe, kv ~
@@ -31,7 +31,7 @@ from kdengine.engine.accept import ReplayPolicy
 from kdengine.engine.config import ModelConfig
 from kdengine.engine.graphs import choose_expert_impl
 from kdengine.engine.kv_cache import D_QK
-from kdengine.engine.profiler import Profiler
+from kdengine.engine.profiler import OTHER_REST, Profiler, event_overhead_ms
 from kdengine.engine.step import (
     Engine,
     capture_graphs,
@@ -181,32 +181,51 @@ def timed_steps(engine: Engine, s: DecodeSettings, policy, prof: Profiler, n: in
 
 
 def split_graph_phases(engine: Engine, s: DecodeSettings, policy, graph_phases: dict[str, float], notes: list[str]):
-    """Graph steps time verify as one replay. Split it into attention / MoE / other and the ops of
-    other under replay: a verify graph with its op events captured inside (GraphOpTimer) runs a few
-    steps; its parts are scaled to the timed replay's verify time (the events' own cost; the scale is
-    noted). Where that capture fails, eager steps give the split instead (noted: launch gaps in it).
-    Returns (phase_ms, op_ms, moe_op_ms, all-reduce ms per step)."""
+    """Graph steps time verify as one replay. Split it into attention / MoE / other, the ops of other
+    and the parts of the MoE under replay: a verify graph with its op events captured inside
+    (GraphOpTimer) runs a few steps. Its event nodes cost time of their own: two calibration steps
+    give the cost of one (the op-timed verify beyond the timed replay's, over its event nodes), which
+    is subtracted from every region that holds event nodes; other = the timed replay's verify less
+    attention and MoE. Where that capture fails, eager steps give the split, scaled to the replayed
+    verify (noted: launch gaps in it). Returns (phase_ms, op_ms, moe_op_ms, all-reduce ms per step)."""
     parts = ("verify-attention", "verify-moe", "other")
     n = min(4, s.steps)
-    if profile_verify_in_graph(engine, notes):
-        prof = Profiler(engine.cache.pool.device)
-        timed_steps(engine, s, policy, prof, n)
-        how = "replays of a verify graph with its op events captured inside"
-    else:
+    graph_verify = sum(graph_phases[k] for k in parts)
+    dev = engine.cache.pool.device
+    if not profile_verify_in_graph(engine, notes):
         release_graphs(engine)
-        prof = Profiler(engine.cache.pool.device)
+        prof = Profiler(dev)
         timed_steps(engine, s, policy, prof, n)
-        how = "eager steps (the op-timed graph could not be captured: launch gaps included)"
+        p = prof.phase_ms()
+        eager_verify = sum(p[k] for k in parts)
+        scale = graph_verify / eager_verify if eager_verify > 0 else 0.0
+        notes.append(f"verify split (attention/moe/other, their ops) from {n} eager steps (the op-timed graph could "
+                     f"not be captured: launch gaps included), scaled by {scale:.3f} to the timed replay's verify")
+        scaled = lambda ops: {k: v * scale for k, v in ops.items()}  # noqa: E731
+        return {**graph_phases, **{k: p[k] * scale for k in parts}}, scaled(prof.op_ms()), scaled(prof.moe_op_ms()), prof.comm_ms() * scale
+    timer = engine.graphs["verify"].timer
+    calib = Profiler(dev)
+    timed_steps(engine, s, policy, calib, 2)
+    profiled = calib.verify_ms()
+    timer.overhead_ms = event_overhead_ms(profiled, graph_verify, len(timer.marks))
+    prof = Profiler(dev)
+    timed_steps(engine, s, policy, prof, n)
     p = prof.phase_ms()
-    graph_verify, profiled_verify = sum(graph_phases[k] for k in parts), sum(p[k] for k in parts)
-    scale = graph_verify / profiled_verify if profiled_verify > 0 else 0.0
-    notes.append(f"verify split (attention/moe/other and the ops of other) from {n} {how}, scaled by {scale:.3f} "
-                 f"to the timed replay's verify ({graph_verify:.3f} ms vs {profiled_verify:.3f} ms profiled)")
     out = dict(graph_phases)
-    for k in parts:
-        out[k] = p[k] * scale
-    scaled = lambda ops: {k: v * scale for k, v in ops.items()}  # noqa: E731
-    return out, scaled(prof.op_ms()), scaled(prof.moe_op_ms()), prof.comm_ms() * scale
+    out["verify-attention"], out["verify-moe"] = p["verify-attention"], p["verify-moe"]
+    out["other"] = max(graph_verify - out["verify-attention"] - out["verify-moe"], 0.0)
+    raw = sum(p[k] for k in parts)  # the op-timed verify less the nested regions' event nodes
+    upper = p["other"] * graph_verify / raw if raw > 0 else 0.0
+    ops = prof.op_ms()
+    if ops:
+        ops[OTHER_REST] = max(out["other"] - sum(v for k, v in ops.items() if k != OTHER_REST), 0.0)
+    notes.append(f"verify split (attention/moe/other, their ops) from {n} replays of a verify graph with its op events "
+                 f"captured inside; each event node's own cost, {1e3 * timer.overhead_ms:.2f} us (op-timed verify "
+                 f"{profiled:.3f} ms vs {graph_verify:.3f} ms timed, {len(timer.marks)} event pairs), subtracted from "
+                 f"the regions that hold it; other = the timed verify less attention and MoE (scaling every part "
+                 f"by the timed / op-timed verify instead gives other {upper:.3f} ms: an upper bound, since other "
+                 f"holds most of the event nodes)")
+    return out, ops, prof.moe_op_ms(), prof.comm_ms()
 
 
 # ---------------------------------------------------------------------------- step roofline
