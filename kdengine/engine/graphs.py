@@ -6,7 +6,10 @@ step: kdengine.engine.step decides what is captured and when a phase replays (th
 choice), so there is no import from the step back into here.
 
 Needs a graph-safe verify backend (not `reference`, which reads lengths on the host) and a graph-safe
-MoE expert path (grouped_mm, or dense where torch._grouped_mm does not run).
+MoE expert path (grouped_mm, or dense where torch._grouped_mm does not run). Under tensor parallelism
+the verify graph holds the NCCL all-reduces and the all-gather of the LM head (NCCL collectives are
+captured by stream capture; the warm-up runs initialise the communicator first); every rank captures
+the same graphs in the same order.
 """
 
 from __future__ import annotations
@@ -81,8 +84,8 @@ def graph_blocker(cache_device: torch.device, backend: str, expert_impls: set[st
         return "the reference verify backend reads lengths on the host"
     if "loop" in expert_impls:
         return "the loop expert path reads counts on the host"
-    if group is not None:
-        return "tensor-parallel collectives are not captured yet"
+    if group is not None and torch.distributed.get_backend(group) != "nccl":
+        return f"{torch.distributed.get_backend(group)} collectives cannot be captured (NCCL's can)"
     return None
 
 
@@ -90,7 +93,7 @@ def capture(fn, example_inputs: list[torch.Tensor], notes: list[str], what: str)
     """CapturedFn(fn, example_inputs), or None with a note when an op cannot be captured."""
     try:
         return CapturedFn(fn, example_inputs)
-    except RuntimeError as exc:  # a backend or op that cannot be captured: run eagerly, say so
+    except (RuntimeError, TypeError) as exc:  # a backend or op that cannot be captured (or an older torch): eager, say so
         notes.append(f"cuda graphs: {what} capture failed, running eagerly ({str(exc).splitlines()[0][:200]})")
         torch.cuda.synchronize()
         return None

@@ -52,6 +52,17 @@ class RMSNorm(nn.Module):
         return (xf * self.weight.float()).to(x.dtype)
 
 
+def add_rms_norm(x, delta, norm: RMSNorm):
+    """The residual stream x + delta (x itself when delta is None) and its norm, in one launch where
+    the fused kernels run: the add of the block before, fused into the norm of the block after."""
+    if delta is None:
+        return x, norm(x)
+    if fused_ops.fused_available(x):
+        return fused_ops.add_rms_norm(x, delta, norm.weight, norm.eps)
+    x = x + delta
+    return x, norm(x)
+
+
 # ---------------------------------------------------------------------------- rope (YaRN)
 
 
@@ -144,7 +155,11 @@ class MLA(nn.Module):
             qkv = F.linear(x, self.down_weight())  # [B, T, q_lora + C + R]
         q_a, latent, k_pe = qkv.split([cfg.q_lora_rank, C, R], -1)
         with timer("q/kv-norm"):
-            q_a, latent = self.q_a_layernorm(q_a), self.kv_a_layernorm(latent)
+            if fused_ops.fused_available(x):  # both norms in one launch, read in place from qkv
+                qn, kvn = self.q_a_layernorm, self.kv_a_layernorm
+                q_a, latent = fused_ops.rms_norm_pair(qkv, qn.weight, kvn.weight, qn.eps, kvn.eps)
+            else:
+                q_a, latent = self.q_a_layernorm(q_a), self.kv_a_layernorm(latent)
         with timer("q-up-proj"):
             q = self.q_b_proj(q_a).view(B, T, H, cfg.q_head)
         q_nope, q_pe = q.split([cfg.qk_nope, R], -1)
@@ -188,17 +203,20 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden, cfg.rms_eps)
         self.mlp = MoE(cfg) if cfg.is_moe(layer) else DenseMLP(cfg.hidden, cfg.local_intermediate)
 
-    def forward(self, x, positions, step, timer):
+    def forward(self, x, delta, positions, step, timer):
+        """The residual stream enters as x + delta (delta None: x) and leaves as the returned
+        (x, delta): each residual add is fused into the norm that follows it (add_rms_norm)."""
         with timer("attn-norm"):
-            h = self.input_layernorm(x)
-        x = x + self.self_attn(h, positions, step, self.layer, timer)
-        h = self.post_attention_layernorm(x)
+            x, h = add_rms_norm(x, delta, self.input_layernorm)
+        a = self.self_attn(h, positions, step, self.layer, timer)
+        with timer("post-norm"):
+            x, h = add_rms_norm(x, a, self.post_attention_layernorm)
         if isinstance(self.mlp, MoE):
             with timer("verify-moe"):
-                return x + all_reduce(self.mlp(h, step, timer), step.group, timer)  # TP: experts and shared expert
+                return x, all_reduce(self.mlp(h, step, timer), step.group, timer)  # TP: experts and shared expert
         with timer("dense-mlp"):
             h = self.mlp(h)
-        return x + all_reduce(h, step.group, timer)  # TP: dense MLP
+        return x, all_reduce(h, step.group, timer)  # TP: dense MLP
 
 
 class Transformer(nn.Module):
@@ -229,29 +247,32 @@ class Transformer(nn.Module):
         timer = timer or null_timer
         with timer("embed"):
             x = self.embed(tokens, step.group, timer)
-        feats = []
+        feats, delta = [], None
         for blk in self.layers:
-            x = blk(x, positions, step, timer)
-            if blk.layer in self.cfg.feature_layers:
+            x, delta = blk(x, delta, positions, step, timer)
+            if blk.layer in self.cfg.feature_layers:  # the drafter reads the residual stream itself
+                x, delta = x + delta, None
                 feats.append(x)
         with timer("lm-head"):
-            logits = self.lm_head(self.norm(x)).float()  # [B, T, V]
+            logits = self.lm_head(add_rms_norm(x, delta, self.norm)[1]).float()  # [B, T, V]
         return greedy_tokens(logits, self.cfg, step.group, timer), torch.cat(feats, -1)
 
 
 def greedy_tokens(logits, cfg: ModelConfig, group, timer=None) -> torch.Tensor:
-    """Argmax over the whole vocab; with a group, the shards' maxima are all-gathered (TP: vocab)."""
+    """Argmax over the whole vocab; with a group, every shard's (max, argmax) pair is all-gathered in
+    one collective (TP: vocab): both packed in float64, exact for fp32 maxima and ids below 2**53."""
     best, idx = logits.max(-1)
     idx = idx + vocab_range(cfg)[0]
     if group is None:
         return idx
     size = torch.distributed.get_world_size(group)
-    bests, idxs = [torch.empty_like(best) for _ in range(size)], [torch.empty_like(idx) for _ in range(size)]
+    mine = torch.stack([best.double(), idx.double()])  # [2, B, T]
+    every = torch.empty((size * 2, *mine.shape[1:]), dtype=mine.dtype, device=mine.device)
     with (timer or null_timer)(COMM):
-        torch.distributed.all_gather(bests, best, group=group)
-        torch.distributed.all_gather(idxs, idx, group=group)
-    pick = torch.stack(bests).argmax(0)  # first rank wins ties = lowest token id
-    return torch.stack(idxs).gather(0, pick[None])[0]
+        torch.distributed.all_gather_into_tensor(every, mine, group=group)
+    every = every.view(size, 2, *mine.shape[1:])  # [ranks, 2, B, T]
+    pick = every[:, 0].argmax(0)  # first rank wins ties = lowest token id
+    return every[:, 1].gather(0, pick[None])[0].long()
 
 
 @contextlib.contextmanager
@@ -285,6 +306,12 @@ class Step:
         if self._rope is None or self._rope[0] is not positions:
             self._rope = (positions, rope_tables(positions, self.inv_freq))
         return self._rope[1]
+
+    def next_load_row(self) -> torch.Tensor:
+        """This MoE layer's row of expert_load [E] (a fused kernel adds its counts there)."""
+        row = self.expert_load[self.moe_calls]
+        self.moe_calls += 1
+        return row
 
     def count_experts(self, local, valid) -> None:
         """Tokens routed to each local expert by this MoE layer (row moe_calls of expert_load)."""

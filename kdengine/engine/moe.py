@@ -18,6 +18,7 @@ Letters: N tokens (B*T), k top-k, E local experts, D hidden, I expert intermedia
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 
@@ -25,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kdengine.engine import fused_ops
 from kdengine.engine.config import ModelConfig, expert_bytes, expert_range, parse_routing
 
 
@@ -45,6 +47,17 @@ class Router(nn.Module):
         self.weight = nn.Parameter(torch.empty(cfg.n_experts, cfg.hidden))
         self.e_score_correction_bias = nn.Parameter(torch.zeros(cfg.n_experts))
 
+    def fp32_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(weight, bias) in fp32, converted once per weight version (a load bumps it), so a step
+        reads the fp32 copy instead of converting [n_experts, D] every layer; built before a graph
+        capture (warm-up runs) and only read inside it."""
+        w, b = self.weight, self.e_score_correction_bias
+        key = (w.data_ptr(), w._version, b.data_ptr(), b._version)
+        if getattr(self, "_fp32_key", None) != key:
+            self._fp32 = (w.detach().float(), b.detach().float())
+            self._fp32_key = key
+        return self._fp32
+
 
 # ---------------------------------------------------------------------------- routing
 
@@ -52,10 +65,17 @@ class Router(nn.Module):
 def route(x, moe: MoE):
     """x [N, D] -> ids [N, k] (global expert ids), weights [N, k] fp32. noaux_tc routing (one group):
     sigmoid scores, top-k on score + bias (or the policy's draw), normalized weights."""
-    cfg, router = moe.cfg, moe.gate
-    scores = torch.sigmoid(F.linear(x.float(), router.weight.float()))  # [N, E_total]
+    cfg = moe.cfg
+    weight, bias = moe.gate.fp32_weights()
+    if fused_ops.fused_available(x):  # sigmoid, top-k (or the policy's draw), normalise: one launch
+        draw = None
+        if moe.policy != "random":
+            moe.calls += 1  # as draw_experts: on the device, advances inside a replayed graph too
+            draw = (moe.log_p, moe.calls, moe.salt)
+        return fused_ops.moe_route(F.linear(x.float(), weight), bias, cfg.top_k, cfg.routed_scaling, draw)
+    scores = torch.sigmoid(F.linear(x.float(), weight))  # [N, E_total]
     if moe.policy == "random":
-        ids = torch.topk(scores + router.e_score_correction_bias.float(), cfg.top_k, dim=-1).indices
+        ids = torch.topk(scores + bias, cfg.top_k, dim=-1).indices
     else:
         ids = draw_experts(moe, x.shape[0])
     w = scores.gather(1, ids)
@@ -162,15 +182,25 @@ class MoE(nn.Module):
         self.salt.fill_(salt)
 
     def forward(self, x, step, timer=None):
+        timer = timer or _null_timer
         B, T, D = x.shape
         flat = x.reshape(-1, D)
-        ids, w = route(flat, self)
-        lo, _ = expert_range(self.cfg)
-        local = ids - lo  # [N, k]; outside [0, E) = another rank's expert
-        valid = (local >= 0) & (local < self.cfg.local_experts)
-        step.count_experts(local, valid)
-        out = EXPERT_IMPLS[self.impl](self, flat, local, w, valid)
-        return (out + self.shared_experts(flat)).view(B, T, D)  # this rank's partial sum
+        E = self.cfg.local_experts
+        with timer("moe-route"):
+            ids, w = route(flat, self)
+            lo, _ = expert_range(self.cfg)
+            if self.impl == "grouped_mm" and fused_ops.fused_available(flat):  # sort + load count: one launch
+                plan = fused_ops.moe_plan(ids, lo, E, step.next_load_row())
+            else:
+                local = ids - lo  # [N, k]; outside [0, E) = another rank's expert
+                valid = (local >= 0) & (local < E)
+                step.count_experts(local, valid)
+        if self.impl == "grouped_mm" and fused_ops.fused_available(flat):
+            out = experts_planned(self, flat, plan, w, timer)
+        else:
+            out = EXPERT_IMPLS[self.impl](self, flat, local, w, valid, timer)
+        with timer("moe-shared"):
+            return (out + self.shared_experts(flat)).view(B, T, D)  # this rank's partial sum
 
     def dequantized(self, e=slice(None), dtype=None):
         """(gate_up [.., 2I, D], down [.., D, I]) of experts e in dtype (INT4: q * scale; else the params)."""
@@ -185,6 +215,18 @@ class MoE(nn.Module):
 
 
 # ---------------------------------------------------------------------------- expert paths
+# Each path: (moe, x [N, D], local [N, k], w [N, k], valid [N, k], timer) -> [N, D]; timer(name) times
+# the path's parts (MOE_OPS in kdengine.engine.profiler) where the path has them.
+
+
+@contextlib.contextmanager
+def _null(_name):
+    yield
+
+
+def _null_timer(name):
+    return _null(name)
+
 
 
 def swiglu(h: torch.Tensor) -> torch.Tensor:
@@ -192,7 +234,7 @@ def swiglu(h: torch.Tensor) -> torch.Tensor:
     return F.silu(g) * u
 
 
-def experts_loop(moe: MoE, x, local, w, valid):
+def experts_loop(moe: MoE, x, local, w, valid, timer=_null_timer):
     """Eager grouped compute: one matmul pair per active expert (reads counts on the host)."""
     out = torch.zeros_like(x, dtype=torch.float32)
     rows, slots = valid.nonzero(as_tuple=True)
@@ -216,24 +258,48 @@ def sort_assignments(local, valid, E: int):
     return order, key[order], torch.cumsum(counts[:E], 0, dtype=torch.int32)
 
 
-def experts_grouped_mm(moe: MoE, x, local, w, valid):
+def experts_grouped_mm(moe: MoE, x, local, w, valid, timer=_null_timer):
     """Graph-safe grouped GEMM (torch._grouped_mm) over assignments sorted by expert (INT4 experts
     are dequantized whole first: a reference path, not a fast one)."""
     E, k = moe.cfg.local_experts, local.shape[1]
-    order, key, offs = sort_assignments(local, valid, E)
-    rows = order // k
-    a = x[rows]  # [N*k, D]
-    gate_up, down = moe.dequantized(dtype=x.dtype)
-    h = swiglu(torch._grouped_mm(a, gate_up.transpose(1, 2), offs=offs))
-    y = torch._grouped_mm(h, down.transpose(1, 2), offs=offs)  # [N*k, D]
-    scale = w.flatten()[order].float()
-    y = torch.where((key < E)[:, None], y.float() * scale[:, None], torch.zeros((), device=x.device))
-    # Un-sort with a permutation (unique indices) and sum each token's k rows: deterministic, no atomics.
-    unsorted = torch.empty_like(y).index_copy_(0, order, y)
-    return unsorted.view(-1, k, y.shape[-1]).sum(1).to(x.dtype)
+    with timer("moe-dispatch"):
+        order, key, offs = sort_assignments(local, valid, E)
+        rows = order // k
+        a = x[rows]  # [N*k, D]
+    y = grouped_ffn(moe, a, offs, timer)  # [N*k, D]
+    with timer("moe-combine"):
+        if fused_ops.fused_available(x):  # one launch; reads only the valid slots' rows
+            inv = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=x.device))
+            return fused_ops.moe_combine(y, inv.view(-1, k), w, valid)
+        scale = w.flatten()[order].float()
+        y = torch.where((key < E)[:, None], y.float() * scale[:, None], torch.zeros((), device=x.device))
+        # Un-sort with a permutation (unique indices) and sum each token's k rows: deterministic, no atomics.
+        unsorted = torch.empty_like(y).index_copy_(0, order, y)
+        return unsorted.view(-1, k, y.shape[-1]).sum(1).to(x.dtype)
 
 
-def experts_dense(moe: MoE, x, local, w, valid):
+def experts_planned(moe: MoE, x, plan, w, timer=_null_timer):
+    """The grouped_mm path from a fused_ops.moe_plan (slots already sorted by expert, loads counted):
+    gather the sorted rows, the two grouped GEMMs, and the fused combine."""
+    rows, inv, offs, valid = plan
+    with timer("moe-dispatch"):
+        a = x[rows]  # [N*k, D]
+    y = grouped_ffn(moe, a, offs, timer)
+    with timer("moe-combine"):
+        return fused_ops.moe_combine(y, inv, w, valid)
+
+
+def grouped_ffn(moe: MoE, a, offs, timer=_null_timer):
+    """SwiGLU experts over rows a [N*k, D] grouped by expert (offs [E]: end of each group) -> [N*k, D]
+    (rows past offs[-1] are not written)."""
+    gate_up, down = moe.dequantized(dtype=a.dtype)
+    with timer("moe-gate-up"):
+        h = swiglu(torch._grouped_mm(a, gate_up.transpose(1, 2), offs=offs))
+    with timer("moe-down"):
+        return torch._grouped_mm(h, down.transpose(1, 2), offs=offs)
+
+
+def experts_dense(moe: MoE, x, local, w, valid, timer=_null_timer):
     """Graph-safe fallback: every local expert on every token, weighted by the routing (reads all
     E experts' weights; use only where grouped_mm is unavailable)."""
     E = moe.cfg.local_experts
@@ -245,7 +311,7 @@ def experts_dense(moe: MoE, x, local, w, valid):
     return torch.einsum("end,ne->nd", y.float(), gates).to(x.dtype)
 
 
-def experts_w4a16(moe: MoE, x, local, w, valid):
+def experts_w4a16(moe: MoE, x, local, w, valid, timer=_null_timer):
     """INT4 experts through the Triton W4A16 grouped kernel (kdengine.ops.moe_w4a16; graph-safe)."""
     if not moe.int4:
         raise ValueError("impl: 'w4a16' needs INT4 experts (cfg.expert_quant='int4'), got dense experts")

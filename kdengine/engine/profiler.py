@@ -22,10 +22,15 @@ VERIFY = "verify"  # timed around the whole target forward; reported as its thre
 COMM = "all-reduce"  # TP collectives, timed inside the phases above: reported apart by comm_ms()
 # The ops of the target forward outside attention and MoE ("other"), timed by the model's timer calls.
 # op_ms() reports each (summed over layers) and OTHER_REST for the part of "other" no op covers
-# (residual adds, the post-attention norm, event gaps).
-OTHER_OPS = ("embed", "attn-norm", "qkv-down-proj", "q/kv-norm", "q-up-proj", "rope", "kv-write", "absorb-q",
+# (the feature layers' residual adds, event gaps). attn-norm and post-norm include the residual add
+# fused into them (model.add_rms_norm).
+OTHER_OPS = ("embed", "attn-norm", "post-norm", "qkv-down-proj", "q/kv-norm", "q-up-proj", "rope", "kv-write", "absorb-q",
              "absorb-o", "o-proj", "dense-mlp", "lm-head")
 OTHER_REST = "other-rest"
+# The parts of verify-moe, timed by the MoE module (its expert path's parts where it has them);
+# moe_op_ms() reports each (summed over layers) and MOE_REST for the rest of verify-moe.
+MOE_OPS = ("moe-route", "moe-dispatch", "moe-gate-up", "moe-down", "moe-combine", "moe-shared")
+MOE_REST = "moe-rest"
 
 
 class Profiler:
@@ -56,6 +61,11 @@ class Profiler:
         """The callable the model takes to time its inner phases."""
         return self.phase(name)
 
+    def add_replayed(self, marks: list[tuple[str, float]]) -> None:
+        """Ops timed inside a graph replay (GraphOpTimer.read()), as (name, ms) pairs of this step."""
+        if self.enabled:
+            self.current.extend((name, ms, None) for name, ms in marks)
+
     def end_step(self, expert_load: torch.Tensor | None = None) -> None:
         if self.enabled:
             self.steps.append(self.current)
@@ -69,6 +79,8 @@ class Profiler:
     # ------------------------------------------------------------------ results
 
     def elapsed_ms(self, start, end) -> float:
+        if end is None:  # resolved already (add_replayed)
+            return start
         return start.elapsed_time(end) if self.cuda else (end - start) * 1e3
 
     def phase_ms(self) -> dict[str, float]:
@@ -101,6 +113,31 @@ class Profiler:
         out[OTHER_REST] = max(self.phase_ms()["other"] - sum(out.values()), 0.0)
         return out
 
+    def moe_op_ms(self) -> dict[str, float]:
+        """Mean ms per step of each op of MOE_OPS that was timed, then MOE_REST (the rest of
+        verify-moe: the all-reduce, event gaps); empty when none was timed."""
+        totals = self._sums(MOE_OPS)
+        if not totals:
+            return {}
+        n = max(len(self.steps), 1)
+        out = {k: totals[k] / n for k in MOE_OPS if k in totals}
+        out[MOE_REST] = max(self.phase_ms()["verify-moe"] - sum(out.values()), 0.0)
+        return out
+
+    def _sums(self, names) -> dict[str, float]:
+        if self.cuda:
+            torch.cuda.synchronize()
+        totals: dict[str, float] = {}
+        for step in self.steps:
+            for name, start, end in step:
+                if name in names:
+                    totals[name] = totals.get(name, 0.0) + self.elapsed_ms(start, end)
+        return totals
+
+    def verify_ms(self) -> float:
+        """Mean ms per step of the whole target forward (VERIFY)."""
+        return sum(self._sums((VERIFY,)).values()) / max(len(self.steps), 1)
+
     def comm_ms(self) -> float:
         """Mean ms per step spent in TP collectives (already inside the phases of phase_ms)."""
         if self.cuda:
@@ -132,6 +169,46 @@ class Profiler:
         loads = self._loads().sum(1)
         ratio = loads.max(1).values / loads.mean(1).clamp_min(1e-9)
         return float(ratio.mean())
+
+
+class GraphOpTimer:
+    """The model's op timer for a CUDA graph capture: each timed region records a pair of external
+    timing events (torch.cuda.Event(external=True)) into the graph, so every replay re-records them
+    around the replayed kernels. read() after a replay returns this replay's (name, ms) pairs (one
+    host sync: a profiling pass, not the timed steps), each less the cost of the event nodes inside
+    it (overhead_ms per event node: its own end event and two per nested region; see
+    event_overhead_ms). start() forgets the marks of an earlier forward (the capture's warm-up runs)."""
+
+    def __init__(self):
+        self.marks: list[tuple[str, object, object, int]] = []
+        self.overhead_ms = 0.0
+
+    def start(self) -> None:
+        self.marks = []
+
+    @contextlib.contextmanager
+    def __call__(self, name: str):
+        start, end = (torch.cuda.Event(enable_timing=True, external=True) for _ in range(2))
+        before = len(self.marks)
+        start.record()
+        yield
+        end.record()
+        self.marks.append((name, start, end, len(self.marks) - before))  # regions nested inside this one
+
+    def read(self) -> list[tuple[str, float]]:
+        torch.cuda.synchronize()
+        return [(name, corrected_ms(a.elapsed_time(b), nested, self.overhead_ms)) for name, a, b, nested in self.marks]
+
+
+def event_overhead_ms(profiled_ms: float, replayed_ms: float, pairs: int) -> float:
+    """The cost of one event node in a replayed graph: the time the op-timed graph takes beyond the
+    plain one, over its 2 * pairs event nodes (0 when it is not slower)."""
+    return max(profiled_ms - replayed_ms, 0.0) / (2 * pairs) if pairs else 0.0
+
+
+def corrected_ms(raw_ms: float, nested: int, overhead_ms: float) -> float:
+    """A region's time less its event nodes: its end event and the two of each nested region."""
+    return max(raw_ms - overhead_ms * (1 + 2 * nested), 0.0)
 
 
 # ---------------------------------------------------------------------------- attribution

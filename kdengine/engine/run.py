@@ -8,9 +8,11 @@ are filled with random latent rows directly, with no prefill forward over the co
 accepted + bonus tokens over the timed steps for the layers actually run (never extrapolated).
 
 Profile of a result (DecodeResult.profile(), also in the decode benchmark record's extra dict):
-  phase_ms  mean ms per step of each phase (profiler.PHASES); the verify split (attention / MoE /
-            other) comes from eager steps scaled to the graph replay's verify time
-  op_ms     the ops inside "other" (profiler.OTHER_OPS + other-rest), same scaling
+  phase_ms  mean ms per step of each phase (profiler.PHASES); under graphs the verify split (attention /
+            MoE / other) comes from replays of a verify graph with its op events captured inside, less
+            the events' own cost (split_graph_phases; the cost per event node is in the notes)
+  op_ms     the ops inside "other" (profiler.OTHER_OPS + other-rest), measured the same way
+  moe_op_ms the parts of verify-moe (profiler.MOE_OPS + moe-rest), measured the same way
   step_ms, floor_ms, step_over_floor, step_bytes, floor_ms_by_part: the step roofline (bytes the step
             reads: weights it touches, KV, drafter; over the measured copy bandwidth, read + write counted),
             and each part's share of the floor (weights ~ other + dense, experts ~ verify-moe, kv ~
@@ -29,11 +31,12 @@ from kdengine.engine.accept import ReplayPolicy
 from kdengine.engine.config import ModelConfig
 from kdengine.engine.graphs import choose_expert_impl
 from kdengine.engine.kv_cache import D_QK
-from kdengine.engine.profiler import Profiler
+from kdengine.engine.profiler import OTHER_REST, Profiler, event_overhead_ms
 from kdengine.engine.step import (
     Engine,
     capture_graphs,
     fill_synthetic_context,
+    profile_verify_in_graph,
     release_graphs,
     setup_engine,
     speculative_step,
@@ -85,6 +88,7 @@ class DecodeResult:
     all_reduce_share: float = 0.0  # TP: all_reduce_ms / mean step time
     rank_imbalance: dict = field(default_factory=dict)  # TP: parallel.summarize_ranks (max/mean per metric)
     op_ms: dict[str, float] = field(default_factory=dict)  # the ops of "other" (profiler.OTHER_OPS)
+    moe_op_ms: dict[str, float] = field(default_factory=dict)  # the parts of verify-moe (profiler.MOE_OPS)
     step_bytes: dict[str, int] = field(default_factory=dict)  # what one step reads, by part
     floor_ms: float = 0.0  # sum(step_bytes) / measured copy bandwidth
     copy_bytes_per_s: float = 0.0  # the measured copy bandwidth (read + write counted) behind floor_ms
@@ -92,6 +96,7 @@ class DecodeResult:
     routing: str = "random"  # the MoE routing policy the result was measured under
     moe: dict = field(default_factory=dict)  # moe.moe_report: bytes read per step, share of the step, GB/s
     peak_mem_gib: float = 0.0  # torch.cuda.max_memory_allocated after the run (0 on the CPU)
+    host_step_ms: float = 0.0  # mean host time to issue one timed step (close to the step time: host-bound)
 
     @property
     def mean_step_ms(self) -> float:
@@ -101,7 +106,7 @@ class DecodeResult:
         """The per-phase and per-op profile and the step roofline (what attribution compares)."""
         step = self.mean_step_ms
         return {
-            "phase_ms": dict(self.phase_ms), "op_ms": dict(self.op_ms), "step_ms": step, "floor_ms": self.floor_ms,
+            "phase_ms": dict(self.phase_ms), "op_ms": dict(self.op_ms), "moe_op_ms": dict(self.moe_op_ms), "step_ms": step, "floor_ms": self.floor_ms,
             "step_over_floor": step / self.floor_ms if self.floor_ms > 0 else 0.0, "step_bytes": dict(self.step_bytes),
             "floor_ms_by_part": {k: 1e3 * v / self.copy_bytes_per_s for k, v in self.step_bytes.items()} if self.copy_bytes_per_s else {},
             "experts_touched": self.experts_touched,
@@ -145,11 +150,14 @@ def build_engine(s: DecodeSettings):
     return engine, policy
 
 
-def timed_steps(engine: Engine, s: DecodeSettings, policy, prof: Profiler, n: int, progress=None, offset: int = 0):
-    """n steps; per-step wall times (CUDA events or perf_counter) and tokens per step."""
+def timed_steps(engine: Engine, s: DecodeSettings, policy, prof: Profiler, n: int, progress=None, offset: int = 0,
+                host: list | None = None):
+    """n steps; per-step wall times (CUDA events or perf_counter) and tokens per step; `host` gets
+    each step's host time (perf_counter around the step's launches: near the step time = host-bound)."""
     cuda = engine.cache.pool.device.type == "cuda"
     marks, tokens = [], []
     for i in range(n):
+        t0 = time.perf_counter()
         if cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
@@ -161,6 +169,8 @@ def timed_steps(engine: Engine, s: DecodeSettings, policy, prof: Profiler, n: in
         else:
             end = time.perf_counter()
         marks.append((start, end))
+        if host is not None:
+            host.append(time.perf_counter() - t0)
         tokens.extend(counts)
         if progress is not None:
             progress(offset + i + 1, s.warmup_steps + s.steps)
@@ -170,21 +180,52 @@ def timed_steps(engine: Engine, s: DecodeSettings, policy, prof: Profiler, n: in
     return times, tokens
 
 
-def split_graph_phases(engine: Engine, s: DecodeSettings, policy, graph_phases: dict[str, float]):
-    """Graph steps time verify as one replay; run a few eager steps with the profiler to split it
-    into attention / MoE / other and the ops of other, scaled to the graph replay's verify time.
-    Returns (phase_ms, op_ms)."""
-    release_graphs(engine)
-    eager = Profiler(engine.cache.pool.device)
-    timed_steps(engine, s, policy, eager, min(4, s.steps))
+def split_graph_phases(engine: Engine, s: DecodeSettings, policy, graph_phases: dict[str, float], notes: list[str]):
+    """Graph steps time verify as one replay. Split it into attention / MoE / other, the ops of other
+    and the parts of the MoE under replay: a verify graph with its op events captured inside
+    (GraphOpTimer) runs a few steps. Its event nodes cost time of their own: two calibration steps
+    give the cost of one (the op-timed verify beyond the timed replay's, over its event nodes), which
+    is subtracted from every region that holds event nodes; other = the timed replay's verify less
+    attention and MoE. Where that capture fails, eager steps give the split, scaled to the replayed
+    verify (noted: launch gaps in it). Returns (phase_ms, op_ms, moe_op_ms, all-reduce ms per step)."""
     parts = ("verify-attention", "verify-moe", "other")
-    e = eager.phase_ms()
-    graph_verify, eager_verify = sum(graph_phases[k] for k in parts), sum(e[k] for k in parts)
-    scale = graph_verify / eager_verify if eager_verify > 0 else 0.0
+    n = min(4, s.steps)
+    graph_verify = sum(graph_phases[k] for k in parts)
+    dev = engine.cache.pool.device
+    if not profile_verify_in_graph(engine, notes):
+        release_graphs(engine)
+        prof = Profiler(dev)
+        timed_steps(engine, s, policy, prof, n)
+        p = prof.phase_ms()
+        eager_verify = sum(p[k] for k in parts)
+        scale = graph_verify / eager_verify if eager_verify > 0 else 0.0
+        notes.append(f"verify split (attention/moe/other, their ops) from {n} eager steps (the op-timed graph could "
+                     f"not be captured: launch gaps included), scaled by {scale:.3f} to the timed replay's verify")
+        scaled = lambda ops: {k: v * scale for k, v in ops.items()}  # noqa: E731
+        return {**graph_phases, **{k: p[k] * scale for k in parts}}, scaled(prof.op_ms()), scaled(prof.moe_op_ms()), prof.comm_ms() * scale
+    timer = engine.graphs["verify"].timer
+    calib = Profiler(dev)
+    timed_steps(engine, s, policy, calib, 2)
+    profiled = calib.verify_ms()
+    timer.overhead_ms = event_overhead_ms(profiled, graph_verify, len(timer.marks))
+    prof = Profiler(dev)
+    timed_steps(engine, s, policy, prof, n)
+    p = prof.phase_ms()
     out = dict(graph_phases)
-    for k in parts:
-        out[k] = e[k] * scale
-    return out, {k: v * scale for k, v in eager.op_ms().items()}
+    out["verify-attention"], out["verify-moe"] = p["verify-attention"], p["verify-moe"]
+    out["other"] = max(graph_verify - out["verify-attention"] - out["verify-moe"], 0.0)
+    raw = sum(p[k] for k in parts)  # the op-timed verify less the nested regions' event nodes
+    upper = p["other"] * graph_verify / raw if raw > 0 else 0.0
+    ops = prof.op_ms()
+    if ops:
+        ops[OTHER_REST] = max(out["other"] - sum(v for k, v in ops.items() if k != OTHER_REST), 0.0)
+    notes.append(f"verify split (attention/moe/other, their ops) from {n} replays of a verify graph with its op events "
+                 f"captured inside; each event node's own cost, {1e3 * timer.overhead_ms:.2f} us (op-timed verify "
+                 f"{profiled:.3f} ms vs {graph_verify:.3f} ms timed, {len(timer.marks)} event pairs), subtracted from "
+                 f"the regions that hold it; other = the timed verify less attention and MoE (scaling every part "
+                 f"by the timed / op-timed verify instead gives other {upper:.3f} ms: an upper bound, since other "
+                 f"holds most of the event nodes)")
+    return out, ops, prof.moe_op_ms(), prof.comm_ms()
 
 
 # ---------------------------------------------------------------------------- step roofline
@@ -238,11 +279,11 @@ def run_decode(s: DecodeSettings, progress=None) -> DecodeResult:
     notes.append("tree and mask: one build (timed as tree; mask is 0)")
     timed_steps(engine, s, policy, Profiler(engine.cache.pool.device, enabled=False), s.warmup_steps, progress)
     prof = Profiler(engine.cache.pool.device)
-    times, tokens = timed_steps(engine, s, policy, prof, s.steps, progress, s.warmup_steps)
-    phases, ops = prof.phase_ms(), prof.op_ms()
+    host: list[float] = []
+    times, tokens = timed_steps(engine, s, policy, prof, s.steps, progress, s.warmup_steps, host)
+    phases, ops, moe_ops, comm = prof.phase_ms(), prof.op_ms(), prof.moe_op_ms(), prof.comm_ms()
     if graphs:
-        phases, ops = split_graph_phases(engine, s, policy, phases)
-        notes.append("verify split (attention/moe/other and the ops of other) measured on eager steps after the timed graph steps, scaled to the replayed verify time")
+        phases, ops, moe_ops, comm = split_graph_phases(engine, s, policy, phases, notes)
     B, dev = s.batch, engine.cache.pool.device
     touched = touched_per_step(prof)
     nbytes = step_bytes(engine, s.context, s.budget + 1, touched)
@@ -264,6 +305,7 @@ def run_decode(s: DecodeSettings, progress=None) -> DecodeResult:
         expert_impl=engine.model.layers[-1].mlp.impl if engine.cfg.n_layers > engine.cfg.first_dense else "",
         notes=notes,
         op_ms=ops,
+        moe_op_ms=moe_ops,
         step_bytes=nbytes,
         floor_ms=1e3 * sum(nbytes.values()) / bandwidth,
         copy_bytes_per_s=bandwidth,
@@ -271,9 +313,10 @@ def run_decode(s: DecodeSettings, progress=None) -> DecodeResult:
         routing=engine.cfg.routing,
         moe=moe.moe_report(engine.cfg, touched, phases.get("verify-moe", 0.0), 1e3 * sum(times) / max(len(times), 1)),
         peak_mem_gib=torch.cuda.max_memory_allocated(dev) / 2**30 if dev.type == "cuda" else 0.0,
+        host_step_ms=1e3 * sum(host) / max(len(host), 1),
     )
     if engine.group is not None:
-        gather_ranks(result, engine, prof.comm_ms())
+        gather_ranks(result, engine, comm)
     return result
 
 
@@ -284,8 +327,6 @@ def gather_ranks(result: DecodeResult, engine: Engine, all_reduce_ms: float) -> 
     step_ms = result.mean_step_ms
     result.all_reduce_ms = all_reduce_ms
     result.all_reduce_share = all_reduce_ms / step_ms if step_ms > 0 else 0.0
-    if result.cuda_graphs_used:
-        result.notes.append("all-reduce time is not measured inside CUDA graph replays")
     mine = {
         "rank": engine.cfg.tp_rank, "device": result.device, "tok_per_s": result.tok_per_s, "step_ms": step_ms,
         "phase_ms": result.phase_ms, "op_ms": result.op_ms,

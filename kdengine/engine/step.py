@@ -23,7 +23,7 @@ from kdengine.engine.config import ModelConfig
 from kdengine.engine.drafter import DraftCache, Drafter, append_context, draft_block
 from kdengine.engine.kv_cache import PagedKVCache
 from kdengine.engine.model import Step, Transformer, torch_dtype
-from kdengine.engine.profiler import VERIFY, Profiler
+from kdengine.engine.profiler import VERIFY, GraphOpTimer, Profiler
 from kdengine.engine.tree import DraftTree, tree_and_mask
 from kdengine.engine.weights import materialize
 from kdengine.ops.mask import pack_tree_mask
@@ -72,8 +72,9 @@ def replay_or_run(engine: Engine, phase: str, eager: Callable, *inputs: torch.Te
 
 
 def capture_graphs(engine: Engine, budget: int, notes: list[str]) -> bool:
-    """Capture the drafter forward, the tree + mask build and the verify forward (T = budget + 1) of
-    this engine's batch; True when all three were captured (else the engine stays eager)."""
+    """Capture the drafter forward, the tree + mask build, the verify forward (T = budget + 1) and the
+    commit's device part of this engine's batch; True when the first three were captured (else the
+    engine stays eager; the commit graph is optional)."""
     impls = {m.impl for m in engine.model.modules() if hasattr(m, "impl")}
     reason = graphs.graph_blocker(engine.cache.pool.device, engine.backend, impls, engine.group)
     if reason is not None:
@@ -85,13 +86,53 @@ def capture_graphs(engine: Engine, budget: int, notes: list[str]) -> bool:
     if captured["draft"] is not None:
         lp, ids = captured["draft"].outputs
         captured["tree"] = graphs.capture(tree_eager(budget), [lp, ids, engine.root], notes, "tree")
-    tokens = torch.zeros(B, T, dtype=torch.int64, device=dev)
-    positions = engine.cache.lengths[:, None].long() + torch.arange(T, device=dev)
-    captured["verify"] = graphs.capture(verify_eager(engine), [tokens, positions, chain_bits(B, T, dev)], notes, "verify")
+    captured["verify"] = capture_verify(engine, budget, notes)
+    if captured["verify"] is not None:  # count 0 in the example: the warm-up runs commit nothing
+        feats = captured["verify"].outputs[1]
+        path = torch.arange(T, device=dev).repeat(B, 1)
+        count = torch.zeros(B, dtype=torch.int64, device=dev)
+        commit_graph = graphs.capture(commit_eager(engine), [path, count, torch.zeros_like(feats)], notes, "commit")
+        if commit_graph is not None:  # optional: the commit runs eagerly where it cannot be captured
+            captured["commit"] = commit_graph
     if any(g is None for g in captured.values()) or len(captured) < 3:
         return False
     engine.graphs, engine.budget = captured, budget
-    notes.append(f"cuda graphs: drafter, tree + mask and verify (T={T}, B={B}) captured once, replayed at every context length")
+    notes.append(f"cuda graphs: {', '.join(captured)} (T={T}, B={B}) captured once, replayed at every context length")
+    return True
+
+
+def capture_verify(engine: Engine, budget: int, notes: list[str], timer: GraphOpTimer | None = None):
+    """The verify forward (T = budget + 1) captured; with `timer`, its op events are captured into
+    the graph too (the profiling pass: replay, then timer.read()). None when capture fails."""
+    B, T, dev = engine.root.shape[0], budget + 1, engine.root.device
+    tokens = torch.zeros(B, T, dtype=torch.int64, device=dev)
+    positions = engine.cache.lengths[:, None].long() + torch.arange(T, device=dev)
+
+    def fn(tokens, positions, mask_bits):
+        if timer is not None:
+            timer.start()  # keep only the captured forward's marks, not the warm-up runs'
+        return forward(engine, tokens, positions, mask_bits, timer)
+
+    captured = graphs.capture(fn, [tokens, positions, chain_bits(B, T, dev)], notes, "profiled verify" if timer else "verify")
+    if captured is not None:
+        captured.timer = timer
+    return captured
+
+
+def profile_verify_in_graph(engine: Engine, notes: list[str]) -> bool:
+    """Swap the captured verify graph for one with its op events inside (GraphOpTimer): steps after
+    this report each op's time under replay. False (graphs unchanged) when that capture fails."""
+    if "verify" not in engine.graphs:
+        return False
+    old = engine.graphs.pop("verify")
+    del old
+    torch.cuda.empty_cache()
+    reserve(engine, engine.budget + 1)  # warm-up runs write tree rows past the lengths
+    profiled = capture_verify(engine, engine.budget, notes, GraphOpTimer())
+    if profiled is None:
+        engine.graphs["verify"] = capture_verify(engine, engine.budget, notes)
+        return False
+    engine.graphs["verify"] = profiled
     return True
 
 
@@ -113,6 +154,10 @@ def tree_eager(budget: int):
         return tree.tokens, tree.parents, tree.depths, bits
 
     return build
+
+
+def commit_eager(engine: Engine):
+    return lambda path, count, features: commit_rows(engine, path, count, features)
 
 
 def verify_eager(engine: Engine, timer=None):
@@ -206,11 +251,16 @@ def accept(engine: Engine, tree: DraftTree, target, policy):
 
 def commit(engine: Engine, path, count, bonus, features, counts_host: list[int]) -> None:
     """Keep the accepted KV rows (compacted after the prefix), extend the drafter context, new root."""
+    replay_or_run(engine, "commit", commit_eager(engine), path, count, features)
+    engine.root = bonus
+    advance(engine, counts_host)
+
+
+def commit_rows(engine: Engine, path, count, features) -> None:
+    """The device part of commit (fixed shapes, no host sync: captured as the `commit` graph)."""
     engine.cache.compact(path, count)
     feats = features.gather(1, path[:, :, None].expand(-1, -1, features.shape[-1]))
     append_context(engine.drafter, engine.dcache, feats, count)
-    engine.root = bonus
-    advance(engine, counts_host)
 
 
 @torch.no_grad()
@@ -227,6 +277,9 @@ def speculative_step(engine: Engine, budget: int, policy=None, prof: Profiler | 
         tree, bits = make_tree(engine, log_probs, ids, budget)
     with prof.phase(VERIFY):
         target, feats, load = verify(engine, tree, bits, prof.timer if prof.enabled else None)
+    replayed = engine.graphs.get("verify")
+    if prof.enabled and getattr(replayed, "timer", None) is not None:
+        prof.add_replayed(replayed.timer.read())  # the ops of this replay (one host sync: profiling pass)
     with prof.phase("accept/commit"):
         path, count, bonus, counts_host = accept(engine, tree, target, policy)
         commit(engine, path, count, bonus, feats, counts_host)

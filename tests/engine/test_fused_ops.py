@@ -36,6 +36,55 @@ def check_all(device: str) -> dict[str, float]:
         xf = x.float()  # RMSNorm's torch formula (RMSNorm itself takes the fused path where it runs)
         ref = ((xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)) * norm.weight).to(x.dtype)
         out[f"rms{shape}"] = ulp_excess(fused_ops.rms_norm(x.to(device), norm.weight.to(device), 1e-6).cpu(), ref)
+        y = (torch.randn(*shape, generator=gen) * 3).bfloat16()
+        s_ref = x + y  # torch's bf16 add
+        s, h = fused_ops.add_rms_norm(x.to(device), y.to(device), norm.weight.to(device), 1e-6)
+        sf = s.cpu().float()  # the norm of the sum the kernel stored
+        ref = ((sf * torch.rsqrt(sf.pow(2).mean(-1, keepdim=True) + 1e-6)) * norm.weight).to(x.dtype)
+        out[f"add_rms_sum{shape}"] = ulp_excess(s.cpu(), s_ref)  # bit-equal on a GPU; the interpreter truncates
+        out[f"add_rms{shape}"] = ulp_excess(h.cpu(), ref)
+    qkv = (torch.randn(3, 5, 96 + 40 + 16, generator=gen) * 2).bfloat16()  # [.., DA + DB + rest], read in place
+    wa, wb = torch.randn(96, generator=gen), torch.randn(40, generator=gen)
+    ga, gb = fused_ops.rms_norm_pair(qkv.to(device), wa.to(device), wb.to(device), 1e-6, 1e-5)
+    for got, part, w, eps, name in ((ga, qkv[..., :96], wa, 1e-6, "pair_a"), (gb, qkv[..., 96:136], wb, 1e-5, "pair_b")):
+        pf = part.float()
+        out[name] = ulp_excess(got.cpu(), ((pf * torch.rsqrt(pf.pow(2).mean(-1, keepdim=True) + eps)) * w).to(part.dtype))
+    N, k, D = 6, 3, 1100  # MoE combine: rows sorted by expert, invalid slots' rows poisoned
+    valid = torch.rand(N, k, generator=gen) < 0.7
+    w = torch.rand(N, k, generator=gen)
+    order = torch.randperm(N * k, generator=gen)  # sorted position -> assignment
+    inv = torch.empty_like(order).scatter_(0, order, torch.arange(N * k)).view(N, k)
+    y = torch.randn(N * k + 2, D, generator=gen).bfloat16()
+    y[inv[~valid]] = float("nan")
+    ref = (y[inv].float() * (w * valid)[..., None]).nan_to_num(0.0).sum(1).bfloat16()
+    got = fused_ops.moe_combine(y.to(device), inv.to(device), w.to(device), valid.to(device)).cpu()
+    out["moe_combine"] = ulp_excess(got, ref) if not got.isnan().any() else float("inf")
+    from kdengine.engine.moe import hash_uniform, sort_assignments
+
+    for N, k, n_exp, lo, E in ((64, 8, 384, 48, 48), (5, 2, 8, 4, 4)):  # router top-k and the grouped GEMM plan
+        logits, bias = torch.randn(N, n_exp, generator=gen), torch.randn(n_exp, generator=gen) * 0.1
+        ids, w = fused_ops.moe_route(logits.to(device), bias.to(device), k, 2.5)
+        score = torch.sigmoid(logits)
+        ref_ids = torch.topk(score + bias, k, dim=-1).indices
+        ref_w = score.gather(1, ref_ids)
+        out[f"route_ids{N}"] = 0.0 if torch.equal(ids.cpu(), ref_ids) else float("inf")
+        out[f"route_w{N}"] = float((w.cpu() - ref_w / ref_w.sum(-1, keepdim=True) * 2.5).abs().max()) - 1e-6
+        log_p, calls, salt = torch.randn(n_exp, generator=gen), torch.tensor(7), torch.tensor(3)  # a policy's draw
+        d_ids, d_w = fused_ops.moe_route(logits.to(device), bias.to(device), k, 1.0, (log_p.to(device), calls.to(device), salt.to(device)))
+        d_ref = torch.topk(log_p - torch.log(-torch.log(hash_uniform(calls, salt, N, n_exp))), k, dim=-1).indices
+        out[f"draw_ids{N}"] = 0.0 if torch.equal(d_ids.cpu(), d_ref) else float("inf")
+        d_rw = score.gather(1, d_ref)
+        out[f"draw_w{N}"] = float((d_w.cpu() - d_rw / d_rw.sum(-1, keepdim=True)).abs().max()) - 1e-6
+        load = torch.zeros(E, device=device)
+        rows, inv, offs, valid = fused_ops.moe_plan(ids, lo, E, load)
+        local = ref_ids - lo
+        ok = (local >= 0) & (local < E)
+        order, _, ref_offs = sort_assignments(local, ok, E)
+        same = (torch.equal(rows.cpu(), order // k) and torch.equal(offs.cpu(), ref_offs) and torch.equal(valid.cpu().bool(), ok)
+                and torch.equal(inv.cpu().flatten()[order], torch.arange(N * k))
+                and torch.equal(load.cpu(), torch.bincount(local[ok], minlength=E).float()))
+        out[f"plan{N}"] = 0.0 if same else float("inf")
+    out["moe_planned"] = moe_planned_excess(device)
     cfg = ModelConfig.from_name("kimi-k2-tp8-rank")
     B, T, H, QH = 2, 5, 8, 192
     q = torch.randn(B, T, H, QH, generator=gen).bfloat16()
@@ -64,12 +113,38 @@ def check_all(device: str) -> dict[str, float]:
     return out
 
 
+def moe_planned_excess(device: str) -> float:
+    """A tiny bf16 MoE layer through the fused plan + grouped GEMMs + fused combine vs the loop path
+    (exact groups): within a bf16 ulp of the output's scale; the expert loads equal."""
+    from kdengine.engine.kv_cache import PagedKVCache
+    from kdengine.engine.model import Step, Transformer
+    from kdengine.engine.weights import materialize
+
+    cfg = ModelConfig.from_name("tiny", dtype="bfloat16", n_layers=2)
+    moe = materialize(Transformer, cfg, device, 3).layers[1].mlp
+    x = torch.randn(2, 9, cfg.hidden, generator=torch.Generator().manual_seed(0)).bfloat16().to(device)
+    cache = PagedKVCache(cfg.n_layers, 4, 64, 2, 2, device)
+    outs = []
+    for impl in ("loop", "grouped_mm"):
+        moe.impl = impl
+        step = Step(cfg, cache, torch.zeros(2, 9, 1, dtype=torch.int32, device=device), "reference")
+        outs.append((moe(x, step).float().cpu(), step.expert_load.cpu()))
+    (ref, ref_load), (got, load) = outs
+    if not torch.equal(ref_load, load):
+        return float("inf")
+    return float((got - ref).abs().max() / ref.abs().max()) - 2.0**-7
+
+
 def forward_excess(device: str) -> float:
-    """A tiny bf16 target forward with the fused glue vs without: features within a few bf16 ulps."""
+    """A tiny bf16 target forward with the fused glue vs without: features within a few bf16 ulps.
+    Every token takes every expert (top_k = n_experts): a one-ulp difference may otherwise flip a
+    top-k routing choice and move a feature by a whole expert's output (the interpreter rounds
+    bf16 by truncation, the GPU to nearest even), which says nothing about the glue."""
     from kdengine.engine import fused_ops
     from kdengine.engine.step import chain_bits, forward, setup_engine
 
     cfg = ModelConfig.from_name("tiny", dtype="bfloat16")
+    cfg = ModelConfig.from_name("tiny", dtype="bfloat16", top_k=cfg.n_experts)
     outs = []
     for fused in (True, False):
         engine = setup_engine(cfg, device, 2, 256, backend="reference" if device == "cpu" else "triton", seed=3)
@@ -104,6 +179,12 @@ def test_bad_shapes_raise():
 
     with pytest.raises(ValueError, match="weight"):
         fused_ops.rms_norm(torch.zeros(2, 8), torch.ones(7), 1e-6)
+    with pytest.raises(ValueError, match="y"):
+        fused_ops.add_rms_norm(torch.zeros(2, 8), torch.zeros(2, 7), torch.ones(8), 1e-6)
+    with pytest.raises(ValueError, match="w/valid/y"):
+        fused_ops.moe_combine(torch.zeros(5, 8), torch.zeros(2, 3, dtype=torch.int64), torch.zeros(2, 3), torch.ones(2, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="wa/wb"):
+        fused_ops.rms_norm_pair(torch.zeros(2, 8), torch.ones(6), torch.ones(3), 1e-6, 1e-6)
     B, T, H = 1, 2, 2
     q, q_lat = torch.zeros(B, T, H, 192), torch.zeros(H, B * T, 512)
     lat, k_pe, cs = torch.zeros(B, T, 512), torch.zeros(B, T, 64), torch.zeros(B, T, 64)

@@ -91,3 +91,14 @@ def test_rope_with_shared_tables_equals_per_call_rope():
     k = torch.randn(2, 5, 64, generator=gen)
     both = apply_rope(torch.cat([x, k[:, :, None]], 2), pos, inv)
     assert torch.equal(both[:, :, :9], apply_rope(x, pos, inv)) and torch.equal(both[:, :, 9], apply_rope(k, pos, inv))
+
+
+def test_event_cost_comes_off_the_regions_that_hold_event_nodes():
+    from kdengine.engine.profiler import corrected_ms, event_overhead_ms
+
+    e = event_overhead_ms(profiled_ms=3.0, replayed_ms=2.0, pairs=100)  # 200 event nodes cost 1 ms
+    assert e == pytest.approx(0.005)
+    assert event_overhead_ms(2.0, 2.5, 100) == 0.0 and event_overhead_ms(3.0, 2.0, 0) == 0.0
+    assert corrected_ms(0.100, 0, e) == pytest.approx(0.095)  # a leaf: its end event
+    assert corrected_ms(0.300, 6, e) == pytest.approx(0.300 - 13 * e)  # a region holding 6 timed parts
+    assert corrected_ms(0.001, 0, e) == 0.0  # never negative

@@ -26,6 +26,9 @@ def test_run_decode_tiny_reports_everything():
     assert len(r.moe_load) == 8 and r.moe_imbalance >= 1.0
     assert r.policy.startswith("replay(mean=4") and r.layers == 3 and r.backend == "reference"
     assert any("synthetic context" in n for n in r.notes)
+    assert {"moe-route", "moe-shared", "moe-rest"} <= set(r.moe_op_ms)  # the loop path has no dispatch/combine parts
+    assert sum(r.moe_op_ms.values()) == pytest.approx(r.phase_ms["verify-moe"], rel=1e-6)
+    assert 0 < r.host_step_ms <= 1.5 * step_ms  # on the CPU the host time is the step
     d = r.to_dict()
     assert d["settings"]["context"] == 256 and d["mean_step_ms"] > 0
 
