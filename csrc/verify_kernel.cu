@@ -48,16 +48,19 @@ static cudaError_t launch_split(const VerifyParams& p, cudaStream_t stream) {
 
 // The split-kernel configuration of (R, col_warps, max_row_groups, pingpong) handed to `fn` as a
 // type: col_warps 2 or 4 -> Cfg<RG, CW>; 8 -> the wide layout (at least 32 rows per block), its row
-// halves in opposite phase orders when `pingpong`.
+// halves in opposite phase orders when `pingpong`; 16 -> the same with the streaming loader and lazy
+// rescaling ("wide2").
 template <class F>
 static auto with_config(int R, int col_warps, int max_row_groups, bool pingpong, F&& fn) {
   return ROWGROUPS_SWITCH(row_groups(R, max_row_groups), RG, [&] {
     return COLWARPS_SWITCH(col_warps, CW, [&] {
+      constexpr int WRG = RG < 2 ? 2 : RG;
       if constexpr (CW == 8) {
-        constexpr int WRG = RG < 2 ? 2 : RG;
         return pingpong ? fn(WideCfg<WRG, true>{}) : fn(WideCfg<WRG, false>{});
-      } else {
-        return fn(Cfg<RG, CW>{});
+      } else if constexpr (CW == 16) {
+        return pingpong ? fn(WideCfg<WRG, true, true>{}) : fn(WideCfg<WRG, false, true>{});
+      } else {  // (the discarded branches are still instantiated: outside a template)
+        return fn(Cfg<RG, CW == 2 ? 2 : 4>{});
       }
     });
   });
@@ -80,7 +83,9 @@ cudaError_t launch_verify(const VerifyParams& p, int col_warps, int max_row_grou
     return launch_split<decltype(cfg)>(p, stream);
   });
   if (err != cudaSuccess) return err;
-  if (combine == 1 && p.nsplit <= COMBINE_MAX_NSPLIT)
+  if (combine == 2 && p.nsplit <= COMBINE_MAX_NSPLIT)
+    verify_combine_chunked_kernel<<<dim3(p.R, p.B, COMBINE_COL_CHUNKS), COMBINE_CHUNK_THREADS, 0, stream>>>(p);
+  else if (combine >= 1 && p.nsplit <= COMBINE_MAX_NSPLIT)
     verify_combine_parallel_kernel<<<dim3(p.R, p.B), COMBINE_PAR_THREADS, 0, stream>>>(p);
   else
     verify_combine_kernel<<<dim3(p.R, p.B), COMBINE_THREADS, 0, stream>>>(p);

@@ -28,9 +28,14 @@
 
 namespace kdengine {
 
-template <int RG_, bool PINGPONG_>
+template <int RG_, bool PINGPONG_, bool STREAM_ = false>
 struct WideCfg {
   static constexpr bool WIDE = true, PINGPONG = PINGPONG_;
+  // STREAM (the "wide2" layout): KV tiles copied by a fixed thread -> (token, columns) map with each
+  // thread's page id read one tile ahead, and lazy rescaling (a row's max moves only when a score
+  // passes it by more than LAZY_LOG2; P stays <= 2^LAZY_LOG2 in bf16, O and l in fp32).
+  static constexpr bool STREAM = STREAM_;
+  static constexpr float LAZY_LOG2 = 8.f;
   static constexpr int RG = RG_, BLOCK_M = 16 * RG;
   static constexpr int WARPS = 8, THREADS = 32 * WARPS;
   static constexpr int BN = 16, STAGES = 4;
@@ -53,6 +58,45 @@ struct WideCfg {
   static_assert(THREADS / 2 / TPR == BLOCK_M / 2, "softmax threads of a row half = that half's warps");
   static_assert(EPT == 2 || EPT == 4, "softmax vector width");
   static_assert(SMEM <= 99 * 1024, "over sm_120's 99 KB of shared memory per block");
+  static_assert(THREADS % BN == 0, "whole threads per KV token in the streaming loader");
+};
+
+// The streaming KV loader (STREAM layouts): thread t always copies token t / TPT of a tile, 16-byte
+// chunks t % TPT, t % TPT + TPT, ... of its row, so the shared-memory targets are fixed and each tile
+// costs the thread one page-table entry, read while the previous tile's copies are in flight.
+template <class C>
+struct KvStream {
+  static constexpr int TPT = C::THREADS / C::BN;             // threads per KV token
+  static constexpr int PER = (CHUNKS + TPT - 1) / TPT;       // chunks per thread (the last may be idle)
+  const int* pages;  // this sequence's page-table row
+  int tok, first, page, next_start;
+
+  __device__ __forceinline__ KvStream(const VerifyParams& p, int b, int start, int end)
+      : pages(p.page_table + (size_t)b * p.max_pages), tok(threadIdx.x / TPT), first(threadIdx.x % TPT),
+        page(0), next_start(start) {
+    fetch(p, end);
+  }
+  // The page id of the next tile's token (0 past the end: never dereferenced).
+  __device__ __forceinline__ void fetch(const VerifyParams& p, int end) {
+    const int pos = next_start + tok;
+    page = pos < end ? __ldg(pages + (pos >> p.page_shift)) : 0;
+  }
+  // Copy the next tile (BN tokens from next_start, zero-filled at and past `end`) into `dst`, then
+  // read the page id of the tile after it.
+  __device__ __forceinline__ void load(const VerifyParams& p, int end, __nv_bfloat16* dst) {
+    const int pos = next_start + tok;
+    const bool valid = pos < end;
+    const __nv_bfloat16* src =
+        valid ? p.kv + ((size_t)page * p.page_size + (pos & (p.page_size - 1))) * D_QK : p.kv;
+    __nv_bfloat16* d = dst + tok * STRIDE;
+#pragma unroll
+    for (int k = 0; k < PER; ++k) {
+      const int c = first + k * TPT;
+      if (CHUNKS % TPT == 0 || c < CHUNKS) copy_chunk(d + c * 8, src + (valid ? c * 8 : 0), valid);
+    }
+    next_start += C::BN;
+    fetch(p, end);
+  }
 };
 
 // One KV tile (BN tokens from `tile_start`, zero-filled at and past `end`) into shared memory, with
@@ -168,9 +212,10 @@ __device__ __forceinline__ void wide_softmax(const VerifyParams& p, const float*
   }
 #pragma unroll
   for (int off = 1; off < C::TPR; off *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, off));
-  const float m_new = fmaxf(m, mx);
+  float m_new = fmaxf(m, mx);
+  if constexpr (C::STREAM) m_new = mx > m + C::LAZY_LOG2 ? mx : m;  // -inf + 8 = -inf: the first finite max moves it
   const float m_use = m_new == -INFINITY ? 0.f : m_new;
-  const float alpha = exp2f(m - m_use);
+  const float alpha = C::STREAM && m_new == m ? 1.f : exp2f(m - m_use);  // exactly 1: wide_pv skips the rescale
   float sum = 0.f;
 #pragma unroll
   for (int e = 0; e < EPT; ++e) {
@@ -249,9 +294,15 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
   if (!split_range<BN, BLOCK_M, C::THREADS>(p, b, split, row0, start, end, part_row0)) return;
 
   const int ntiles = (end - start + BN - 1) / BN;
+  KvStream<C> stream(p, b, start, end);  // STREAM layouts only (the compiler drops it otherwise)
 #pragma unroll
   for (int st = 0; st < STAGES - 1; ++st) {
-    if (st < ntiles) load_kv_tile_hoisted<C>(p, b, start + st * BN, end, kv_s + st * C::TILE_ELEMS);
+    if (st < ntiles) {
+      if constexpr (C::STREAM)
+        stream.load(p, end, kv_s + st * C::TILE_ELEMS);
+      else
+        load_kv_tile_hoisted<C>(p, b, start + st * BN, end, kv_s + st * C::TILE_ELEMS);
+    }
     cp_async_commit();
   }
 
@@ -282,7 +333,12 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
     cp_async_wait<STAGES - 3>();  // tile it + 1 (and P / alpha of tile it) visible after the barrier
     __syncthreads();
     const int next = it + STAGES - 1;  // into the stage of tile it - 1, which every warp has finished
-    if (next < ntiles) load_kv_tile_hoisted<C>(p, b, start + next * BN, end, kv_s + (next % STAGES) * C::TILE_ELEMS);
+    if (next < ntiles) {
+      if constexpr (C::STREAM)
+        stream.load(p, end, kv_s + (next % STAGES) * C::TILE_ELEMS);
+      else
+        load_kv_tile_hoisted<C>(p, b, start + next * BN, end, kv_s + (next % STAGES) * C::TILE_ELEMS);
+    }
     cp_async_commit();
     const __nv_bfloat16* cur = kv_s + (it % STAGES) * C::TILE_ELEMS;
     const __nv_bfloat16* nxt = kv_s + ((it + 1) % STAGES) * C::TILE_ELEMS;
