@@ -77,6 +77,26 @@ int blocks_per_sm(int R, int col_warps, int max_row_groups, bool pingpong) {
   return blocks;
 }
 
+// The chunked merge, as a programmatic dependent of the split kernel where the device has it (sm_90+).
+static cudaError_t launch_combine_chunked(const VerifyParams& p, cudaStream_t stream) {
+  static int major = -1;  // of the first device launched on; PDL is an optimisation, never needed
+  if (major < 0) {
+    int dev = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(p.R, p.B, COMBINE_COL_CHUNKS);
+  cfg.blockDim = dim3(COMBINE_CHUNK_THREADS);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = major >= 9 ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, verify_combine_chunked_kernel, p);
+}
+
 cudaError_t launch_verify(const VerifyParams& p, int col_warps, int max_row_groups, bool pingpong, int combine,
                           cudaStream_t stream) {
   const cudaError_t err = with_config(p.R, col_warps, max_row_groups, pingpong, [&](auto cfg) {
@@ -84,8 +104,8 @@ cudaError_t launch_verify(const VerifyParams& p, int col_warps, int max_row_grou
   });
   if (err != cudaSuccess) return err;
   if (combine == 2 && p.nsplit <= COMBINE_MAX_NSPLIT)
-    verify_combine_chunked_kernel<<<dim3(p.R, p.B, COMBINE_COL_CHUNKS), COMBINE_CHUNK_THREADS, 0, stream>>>(p);
-  else if (combine >= 1 && p.nsplit <= COMBINE_MAX_NSPLIT)
+    return launch_combine_chunked(p, stream);
+  if (combine >= 1 && p.nsplit <= COMBINE_MAX_NSPLIT)
     verify_combine_parallel_kernel<<<dim3(p.R, p.B), COMBINE_PAR_THREADS, 0, stream>>>(p);
   else
     verify_combine_kernel<<<dim3(p.R, p.B), COMBINE_THREADS, 0, stream>>>(p);

@@ -81,6 +81,20 @@ __device__ __forceinline__ void copy_chunk(__nv_bfloat16* dst, const __nv_bfloat
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+// Programmatic dependent launch (sm_90 and later; a no-op below, and when the dependent kernel was
+// launched without the attribute): the split kernel lets the merge's blocks launch early, and the
+// merge waits for the whole split grid (and its memory) before it reads a partial.
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait_primary() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
@@ -449,7 +463,8 @@ __global__ void __launch_bounds__(COMBINE_PAR_THREADS) verify_combine_parallel_k
 // the 512 columns (32 threads of float4) by COMBINE_SPLIT_GROUPS warps over the splits, all
 // COMBINE_BATCH loads of a batch in flight. R * B blocks of the merge above leave most of the GPU's
 // memory parallelism idle at R = 128; this one launches 4x the blocks, each with 8 partial rows in
-// flight per thread. Each block weighs the splits itself (NSPLIT lse reads).
+// flight per thread. Each block weighs the splits itself (NSPLIT lse reads). On sm_90 and later it is
+// launched as a programmatic dependent of the split kernel (its launch overlaps the split's tail).
 constexpr int COMBINE_COL_CHUNKS = 4;
 constexpr int COMBINE_SPLIT_GROUPS = 8;
 constexpr int COMBINE_CHUNK_COLS = DV / 4 / COMBINE_COL_CHUNKS;                    // float4 columns: 32
@@ -460,6 +475,7 @@ __global__ void __launch_bounds__(COMBINE_CHUNK_THREADS) verify_combine_chunked_
   __shared__ float w_s[COMBINE_MAX_NSPLIT];
   __shared__ float red[COMBINE_CHUNK_THREADS / 32];
   __shared__ float4 acc_s[COMBINE_SPLIT_GROUPS - 1][COMBINE_CHUNK_COLS];
+  pdl_wait_primary();  // launched early (programmatic dependent launch): the partials are complete past here
   const int row = blockIdx.x, b = blockIdx.y, R = p.R;
   const int col = blockIdx.z * COMBINE_CHUNK_COLS + threadIdx.x % 32, group = threadIdx.x / 32;
   const float* lse = p.part_lse + (size_t)b * p.nsplit * R + row;

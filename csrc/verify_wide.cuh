@@ -293,6 +293,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
   size_t part_row0;
   if (!split_range<BN, BLOCK_M, C::THREADS>(p, b, split, row0, start, end, part_row0)) return;
 
+  if constexpr (C::STREAM) pdl_launch_dependents();  // every split block is resident: the merge may launch
   const int ntiles = (end - start + BN - 1) / BN;
   KvStream<C> stream(p, b, start, end);  // STREAM layouts only (the compiler drops it otherwise)
 #pragma unroll
@@ -345,8 +346,13 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
     const bool more = it + 1 < ntiles;  // block-uniform
     const int nxt_start = start + (it + 1) * BN;
     if constexpr (!C::PINGPONG) {
-      wide_pv<C>(cur, p_s, row_s, o, warp, lane);
-      if (more) wide_partial_scores<C>(nxt, qa, exch, half, quarter, lane);
+      if (C::STREAM && more) {  // one basic block: the scheduler interleaves the two independent MMA streams
+        wide_pv<C>(cur, p_s, row_s, o, warp, lane);
+        wide_partial_scores<C>(nxt, qa, exch, half, quarter, lane);
+      } else {
+        wide_pv<C>(cur, p_s, row_s, o, warp, lane);
+        if (more) wide_partial_scores<C>(nxt, qa, exch, half, quarter, lane);
+      }
       __syncthreads();  // P / alpha of tile it consumed, partial scores of tile it + 1 written
       if (more) wide_softmax<C>(p, exch, p_s, row_s, srow, stok, mask_off, nxt_start, prefix, end, m_run, l_run);
     } else {

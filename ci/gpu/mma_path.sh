@@ -3,67 +3,73 @@
 # the wide2 layout (col_warps 16) and the merges, the kernel sweep's `mma` set (wide2 at several NSPLIT
 # and merges beside the wide layout and FlashMLA: perf_history/kernel JSON), ncu of wide2 at 65k T=16
 # and T=64 (split kernel + merge), compute-sanitizer memcheck + racecheck on wide2. Each step has its
-# own time limit; logs are packed into $OUT/logs.tgz (the device tool returns at most 8 files).
-#   usage: KDENGINE_COMMIT=<sha> bash ci/gpu/mma_path.sh [all|test|bench|ncu|sanitize]...
-#   FlashMLA: the sgl-flash-mla wheel from $WHEELS (default out/mma) or .whl/, when present.
+# own time limit and writes straight into $OUT (a run cut at the tool's limit still returns its files).
+#   usage: KDENGINE_COMMIT=<sha> bash ci/gpu/mma_path.sh [all|test|bench|ncu|sanitize|ncu-old]...
+#   FlashMLA: the sgl-flash-mla wheel from $WHEELS or .whl/, when present.
 set -o pipefail
 OUT=${OUT:-/tmp/kdengine-mma-out}
-LOG=$OUT/logs
-mkdir -p "$LOG"
+mkdir -p "$OUT"
+LOG=$OUT/run.log
 export PYTHONUNBUFFERED=1
 export KDENGINE_CACHE_DIR=${KDENGINE_CACHE_DIR:-/tmp/kdengine-cache}
 PY=${PYTHON:-python3}
 STEPS=${*:-all}
 status=0
 want() { [[ " $STEPS " == *" all "* || " $STEPS " == *" $1 "* ]]; }
-step() { echo "=== $1 ($(date -u +%T), ${SECONDS}s)"; }
+step() { echo "=== $1 ($(date -u +%T), ${SECONDS}s)" | tee -a "$LOG"; }
+NCU_SECTIONS=(--section SpeedOfLight --section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis
+              --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats)
+NCU_KEYS="verify_|Duration|Compute \(SM\) Throughput|DRAM Throughput|Issue Slots Busy|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|Stall|No Eligible|rel L2"
 
 step info
-wheels=$(ls ${WHEELS:-out/mma}/*.whl .whl/*.whl 2>/dev/null | head -1)
-if [ -n "$wheels" ]; then
-  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$wheels" 2>&1 | tail -2
+$PY -m kdengine.ops.build --arch native > "$OUT/build.log" 2>&1 &
+build_pid=$!
+wheel=$(ls ${WHEELS:-.whl}/*.whl 2>/dev/null | head -1)
+if [ -n "$wheel" ]; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$wheel" 2>&1 | tail -2 | tee -a "$LOG"
   export PYTHONPATH=/tmp/site:$PWD
 else
   export PYTHONPATH=$PWD
 fi
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu --format=csv | tee "$LOG/smi.txt"
-
-step build
-$PY -m kdengine.ops.build --arch native 2>&1 | tail -3 | tee "$LOG/build.log" || status=1
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu --format=csv 2>&1 | tee -a "$LOG"
+wait $build_pid || status=1
+step "built"
+tail -2 "$OUT/build.log" | tee -a "$LOG"
 
 if want test; then
   step test
-  timeout 150 $PY -m pytest -q -m gpu tests/ops/test_cuda.py -p no:cacheprovider -x --durations=5 \
-    -k "wide2 or both_merges or cuda_graph or (layout and 16)" 2>&1 | tail -25 | tee "$LOG/pytest_gpu.log" || status=1
+  timeout 100 $PY -m pytest -q -m gpu tests/ops/test_cuda.py -p no:cacheprovider --maxfail=8 --durations=3 \
+    -k "wide2 or both_merges or cuda_graph or cw16" 2>&1 | tail -30 | tee -a "$LOG" || status=1
 fi
 
 if want bench; then
   step bench
-  timeout 200 $PY -m kdengine.bench.kernel measure --set mma --out "$OUT/verify_kernel.json" \
-    --commit "${KDENGINE_COMMIT:-}" 2>&1 | tee "$LOG/bench.log" || status=1
+  timeout 170 $PY -m kdengine.bench.kernel measure --set mma --out "$OUT/verify_kernel.json" \
+    --commit "${KDENGINE_COMMIT:-}" 2>&1 | tee -a "$LOG" || status=1
 fi
 
+ncu_run() {  # ncu_run TAG T ARGS...
+  local tag=$1 T=$2; shift 2
+  timeout 45 ncu --clock-control none -k regex:verify_ --launch-count 2 "${NCU_SECTIONS[@]}" \
+    $PY -m kdengine.bench.kernel once --T $T --prefix $((65536 - T)) "$@" > "$OUT/ncu_${tag}_T$T.txt" 2>&1
+  grep -E "$NCU_KEYS" "$OUT/ncu_${tag}_T$T.txt" | head -60 | tee -a "$LOG"
+}
 if want ncu; then
   step ncu
-  for T in 16 64; do
-    timeout 60 ncu --clock-control none -k regex:verify_ --launch-count 2 --section SpeedOfLight --section Occupancy \
-      --section LaunchStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
-      --section WarpStateStats --section SchedulerStats \
-      $PY -m kdengine.bench.kernel once --T $T --prefix $((65536 - T)) --col-warps 16 --combine 2 \
-      > "$LOG/ncu_wide2_T$T.txt" 2>&1 || true
-    grep -E "verify_|Duration|Compute \(SM\) Throughput|DRAM Throughput|Issue Slots Busy|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|Stall|No Eligible|rel L2" \
-      "$LOG/ncu_wide2_T$T.txt" | head -40
-  done
+  for T in 16 64; do ncu_run wide2 $T --col-warps 16 --combine 2; done
 fi
 
 if want sanitize; then
   step sanitize
-  timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 $PY -m kdengine.bench.kernel once --B 3 --T 17 \
-    --prefix 130 --col-warps 16 --combine 2 2>&1 | tail -6 | tee "$LOG/memcheck.log" || status=1
-  timeout 90 compute-sanitizer --tool racecheck --error-exitcode 9 $PY -m kdengine.bench.kernel once --T 5 --H 8 \
-    --prefix 40 --col-warps 16 --combine 2 2>&1 | tail -6 | tee "$LOG/racecheck.log" || status=1
+  timeout 50 compute-sanitizer --tool memcheck --error-exitcode 9 $PY -m kdengine.bench.kernel once --B 3 --T 17 \
+    --prefix 130 --col-warps 16 --combine 2 2>&1 | tail -4 | tee -a "$LOG" || status=1
+  timeout 70 compute-sanitizer --tool racecheck --error-exitcode 9 $PY -m kdengine.bench.kernel once --T 5 --H 8 \
+    --prefix 40 --col-warps 16 --combine 2 2>&1 | tail -4 | tee -a "$LOG" || status=1
 fi
 
-tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$LOG"
+if want ncu-old; then
+  step "ncu, the wide layout (before)"
+  ncu_run wide 16 --col-warps 8 --combine 1
+fi
 step "done status=$status"
 exit $status

@@ -213,7 +213,7 @@ def test_wide2_lazy_rescale_moves_the_max(sm_scale, pingpong):
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", [(cw, rg, pp) for cw in cuda_backend.COL_WARPS for rg in cuda_backend.ROW_GROUPS
                                     for pp in ((False, True) if cw in cuda_backend.WIDE_LAYOUTS else (False,))],
-                         ids=str)
+                         ids=lambda lay: f"cw{lay[0]}rg{lay[1]}" + ("pp" if lay[2] else ""))
 @pytest.mark.parametrize("tp", [TestParam(1, 70, H=1), TestParam(17, 63, H=2), TestParam(64, [4000, 65], B=2),
                                 TestParam(16, 100, nsplit=256), TestParam(16, 65520 - 16)], ids=str)
 def test_every_warp_layout(tp, layout):
