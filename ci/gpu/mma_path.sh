@@ -38,19 +38,19 @@ tail -2 "$OUT/build.log" | tee -a "$LOG"
 
 if want test; then
   step test
-  timeout 100 $PY -m pytest -q -m gpu tests/ops/test_cuda.py -p no:cacheprovider --maxfail=8 --durations=3 \
+  timeout 80 $PY -m pytest -q -m gpu tests/ops/test_cuda.py -p no:cacheprovider --maxfail=8 --durations=3 \
     -k "wide2 or both_merges or cuda_graph or cw16" 2>&1 | tail -30 | tee -a "$LOG" || status=1
 fi
 
 if want bench; then
   step bench
-  timeout 170 $PY -m kdengine.bench.kernel measure --set mma --out "$OUT/verify_kernel.json" \
+  timeout 120 $PY -m kdengine.bench.kernel measure --set mma --contexts 65536,16384,4096 --out "$OUT/verify_kernel.json" \
     --commit "${KDENGINE_COMMIT:-}" 2>&1 | tee -a "$LOG" || status=1
 fi
 
 ncu_run() {  # ncu_run TAG T ARGS...
   local tag=$1 T=$2; shift 2
-  timeout 45 ncu --clock-control none -k regex:verify_ --launch-count 2 "${NCU_SECTIONS[@]}" \
+  timeout 35 ncu --clock-control none -k regex:verify_ --launch-count 2 "${NCU_SECTIONS[@]}" \
     $PY -m kdengine.bench.kernel once --T $T --prefix $((65536 - T)) "$@" > "$OUT/ncu_${tag}_T$T.txt" 2>&1
   grep -E "$NCU_KEYS" "$OUT/ncu_${tag}_T$T.txt" | head -60 | tee -a "$LOG"
 }
@@ -61,9 +61,9 @@ fi
 
 if want sanitize; then
   step sanitize
-  timeout 50 compute-sanitizer --tool memcheck --error-exitcode 9 $PY -m kdengine.bench.kernel once --B 3 --T 17 \
+  timeout 30 compute-sanitizer --tool memcheck --error-exitcode 9 $PY -m kdengine.bench.kernel once --B 3 --T 17 \
     --prefix 130 --col-warps 16 --combine 2 2>&1 | tail -4 | tee -a "$LOG" || status=1
-  timeout 70 compute-sanitizer --tool racecheck --error-exitcode 9 $PY -m kdengine.bench.kernel once --T 5 --H 8 \
+  timeout 45 compute-sanitizer --tool racecheck --error-exitcode 9 $PY -m kdengine.bench.kernel once --T 5 --H 8 \
     --prefix 40 --col-warps 16 --combine 2 2>&1 | tail -4 | tee -a "$LOG" || status=1
 fi
 
