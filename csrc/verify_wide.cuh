@@ -364,19 +364,29 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
       const float* a_cur = row_s + (it & 1) * BLOCK_M;
       __nv_bfloat16* p_nxt = p_s + ((it + 1) & 1) * C::P_ELEMS;
       float* a_nxt = row_s + ((it + 1) & 1) * BLOCK_M;
+      // STREAM: each phase sequence in one basic block while tiles remain (softmax next to P*V, P*V
+      // next to Q*K^T: the scheduler interleaves them), P*V alone on the last tile.
       if (half == 0) {
         if (more) {
           wide_partial_scores<C>(nxt, qa, exch, half, quarter, lane);
           group_barrier(1, 128);
           wide_softmax<C>(p, exch, p_nxt, a_nxt, srow, stok, mask_off, nxt_start, prefix, end, m_run, l_run);
+          if constexpr (C::STREAM) wide_pv<C>(cur, p_cur, a_cur, o, warp, lane);
         }
-        wide_pv<C>(cur, p_cur, a_cur, o, warp, lane);
+        if (!C::STREAM || !more) wide_pv<C>(cur, p_cur, a_cur, o, warp, lane);
       } else {
-        wide_pv<C>(cur, p_cur, a_cur, o, warp, lane);
-        if (more) {
+        if (C::STREAM && more) {
+          wide_pv<C>(cur, p_cur, a_cur, o, warp, lane);
           wide_partial_scores<C>(nxt, qa, exch, half, quarter, lane);
           group_barrier(2, 128);
           wide_softmax<C>(p, exch, p_nxt, a_nxt, srow, stok, mask_off, nxt_start, prefix, end, m_run, l_run);
+        } else {
+          wide_pv<C>(cur, p_cur, a_cur, o, warp, lane);
+          if (more) {
+            wide_partial_scores<C>(nxt, qa, exch, half, quarter, lane);
+            group_barrier(2, 128);
+            wide_softmax<C>(p, exch, p_nxt, a_nxt, srow, stok, mask_off, nxt_start, prefix, end, m_run, l_run);
+          }
         }
       }
     }
