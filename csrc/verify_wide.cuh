@@ -28,7 +28,7 @@
 
 namespace kdengine {
 
-template <int RG_, bool PINGPONG_, bool STREAM_ = false>
+template <int RG_, bool PINGPONG_, bool STREAM_ = false, int WARPS_ = 8>
 struct WideCfg {
   static constexpr bool WIDE = true, PINGPONG = PINGPONG_;
   // STREAM (the "wide2" layout): KV tiles copied by a fixed thread -> (token, columns) map with each
@@ -37,12 +37,15 @@ struct WideCfg {
   static constexpr bool STREAM = STREAM_;
   static constexpr float LAZY_LOG2 = 8.f;
   static constexpr int RG = RG_, BLOCK_M = 16 * RG;
-  static constexpr int WARPS = 8, THREADS = 32 * WARPS;
+  // WARPS = 16 (STREAM only, "wide2x16"): four row slices of 16 rows in Q*K^T, 32 V columns per warp
+  // in P*V; O and Q take 64 + 36 registers, so the block fits 128 registers: 4 warps per scheduler.
+  static constexpr int WARPS = WARPS_, THREADS = 32 * WARPS;
+  static constexpr int RS = WARPS / 4;                            // row slices in Q*K^T (x 4 dim quarters)
   static constexpr int BN = 16, STAGES = 4;
   static constexpr int K_PART = D_QK / 4, KSTEPS = K_PART / 16;  // per warp in Q*K^T: 144 dims
-  static constexpr int QM = RG / 2;                               // m16 tiles per warp in Q*K^T
+  static constexpr int QM = RG / RS;                              // m16 tiles per warp in Q*K^T
   static constexpr int QACC = 1;                                  // accumulator sets (chains) per tile
-  static constexpr int V_PART = DV / WARPS;                       // 64 V columns per warp
+  static constexpr int V_PART = DV / WARPS;                       // V columns per warp: 64 (32 at 16 warps)
   static constexpr int TILE_ELEMS = BN * STRIDE;
   static constexpr int KV_BYTES = STAGES * TILE_ELEMS * 2;
   static constexpr int EXCH_BYTES = 4 * BLOCK_M * BN * 4;         // [4 dim quarters][BLOCK_M][BN] fp32
@@ -55,6 +58,7 @@ struct WideCfg {
   static constexpr int TPR = BN / EPT;                            // threads per row in the softmax
   static constexpr int MIN_BLOCKS = RG == 2 ? 2 : 1;
   static_assert(RG == 2 || RG == 4, "the wide layout holds 32 or 64 rows");
+  static_assert(WARPS == 8 || (WARPS == 16 && STREAM && RG == 4 && !PINGPONG), "16 warps: wide2, 64 rows, no ping-pong");
   static_assert(THREADS / 2 / TPR == BLOCK_M / 2, "softmax threads of a row half = that half's warps");
   static_assert(EPT == 2 || EPT == 4, "softmax vector width");
   static_assert(SMEM <= 99 * 1024, "over sm_120's 99 KB of shared memory per block");
@@ -128,10 +132,10 @@ __device__ __forceinline__ void load_kv_tile_hoisted(const VerifyParams& p, int 
   }
 }
 
-// This warp's partial scores of one tile (its row half x 16 tokens over its 144 dims) into `exch`.
+// This warp's partial scores of one tile (its row slice x 16 tokens over its 144 dims) into `exch`.
 template <class C>
 __device__ __forceinline__ void wide_partial_scores(const __nv_bfloat16* tile, const uint32_t (&qa)[C::QM][C::KSTEPS][4],
-                                                    float* exch, int half, int quarter, int lane) {
+                                                    float* exch, int slice, int quarter, int lane) {
   float s[C::QACC][C::QM][2][4];
 #pragma unroll
   for (int a = 0; a < C::QACC; ++a)
@@ -151,7 +155,7 @@ __device__ __forceinline__ void wide_partial_scores(const __nv_bfloat16* tile, c
       mma_bf16(s[ks % C::QACC][mi][1], qa[mi][ks], kb[2], kb[3]);
     }
   }
-  float* dst = exch + (quarter * C::BLOCK_M + half * (C::BLOCK_M / 2)) * C::BN;
+  float* dst = exch + (quarter * C::BLOCK_M + slice * (C::BLOCK_M / C::RS)) * C::BN;
 #pragma unroll
   for (int mi = 0; mi < C::QM; ++mi)
 #pragma unroll
@@ -286,7 +290,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
 
   const int b = blockIdx.z, split = blockIdx.y, row0 = blockIdx.x * BLOCK_M;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int half = warp / 4, quarter = warp % 4;
+  const int half = warp / 4, quarter = warp % 4;  // half: the row slice (a row half at 8 warps)
   const int T = p.T, R = p.R;
   const int prefix = p.prefix_len[b];
   int start, end;
@@ -310,7 +314,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
   uint32_t qa[C::QM][C::KSTEPS][4];
 #pragma unroll
   for (int mi = 0; mi < C::QM; ++mi)
-    load_q_fragments<C>(p, b, row0 + half * (BLOCK_M / 2) + mi * 16, quarter * C::K_PART, qa[mi]);
+    load_q_fragments<C>(p, b, row0 + half * (BLOCK_M / C::RS) + mi * 16, quarter * C::K_PART, qa[mi]);
 
   // The softmax role of this thread: EPT scores of one row.
   const int srow = threadIdx.x / C::TPR, stok = (threadIdx.x % C::TPR) * C::EPT;

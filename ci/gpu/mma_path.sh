@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # One device run for the mma.sync path (issue 12, item 2): build for the local arch, the GPU tests of
-# the wide2 layout (col_warps 16) and the merges, the kernel sweep's `mma` set (wide2 at several NSPLIT
-# and merges beside the wide layout and FlashMLA: perf_history/kernel JSON), ncu of wide2 at 65k T=16
-# and T=64 (split kernel + merge), compute-sanitizer memcheck + racecheck on wide2. Each step has its
-# own time limit and writes straight into $OUT (a run cut at the tool's limit still returns its files).
-#   usage: KDENGINE_COMMIT=<sha> bash ci/gpu/mma_path.sh [all|test|bench|ncu|sanitize|ncu-old]...
+# the wide2 layouts (col_warps 16 and 32) and the merges, the kernel sweep's `mma` set (wide2 at several
+# NSPLIT and merges beside the wide layout and FlashMLA: perf_history/kernel JSON), ncu at 65k T=16 and
+# T=64 (split kernel + merge, with the stall breakdown), compute-sanitizer memcheck + racecheck. Each
+# step has its own time limit and writes straight into $OUT (a run cut at the tool's limit still
+# returns its files).
+#   usage: KDENGINE_COMMIT=<sha> bash ci/gpu/mma_path.sh [all|test|bench|ncu|sanitize]...
+#   NCU="cw:combine:pingpong:T ..." and SAN="cw:combine:pingpong ..." pick the layouts profiled / checked.
 #   FlashMLA: the sgl-flash-mla wheel from $WHEELS or .whl/, when present.
 set -o pipefail
 OUT=${OUT:-/tmp/kdengine-mma-out}
@@ -14,12 +16,17 @@ export PYTHONUNBUFFERED=1
 export KDENGINE_CACHE_DIR=${KDENGINE_CACHE_DIR:-/tmp/kdengine-cache}
 PY=${PYTHON:-python3}
 STEPS=${*:-all}
+NCU=${NCU:-"32:2:0:16 32:2:0:64 16:2:1:16 16:2:1:64 8:1:0:16"}
+SAN=${SAN:-"32:2:0 16:2:1"}
 status=0
 want() { [[ " $STEPS " == *" all "* || " $STEPS " == *" $1 "* ]]; }
 step() { echo "=== $1 ($(date -u +%T), ${SECONDS}s)" | tee -a "$LOG"; }
-NCU_SECTIONS=(--section SpeedOfLight --section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis
-              --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats)
-NCU_KEYS="verify_|Duration|Compute \(SM\) Throughput|DRAM Throughput|Issue Slots Busy|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|Stall|No Eligible|rel L2"
+STALLS=$(for r in wait short_scoreboard long_scoreboard barrier math_pipe_throttle mio_throttle dispatch_stall \
+          not_selected selected no_instruction branch_resolving lg_throttle; do
+          printf 'smsp__average_warps_issue_stalled_%s_per_issue_active.ratio,' $r; done)
+NCU_SECTIONS=(--section SpeedOfLight --section Occupancy --section WarpStateStats)
+NCU_METRICS=(--metrics "${STALLS}sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum")
+NCU_KEYS="verify_|Duration|DRAM Throughput|Issue Slots Busy|issue_active|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|stalled|tensor_op|bank_conflicts|rel L2"
 
 step info
 $PY -m kdengine.ops.build --arch native > "$OUT/build.log" 2>&1 &
@@ -38,38 +45,44 @@ tail -2 "$OUT/build.log" | tee -a "$LOG"
 
 if want test; then
   step test
-  timeout 80 $PY -m pytest -q -m gpu tests/ops/test_cuda.py -p no:cacheprovider --maxfail=8 --durations=3 \
-    -k "wide2 or both_merges or cuda_graph or cw16" 2>&1 | tail -30 | tee -a "$LOG" || status=1
+  timeout 60 $PY -m pytest -q -m gpu tests/ops/test_cuda.py -p no:cacheprovider --maxfail=8 --durations=3 \
+    -k "wide2 or cw8 or cw16 or cw32" 2>&1 | tail -30 | tee -a "$LOG" || status=1
 fi
 
 if want bench; then
   step bench
-  timeout 120 $PY -m kdengine.bench.kernel measure --set mma --contexts 65536,16384,4096 --out "$OUT/verify_kernel.json" \
+  timeout 60 $PY -m kdengine.bench.kernel measure --set mma --contexts 65536,16384,4096 --out "$OUT/verify_kernel.json" \
     --commit "${KDENGINE_COMMIT:-}" 2>&1 | tee -a "$LOG" || status=1
 fi
 
-ncu_run() {  # ncu_run TAG T ARGS...
-  local tag=$1 T=$2; shift 2
-  timeout 35 ncu --clock-control none -k regex:verify_ --launch-count 2 "${NCU_SECTIONS[@]}" \
-    $PY -m kdengine.bench.kernel once --T $T --prefix $((65536 - T)) "$@" > "$OUT/ncu_${tag}_T$T.txt" 2>&1
-  grep -E "$NCU_KEYS" "$OUT/ncu_${tag}_T$T.txt" | head -60 | tee -a "$LOG"
-}
 if want ncu; then
   step ncu
-  for T in 16 64; do ncu_run wide2 $T --col-warps 16 --combine 2; done
+  for spec in $NCU; do
+    IFS=: read -r cw comb pp T <<< "$spec"
+    f="$OUT/ncu_cw${cw}_comb${comb}_pp${pp}_T$T.txt"
+    once=($PY -m kdengine.bench.kernel once --T $T --prefix $((65536 - T)) --col-warps $cw --combine $comb --pingpong $pp)
+    timeout 25 ncu --clock-control none -k regex:verify_ --launch-count 2 "${NCU_SECTIONS[@]}" "${NCU_METRICS[@]}" \
+      "${once[@]}" > "$f" 2>&1
+    if grep -q "==ERROR==" "$f"; then  # a metric this ncu does not know: the sections alone
+      grep "==ERROR==" "$f" | head -3 | tee -a "$LOG"
+      NCU_METRICS=()
+      timeout 25 ncu --clock-control none -k regex:verify_ --launch-count 2 "${NCU_SECTIONS[@]}" "${once[@]}" > "$f" 2>&1
+    fi
+    echo "--- ncu cw$cw comb$comb pp$pp T$T" | tee -a "$LOG"
+    grep -E "$NCU_KEYS" "$f" | grep -v "^==PROF" | head -40 | tee -a "$LOG"
+  done
 fi
 
 if want sanitize; then
   step sanitize
-  timeout 30 compute-sanitizer --tool memcheck --error-exitcode 9 $PY -m kdengine.bench.kernel once --B 3 --T 17 \
-    --prefix 130 --col-warps 16 --combine 2 2>&1 | tail -4 | tee -a "$LOG" || status=1
-  timeout 45 compute-sanitizer --tool racecheck --error-exitcode 9 $PY -m kdengine.bench.kernel once --T 5 --H 8 \
-    --prefix 40 --col-warps 16 --combine 2 2>&1 | tail -4 | tee -a "$LOG" || status=1
-fi
-
-if want ncu-old; then
-  step "ncu, the wide layout (before)"
-  ncu_run wide 16 --col-warps 8 --combine 1
+  for spec in $SAN; do
+    IFS=: read -r cw comb pp <<< "$spec"
+    echo "--- sanitize cw$cw comb$comb pp$pp" | tee -a "$LOG"
+    timeout 25 compute-sanitizer --tool memcheck --error-exitcode 9 $PY -m kdengine.bench.kernel once --B 3 --T 17 \
+      --prefix 130 --col-warps $cw --combine $comb --pingpong $pp 2>&1 | tail -3 | tee -a "$LOG" || status=1
+    timeout 35 compute-sanitizer --tool racecheck --error-exitcode 9 $PY -m kdengine.bench.kernel once --T 5 --H 8 \
+      --prefix 40 --col-warps $cw --combine $comb --pingpong $pp 2>&1 | tail -3 | tee -a "$LOG" || status=1
+  done
 fi
 step "done status=$status"
 exit $status

@@ -132,8 +132,8 @@ def default_label() -> str:
 def variants(N: int, T: int, which: str = "full"):
     """(label, backend, nsplit, scalar_loads, layout) measured at one size. `peers`: the cuda default,
     triton, the unfused torch composition and the peers. `mma`: the wide2 layout (streaming loads, lazy
-    rescaling) at several NSPLIT, merges and row tilings beside the wide layout, the cuda default and the
-    peers. `full` adds every NSPLIT for the wide layout
+    rescaling) with ping-pong halves and its 16-warp form (32) at several NSPLIT, both at the automatic
+    NSPLIT with each parallel merge, beside the wide layout, the cuda default and the peers. `full` adds every NSPLIT for the wide layout
     (64 rows per block, parallel merge) with and without ping-pong halves, the wide layout at 32 rows,
     the 2-warp layout with the serial merge (the previous default), the previous layout with the
     parallel merge and the scalar-load build at the automatic NSPLIT, and triton_extend at 65k T=16."""
@@ -143,8 +143,9 @@ def variants(N: int, T: int, which: str = "full"):
         return base
     if which == "mma":  # the mma.sync layouts: wide2 (16) at several NSPLIT, merges and row tilings, the wide
         # layout with both parallel merges (the default row is appended below), the peers
-        lays = [((16, 4, 2, False), (16, 32, 64, 128, "auto")), ((16, 4, 1, False), ("auto",)),
-                ((16, 4, 2, True), ("auto",)), ((16, 2, 2, False), ("auto",)), ((8, 4, 2, False), ("auto",))]
+        lays = [((32, 4, 2, False), (16, 32, 64, 128, "auto")), ((16, 4, 2, True), (16, 32, 64, 128, "auto")),
+                ((16, 4, 2, False), ("auto",)), ((16, 4, 1, False), ("auto",)), ((32, 4, 1, False), ("auto",)),
+                ((8, 4, 2, False), ("auto",))]
         out = [(f"cuda/{layout_label(*lay)}/s{s}", "cuda", s, False, lay) for lay, splits in lays for s in splits]
         return [v for v in out if v[0] != default_label()] + [base[0]] + base[3:]
     short = NSPLITS[:4] + ("auto",)

@@ -18,13 +18,15 @@ DV = shapes.DV
 # registers) or 4 (BN 16, 3 stages, 128 registers, twice the warps per SM); 8 = the wide layout
 # (csrc/verify_wide.cuh: 8 warps share all rows of the block, each K/V fragment feeds 2-4 m16 tiles;
 # BN 16, 4 stages, at least 32 rows per block); 16 = "wide2", the wide layout with the streaming
-# KV loader (fixed thread -> token map, page ids read a tile ahead) and lazy rescaling.
-COL_WARPS = (2, 4, 8, 16)
+# KV loader (fixed thread -> token map, page ids read a tile ahead) and lazy rescaling; 32 = "wide2x16",
+# wide2 with 16 warps (4 per scheduler at 128 registers) and always 64 rows per block, no ping-pong.
+COL_WARPS = (2, 4, 8, 16, 32)
 WIDE = 8
 WIDE2 = 16
-WIDE_LAYOUTS = (WIDE, WIDE2)
+WIDE2X16 = 32
+WIDE_LAYOUTS = (WIDE, WIDE2, WIDE2X16)
 DEFAULT_COL_WARPS = WIDE
-TILE_TOKENS = {2: 32, 4: 16, 8: 16, 16: 16}  # KV tokens per tile (BN) of each layout; a split is whole tiles
+TILE_TOKENS = {2: 32, 4: 16, 8: 16, 16: 16, 32: 16}  # KV tokens per tile (BN) of each layout; a split is whole tiles
 # Most 16-row groups per block (1, 2 or 4): 4 = 64 query rows per block (each KV tile read by fewer
 # blocks), 2 = 32 rows (blocks small enough for two per SM on sm_90).
 ROW_GROUPS = shapes.ROW_GROUPS
@@ -51,6 +53,8 @@ def row_tiles(R: int, max_row_groups: int = DEFAULT_ROW_GROUPS, col_warps: int =
     groups = shapes.row_groups(R, max_row_groups)
     if col_warps in WIDE_LAYOUTS:
         groups = max(groups, 2)
+    if col_warps == WIDE2X16:
+        groups = shapes.MAX_ROW_GROUPS
     return -(-R // (shapes.ROWS_PER_GROUP * groups))
 
 
