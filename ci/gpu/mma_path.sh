@@ -73,6 +73,17 @@ if want ncu; then
   done
 fi
 
+if want ncu; then  # the merge alone with the L2 as the split kernel left it (partials resident), as in a replay
+  for T in 16 64; do
+    cw=${NCU%%:*}
+    timeout 20 ncu --clock-control none --cache-control none -k regex:verify_combine --launch-count 3 \
+      --section SpeedOfLight $PY -m kdengine.bench.kernel once --T $T --prefix $((65536 - T)) --col-warps $cw \
+      --combine 2 --pingpong 0 > "$OUT/ncu_merge_warm_T$T.txt" 2>&1
+    echo "--- ncu merge, warm L2, cw$cw T$T" | tee -a "$LOG"
+    grep -E "verify_|Duration|DRAM Throughput" "$OUT/ncu_merge_warm_T$T.txt" | grep -v "^==PROF" | tee -a "$LOG"
+  done
+fi
+
 if want sanitize; then
   step sanitize
   for spec in $SAN; do
