@@ -349,7 +349,8 @@ def build_parser(prog: str = "python -m kdengine.bench.kernel") -> argparse.Argu
         p.add_argument(f"--{name}", type=int, default=default)
     p.add_argument("--nsplit", type=int, default=None)
     p.add_argument("--pingpong", type=int, choices=(0, 1), default=None,
-                   help="run the wide layout with (1) or without (0) ping-pong halves instead of the default")
+                   help="ping-pong halves (1) or not (0) for the wide layouts; with --col-warps / --combine: "
+                        "that layout instead of the default")
     p.add_argument("--col-warps", type=int, default=None, help="the layout (cuda_backend.COL_WARPS)")
     p.add_argument("--combine", type=int, default=None, help="the merge (cuda_backend.COMBINES)")
     p.set_defaults(func=once)
