@@ -4,13 +4,15 @@
 # NSPLIT and merges beside the wide layout and FlashMLA: perf_history/kernel JSON), ncu at 65k T=16 and
 # T=64 (split kernel + merge, with the stall breakdown), compute-sanitizer memcheck + racecheck. Each
 # step has its own time limit and writes straight into $OUT (a run cut at the tool's limit still
-# returns its files).
+# returns its files); the ncu reports go into $OUT/ncu.tgz, refreshed after each (the device tool
+# returns at most 8 files).
 #   usage: KDENGINE_COMMIT=<sha> bash ci/gpu/mma_path.sh [all|test|bench|ncu|sanitize]...
 #   NCU="cw:combine:pingpong:T ..." and SAN="cw:combine:pingpong ..." pick the layouts profiled / checked.
 #   FlashMLA: the sgl-flash-mla wheel from $WHEELS or .whl/, when present.
 set -o pipefail
 OUT=${OUT:-/tmp/kdengine-mma-out}
-mkdir -p "$OUT"
+NCU_DIR=/tmp/kdengine-mma-ncu
+mkdir -p "$OUT" "$NCU_DIR"
 LOG=$OUT/run.log
 export PYTHONUNBUFFERED=1
 export KDENGINE_CACHE_DIR=${KDENGINE_CACHE_DIR:-/tmp/kdengine-cache}
@@ -29,7 +31,7 @@ NCU_METRICS=(--metrics "${STALLS}sm__pipe_tensor_op_hmma_cycles_active.avg.pct_o
 NCU_KEYS="verify_|Duration|DRAM Throughput|Issue Slots Busy|issue_active|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|stalled|tensor_op|bank_conflicts|rel L2"
 
 step info
-$PY -m kdengine.ops.build --arch native > "$OUT/build.log" 2>&1 &
+$PY -m kdengine.ops.build --arch native > /tmp/kdengine-mma-build.log 2>&1 &
 build_pid=$!
 wheel=$(ls ${WHEELS:-.whl}/*.whl 2>/dev/null | head -1)
 if [ -n "$wheel" ]; then
@@ -41,7 +43,7 @@ fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu --format=csv 2>&1 | tee -a "$LOG"
 wait $build_pid || status=1
 step "built"
-tail -2 "$OUT/build.log" | tee -a "$LOG"
+tail -2 /tmp/kdengine-mma-build.log | tee -a "$LOG"
 
 if want test; then
   step test
@@ -59,7 +61,7 @@ if want ncu; then
   step ncu
   for spec in $NCU; do
     IFS=: read -r cw comb pp T <<< "$spec"
-    f="$OUT/ncu_cw${cw}_comb${comb}_pp${pp}_T$T.txt"
+    f="$NCU_DIR/ncu_cw${cw}_comb${comb}_pp${pp}_T$T.txt"
     once=($PY -m kdengine.bench.kernel once --T $T --prefix $((65536 - T)) --col-warps $cw --combine $comb --pingpong $pp)
     timeout 25 ncu --clock-control none -k regex:verify_ --launch-count 2 "${NCU_SECTIONS[@]}" "${NCU_METRICS[@]}" \
       "${once[@]}" > "$f" 2>&1
@@ -70,6 +72,7 @@ if want ncu; then
     fi
     echo "--- ncu cw$cw comb$comb pp$pp T$T" | tee -a "$LOG"
     grep -E "$NCU_KEYS" "$f" | grep -v "^==PROF" | head -40 | tee -a "$LOG"
+    tar czf "$OUT/ncu.tgz" -C "$NCU_DIR" .
   done
 fi
 
@@ -78,9 +81,10 @@ if want ncu; then  # the merge alone with the L2 as the split kernel left it (pa
     cw=${NCU%%:*}
     timeout 20 ncu --clock-control none --cache-control none -k regex:verify_combine --launch-count 3 \
       --section SpeedOfLight $PY -m kdengine.bench.kernel once --T $T --prefix $((65536 - T)) --col-warps $cw \
-      --combine 2 --pingpong 0 > "$OUT/ncu_merge_warm_T$T.txt" 2>&1
+      --combine 2 --pingpong 0 > "$NCU_DIR/ncu_merge_warm_T$T.txt" 2>&1
     echo "--- ncu merge, warm L2, cw$cw T$T" | tee -a "$LOG"
-    grep -E "verify_|Duration|DRAM Throughput" "$OUT/ncu_merge_warm_T$T.txt" | grep -v "^==PROF" | tee -a "$LOG"
+    grep -E "verify_|Duration|DRAM Throughput" "$NCU_DIR/ncu_merge_warm_T$T.txt" | grep -v "^==PROF" | tee -a "$LOG"
+    tar czf "$OUT/ncu.tgz" -C "$NCU_DIR" .
   done
 fi
 

@@ -133,10 +133,11 @@ def variants(N: int, T: int, which: str = "full"):
     """(label, backend, nsplit, scalar_loads, layout) measured at one size. `peers`: the cuda default,
     triton, the unfused torch composition and the peers. `mma`: the wide2 layout (streaming loads, lazy
     rescaling) with ping-pong halves and its 16-warp form (32) at several NSPLIT, both at the automatic
-    NSPLIT with each parallel merge, beside the wide layout, the cuda default and the peers. `full` adds every NSPLIT for the wide layout
-    (64 rows per block, parallel merge) with and without ping-pong halves, the wide layout at 32 rows,
-    the 2-warp layout with the serial merge (the previous default), the previous layout with the
-    parallel merge and the scalar-load build at the automatic NSPLIT, and triton_extend at 65k T=16."""
+    NSPLIT with each parallel merge, beside the wide layout, the cuda default and the peers. `full` adds
+    every NSPLIT for the default (wide2, ping-pong, merge 2) and for the wide layout (64 rows per block,
+    parallel merge) with and without ping-pong halves, the wide layout at 32 rows, the 2-warp layout
+    with the serial merge, the 2-warp layout with the parallel merge and the wide layout's scalar-load
+    build at the automatic NSPLIT, and triton_extend at 65k T=16."""
     base = [(default_label(), "cuda", "auto", False, None), ("triton", "triton", None, False, None),
             ("torch", "torch", None, False, None)] + [(p, p, None, False, None) for p in peers.PEERS]
     if which == "peers":
@@ -149,8 +150,8 @@ def variants(N: int, T: int, which: str = "full"):
         out = [(f"cuda/{layout_label(*lay)}/s{s}", "cuda", s, False, lay) for lay, splits in lays for s in splits]
         return [v for v in out if v[0] != default_label()] + [base[0]] + base[3:]
     short = NSPLITS[:4] + ("auto",)
-    sweeps = (((8, 4, 1, False), NSPLITS), ((8, 4, 1, True), NSPLITS), ((8, 2, 1, True), short),
-              ((2, 4, 0, False), short))
+    sweeps = (((16, 4, 2, True), NSPLITS), ((8, 4, 1, False), NSPLITS), ((8, 4, 1, True), NSPLITS),
+              ((8, 2, 1, True), short), ((2, 4, 0, False), short))
     out = [(f"cuda/{layout_label(*lay)}/s{s}", "cuda", s, False, lay) for lay, splits in sweeps for s in splits]
     out += [("cuda/cw8rg2/comb1/sauto", "cuda", "auto", False, (8, 2, 1, False))]
     out += [("cuda/cw2rg4/comb1/sauto", "cuda", "auto", False, (2, 4, 1, False))]
