@@ -19,6 +19,13 @@
 // orders (half 0: Q*K^T, softmax, P*V; half 1: P*V, Q*K^T, softmax) over two P / rescale buffers:
 // each half's softmax overlaps the other half's tensor-core work.
 //
+// STREAM ("wide2", the default): the KV copy map is fixed per thread (one token of a tile, its page id
+// read a tile ahead: ~70 instead of ~250 SASS instructions per tile per warp), a row's max moves only
+// when a score passes it by 2^LAZY_LOG2 (the O rescale, ~130 instructions, then almost never runs), and
+// while tiles remain each phase sequence sits in one basic block so the scheduler interleaves P*V with
+// the next Q*K^T (and, with PINGPONG, the softmax with P*V). WARPS = 16 (STREAM only): four row slices
+// in Q*K^T and 32 V columns per warp, 128 registers.
+//
 // Shared memory: 4 * 16 * 584 * 2 (KV) + 4 * BLOCK_M * 16 * 4 (partials) + NBUF * BLOCK_M * 24 * 2
 // (P) + (NBUF + 1) * BLOCK_M * 4: at RG = 4 92.5 KB (95.8 KB with PINGPONG), under sm_120's 99 KB;
 // at RG = 2 83-84 KB (two blocks per SM on sm_90 at <= 128 registers).
