@@ -17,11 +17,18 @@
   }()
 
 // Warps per 16-row group: 2 (BN 32, 2 stages) or 4 (BN 16, 3 stages); 8 = the wide layout
-// (verify_wide.cuh: 8 warps share all rows of the block).
+// (verify_wide.cuh: 8 warps share all rows of the block); 16 = its streaming variant "wide2"; 32 =
+// wide2 with 16 warps.
 #define COLWARPS_SWITCH(VALUE, CONST_NAME, ...) \
   [&] {                                          \
     if ((VALUE) == 2) {                          \
       constexpr static int CONST_NAME = 2;       \
+      return __VA_ARGS__();                      \
+    } else if ((VALUE) == 16) {                  \
+      constexpr static int CONST_NAME = 16;      \
+      return __VA_ARGS__();                      \
+    } else if ((VALUE) == 32) {                  \
+      constexpr static int CONST_NAME = 32;      \
       return __VA_ARGS__();                      \
     } else if ((VALUE) == 8) {                   \
       constexpr static int CONST_NAME = 8;       \

@@ -27,7 +27,9 @@ void launch(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& page_ta
   }
   const int page_size = static_cast<int>(kv.size(1));
   TORCH_CHECK(page_size > 0 && (page_size & (page_size - 1)) == 0, "page_size must be a power of two");
-  TORCH_CHECK(col_warps == 2 || col_warps == 4 || col_warps == 8, "col_warps must be 2, 4 or 8");
+  TORCH_CHECK(col_warps == 2 || col_warps == 4 || col_warps == 8 || col_warps == 16 || col_warps == 32,
+              "col_warps must be 2, 4, 8, 16 or 32, got ", col_warps);
+  TORCH_CHECK(combine >= 0 && combine <= 2, "combine must be 0, 1 or 2, got ", combine);
   TORCH_CHECK(max_row_groups == 1 || max_row_groups == 2 || max_row_groups == 4, "max_row_groups must be 1, 2 or 4");
   TORCH_CHECK(part_out.size(1) == nsplit && part_lse.size(1) == nsplit, "partials must hold nsplit splits");
   const c10::cuda::CUDAGuard guard(q.device());

@@ -48,16 +48,21 @@ static cudaError_t launch_split(const VerifyParams& p, cudaStream_t stream) {
 
 // The split-kernel configuration of (R, col_warps, max_row_groups, pingpong) handed to `fn` as a
 // type: col_warps 2 or 4 -> Cfg<RG, CW>; 8 -> the wide layout (at least 32 rows per block), its row
-// halves in opposite phase orders when `pingpong`.
+// halves in opposite phase orders when `pingpong`; 16 -> the same with the streaming loader and lazy
+// rescaling ("wide2"); 32 -> wide2 with 16 warps and 64 rows per block ("wide2x16", no ping-pong).
 template <class F>
 static auto with_config(int R, int col_warps, int max_row_groups, bool pingpong, F&& fn) {
   return ROWGROUPS_SWITCH(row_groups(R, max_row_groups), RG, [&] {
     return COLWARPS_SWITCH(col_warps, CW, [&] {
+      constexpr int WRG = RG < 2 ? 2 : RG;
       if constexpr (CW == 8) {
-        constexpr int WRG = RG < 2 ? 2 : RG;
         return pingpong ? fn(WideCfg<WRG, true>{}) : fn(WideCfg<WRG, false>{});
-      } else {
-        return fn(Cfg<RG, CW>{});
+      } else if constexpr (CW == 16) {
+        return pingpong ? fn(WideCfg<WRG, true, true>{}) : fn(WideCfg<WRG, false, true>{});
+      } else if constexpr (CW == 32) {  // 16 warps: always 64 rows per block, no ping-pong
+        return fn(WideCfg<4, false, true, 16>{});
+      } else {  // (the discarded branches are still instantiated: outside a template)
+        return fn(Cfg<RG, CW == 2 ? 2 : 4>{});
       }
     });
   });
@@ -74,13 +79,35 @@ int blocks_per_sm(int R, int col_warps, int max_row_groups, bool pingpong) {
   return blocks;
 }
 
+// The chunked merge, as a programmatic dependent of the split kernel where the device has it (sm_90+).
+static cudaError_t launch_combine_chunked(const VerifyParams& p, cudaStream_t stream) {
+  static int major = -1;  // of the first device launched on; PDL is an optimisation, never needed
+  if (major < 0) {
+    int dev = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(p.R, p.B, COMBINE_COL_CHUNKS);
+  cfg.blockDim = dim3(COMBINE_CHUNK_THREADS);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = major >= 9 ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, verify_combine_chunked_kernel, p);
+}
+
 cudaError_t launch_verify(const VerifyParams& p, int col_warps, int max_row_groups, bool pingpong, int combine,
                           cudaStream_t stream) {
   const cudaError_t err = with_config(p.R, col_warps, max_row_groups, pingpong, [&](auto cfg) {
     return launch_split<decltype(cfg)>(p, stream);
   });
   if (err != cudaSuccess) return err;
-  if (combine == 1 && p.nsplit <= COMBINE_MAX_NSPLIT)
+  if (combine == 2 && p.nsplit <= COMBINE_MAX_NSPLIT)
+    return launch_combine_chunked(p, stream);
+  if (combine >= 1 && p.nsplit <= COMBINE_MAX_NSPLIT)
     verify_combine_parallel_kernel<<<dim3(p.R, p.B), COMBINE_PAR_THREADS, 0, stream>>>(p);
   else
     verify_combine_kernel<<<dim3(p.R, p.B), COMBINE_THREADS, 0, stream>>>(p);

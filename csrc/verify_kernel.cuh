@@ -81,6 +81,20 @@ __device__ __forceinline__ void copy_chunk(__nv_bfloat16* dst, const __nv_bfloat
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+// Programmatic dependent launch (sm_90 and later; a no-op below, and when the dependent kernel was
+// launched without the attribute): the split kernel lets the merge's blocks launch early, and the
+// merge waits for the whole split grid (and its memory) before it reads a partial.
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait_primary() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
@@ -374,7 +388,7 @@ constexpr int COMBINE_BATCH = 8;   // partial rows in flight per thread
 constexpr int COMBINE_GROUPS = 4;  // thread groups over the splits
 constexpr int COMBINE_PAR_THREADS = COMBINE_THREADS * COMBINE_GROUPS;
 
-template <bool IS_MAX>
+template <bool IS_MAX, int NTHREADS = COMBINE_PAR_THREADS>
 __device__ __forceinline__ float block_reduce(float v, float* red) {
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) {
@@ -385,7 +399,7 @@ __device__ __forceinline__ float block_reduce(float v, float* red) {
   __syncthreads();
   float r = red[0];
 #pragma unroll
-  for (int i = 1; i < COMBINE_PAR_THREADS / 32; ++i) r = IS_MAX ? fmaxf(r, red[i]) : r + red[i];
+  for (int i = 1; i < NTHREADS / 32; ++i) r = IS_MAX ? fmaxf(r, red[i]) : r + red[i];
   __syncthreads();  // red is reused by the next reduction
   return r;
 }
@@ -443,6 +457,74 @@ __global__ void __launch_bounds__(COMBINE_PAR_THREADS) verify_combine_parallel_k
   dst[0] = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
   dst[1] = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
   if (col == 0) p.lse[(size_t)b * R + row] = sum > 0.f ? mx + logf(sum) : -INFINITY;
+}
+
+// The parallel merge over more blocks: COMBINE_COL_CHUNKS blocks per (row, sequence), each 128 of
+// the 512 columns (32 threads of float4) by COMBINE_SPLIT_GROUPS warps over the splits, all
+// COMBINE_BATCH loads of a batch in flight. R * B blocks of the merge above leave most of the GPU's
+// memory parallelism idle at R = 128; this one launches 4x the blocks, each with 8 partial rows in
+// flight per thread. Each block weighs the splits itself (NSPLIT lse reads). On sm_90 and later it is
+// launched as a programmatic dependent of the split kernel (its launch overlaps the split's tail).
+constexpr int COMBINE_COL_CHUNKS = 4;
+constexpr int COMBINE_SPLIT_GROUPS = 8;
+constexpr int COMBINE_CHUNK_COLS = DV / 4 / COMBINE_COL_CHUNKS;                    // float4 columns: 32
+constexpr int COMBINE_CHUNK_THREADS = COMBINE_CHUNK_COLS * COMBINE_SPLIT_GROUPS;  // 256
+static_assert(COMBINE_CHUNK_COLS == 32, "one warp per split group");
+
+__global__ void __launch_bounds__(COMBINE_CHUNK_THREADS) verify_combine_chunked_kernel(const VerifyParams p) {
+  __shared__ float w_s[COMBINE_MAX_NSPLIT];
+  __shared__ float red[COMBINE_CHUNK_THREADS / 32];
+  __shared__ float4 acc_s[COMBINE_SPLIT_GROUPS - 1][COMBINE_CHUNK_COLS];
+  pdl_wait_primary();  // launched early (programmatic dependent launch): the partials are complete past here
+  const int row = blockIdx.x, b = blockIdx.y, R = p.R;
+  const int col = blockIdx.z * COMBINE_CHUNK_COLS + threadIdx.x % 32, group = threadIdx.x / 32;
+  const float* lse = p.part_lse + (size_t)b * p.nsplit * R + row;
+  float mx = -INFINITY;
+  for (int s = threadIdx.x; s < p.nsplit; s += COMBINE_CHUNK_THREADS) {
+    const float v = lse[(size_t)s * R];
+    w_s[s] = v;
+    mx = fmaxf(mx, v);
+  }
+  mx = block_reduce<true, COMBINE_CHUNK_THREADS>(mx, red);
+  float sum = 0.f;
+  for (int s = threadIdx.x; s < p.nsplit; s += COMBINE_CHUNK_THREADS) {
+    const float v = w_s[s];
+    const float w = (v == -INFINITY || mx == -INFINITY) ? 0.f : __expf(v - mx);
+    w_s[s] = w;
+    sum += w;
+  }
+  sum = block_reduce<false, COMBINE_CHUNK_THREADS>(sum, red);  // its barrier also publishes w_s
+  const float* src = p.part_out + ((size_t)b * p.nsplit * R + row) * DV + col * 4;
+  const size_t stride = (size_t)R * DV;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int s0 = group * COMBINE_BATCH; s0 < p.nsplit; s0 += COMBINE_BATCH * COMBINE_SPLIT_GROUPS) {
+    float w[COMBINE_BATCH];
+    float4 v[COMBINE_BATCH];
+#pragma unroll
+    for (int k = 0; k < COMBINE_BATCH; ++k) {  // clamped in range; weight 0 past the end
+      const int s = min(s0 + k, p.nsplit - 1);
+      w[k] = s0 + k < p.nsplit ? w_s[s] : 0.f;
+      v[k] = __ldg(reinterpret_cast<const float4*>(src + s * stride));
+    }
+#pragma unroll
+    for (int k = 0; k < COMBINE_BATCH; ++k) {
+      if (w[k] == 0.f) continue;  // an empty split's partial rows were never written (any bits)
+      acc.x += w[k] * v[k].x, acc.y += w[k] * v[k].y, acc.z += w[k] * v[k].z, acc.w += w[k] * v[k].w;
+    }
+  }
+  if (group > 0) acc_s[group - 1][threadIdx.x % 32] = acc;
+  __syncthreads();
+  if (group > 0) return;
+#pragma unroll
+  for (int g = 0; g < COMBINE_SPLIT_GROUPS - 1; ++g) {
+    const float4 a = acc_s[g][threadIdx.x % 32];
+    acc.x += a.x, acc.y += a.y, acc.z += a.z, acc.w += a.w;
+  }
+  const float inv = sum > 0.f ? 1.f / sum : 0.f;
+  __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(p.out + ((size_t)b * R + row) * DV + col * 4);
+  dst[0] = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
+  dst[1] = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
+  if (blockIdx.z == 0 && threadIdx.x == 0) p.lse[(size_t)b * R + row] = sum > 0.f ? mx + logf(sum) : -INFINITY;
 }
 
 }  // namespace kdengine

@@ -38,9 +38,11 @@ int row_tiles(int R, int max_row_groups);
 int blocks_per_sm(int R, int col_warps, int max_row_groups, bool pingpong);
 
 // Split kernel then log-sum-exp merge, both on `stream`; fills p.out and p.lse. col_warps: warps per
-// 16-row group, 2 or 4 (see verify_kernel.cuh), or 8 for the wide layout (verify_wide.cuh, 32 or 64
-// rows per block); combine: 0 = one loop over the splits per thread, 1 = splits weighted in
-// parallel first, then batched loads in 4 thread groups (nsplit <= 1024, else 0 is used);
+// 16-row group, 2 or 4 (see verify_kernel.cuh), 8 for the wide layout (verify_wide.cuh, 32 or 64
+// rows per block) or 16 for its streaming variant "wide2"; combine: 0 = one loop over the splits per
+// thread, 1 = splits weighted in parallel first, then batched loads in 4 thread groups, 2 = the same
+// in COMBINE_COL_CHUNKS blocks per row of 128 columns each, 8 thread groups over the splits (1 and 2
+// need nsplit <= 1024, else 0 is used);
 // pingpong (wide layout only): the two row halves run softmax and P*V in opposite orders.
 cudaError_t launch_verify(const VerifyParams& p, int col_warps, int max_row_groups, bool pingpong, int combine,
                           cudaStream_t stream);

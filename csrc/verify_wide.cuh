@@ -19,6 +19,13 @@
 // orders (half 0: Q*K^T, softmax, P*V; half 1: P*V, Q*K^T, softmax) over two P / rescale buffers:
 // each half's softmax overlaps the other half's tensor-core work.
 //
+// STREAM ("wide2", the default): the KV copy map is fixed per thread (one token of a tile, its page id
+// read a tile ahead: ~70 instead of ~250 SASS instructions per tile per warp), a row's max moves only
+// when a score passes it by 2^LAZY_LOG2 (the O rescale, ~130 instructions, then almost never runs), and
+// while tiles remain each phase sequence sits in one basic block so the scheduler interleaves P*V with
+// the next Q*K^T (and, with PINGPONG, the softmax with P*V). WARPS = 16 (STREAM only): four row slices
+// in Q*K^T and 32 V columns per warp, 128 registers.
+//
 // Shared memory: 4 * 16 * 584 * 2 (KV) + 4 * BLOCK_M * 16 * 4 (partials) + NBUF * BLOCK_M * 24 * 2
 // (P) + (NBUF + 1) * BLOCK_M * 4: at RG = 4 92.5 KB (95.8 KB with PINGPONG), under sm_120's 99 KB;
 // at RG = 2 83-84 KB (two blocks per SM on sm_90 at <= 128 registers).
@@ -28,16 +35,24 @@
 
 namespace kdengine {
 
-template <int RG_, bool PINGPONG_>
+template <int RG_, bool PINGPONG_, bool STREAM_ = false, int WARPS_ = 8>
 struct WideCfg {
   static constexpr bool WIDE = true, PINGPONG = PINGPONG_;
+  // STREAM (the "wide2" layout): KV tiles copied by a fixed thread -> (token, columns) map with each
+  // thread's page id read one tile ahead, and lazy rescaling (a row's max moves only when a score
+  // passes it by more than LAZY_LOG2; P stays <= 2^LAZY_LOG2 in bf16, O and l in fp32).
+  static constexpr bool STREAM = STREAM_;
+  static constexpr float LAZY_LOG2 = 8.f;
   static constexpr int RG = RG_, BLOCK_M = 16 * RG;
-  static constexpr int WARPS = 8, THREADS = 32 * WARPS;
+  // WARPS = 16 (STREAM only, "wide2x16"): four row slices of 16 rows in Q*K^T, 32 V columns per warp
+  // in P*V; O and Q take 64 + 36 registers, so the block fits 128 registers: 4 warps per scheduler.
+  static constexpr int WARPS = WARPS_, THREADS = 32 * WARPS;
+  static constexpr int RS = WARPS / 4;                            // row slices in Q*K^T (x 4 dim quarters)
   static constexpr int BN = 16, STAGES = 4;
   static constexpr int K_PART = D_QK / 4, KSTEPS = K_PART / 16;  // per warp in Q*K^T: 144 dims
-  static constexpr int QM = RG / 2;                               // m16 tiles per warp in Q*K^T
+  static constexpr int QM = RG / RS;                              // m16 tiles per warp in Q*K^T
   static constexpr int QACC = 1;                                  // accumulator sets (chains) per tile
-  static constexpr int V_PART = DV / WARPS;                       // 64 V columns per warp
+  static constexpr int V_PART = DV / WARPS;                       // V columns per warp: 64 (32 at 16 warps)
   static constexpr int TILE_ELEMS = BN * STRIDE;
   static constexpr int KV_BYTES = STAGES * TILE_ELEMS * 2;
   static constexpr int EXCH_BYTES = 4 * BLOCK_M * BN * 4;         // [4 dim quarters][BLOCK_M][BN] fp32
@@ -50,9 +65,49 @@ struct WideCfg {
   static constexpr int TPR = BN / EPT;                            // threads per row in the softmax
   static constexpr int MIN_BLOCKS = RG == 2 ? 2 : 1;
   static_assert(RG == 2 || RG == 4, "the wide layout holds 32 or 64 rows");
+  static_assert(WARPS == 8 || (WARPS == 16 && STREAM && RG == 4 && !PINGPONG), "16 warps: wide2, 64 rows, no ping-pong");
   static_assert(THREADS / 2 / TPR == BLOCK_M / 2, "softmax threads of a row half = that half's warps");
   static_assert(EPT == 2 || EPT == 4, "softmax vector width");
   static_assert(SMEM <= 99 * 1024, "over sm_120's 99 KB of shared memory per block");
+  static_assert(THREADS % BN == 0, "whole threads per KV token in the streaming loader");
+};
+
+// The streaming KV loader (STREAM layouts): thread t always copies token t / TPT of a tile, 16-byte
+// chunks t % TPT, t % TPT + TPT, ... of its row, so the shared-memory targets are fixed and each tile
+// costs the thread one page-table entry, read while the previous tile's copies are in flight.
+template <class C>
+struct KvStream {
+  static constexpr int TPT = C::THREADS / C::BN;             // threads per KV token
+  static constexpr int PER = (CHUNKS + TPT - 1) / TPT;       // chunks per thread (the last may be idle)
+  const int* pages;  // this sequence's page-table row
+  int tok, first, page, next_start;
+
+  __device__ __forceinline__ KvStream(const VerifyParams& p, int b, int start, int end)
+      : pages(p.page_table + (size_t)b * p.max_pages), tok(threadIdx.x / TPT), first(threadIdx.x % TPT),
+        page(0), next_start(start) {
+    fetch(p, end);
+  }
+  // The page id of the next tile's token (0 past the end: never dereferenced).
+  __device__ __forceinline__ void fetch(const VerifyParams& p, int end) {
+    const int pos = next_start + tok;
+    page = pos < end ? __ldg(pages + (pos >> p.page_shift)) : 0;
+  }
+  // Copy the next tile (BN tokens from next_start, zero-filled at and past `end`) into `dst`, then
+  // read the page id of the tile after it.
+  __device__ __forceinline__ void load(const VerifyParams& p, int end, __nv_bfloat16* dst) {
+    const int pos = next_start + tok;
+    const bool valid = pos < end;
+    const __nv_bfloat16* src =
+        valid ? p.kv + ((size_t)page * p.page_size + (pos & (p.page_size - 1))) * D_QK : p.kv;
+    __nv_bfloat16* d = dst + tok * STRIDE;
+#pragma unroll
+    for (int k = 0; k < PER; ++k) {
+      const int c = first + k * TPT;
+      if (CHUNKS % TPT == 0 || c < CHUNKS) copy_chunk(d + c * 8, src + (valid ? c * 8 : 0), valid);
+    }
+    next_start += C::BN;
+    fetch(p, end);
+  }
 };
 
 // One KV tile (BN tokens from `tile_start`, zero-filled at and past `end`) into shared memory, with
@@ -84,10 +139,10 @@ __device__ __forceinline__ void load_kv_tile_hoisted(const VerifyParams& p, int 
   }
 }
 
-// This warp's partial scores of one tile (its row half x 16 tokens over its 144 dims) into `exch`.
+// This warp's partial scores of one tile (its row slice x 16 tokens over its 144 dims) into `exch`.
 template <class C>
 __device__ __forceinline__ void wide_partial_scores(const __nv_bfloat16* tile, const uint32_t (&qa)[C::QM][C::KSTEPS][4],
-                                                    float* exch, int half, int quarter, int lane) {
+                                                    float* exch, int slice, int quarter, int lane) {
   float s[C::QACC][C::QM][2][4];
 #pragma unroll
   for (int a = 0; a < C::QACC; ++a)
@@ -107,7 +162,7 @@ __device__ __forceinline__ void wide_partial_scores(const __nv_bfloat16* tile, c
       mma_bf16(s[ks % C::QACC][mi][1], qa[mi][ks], kb[2], kb[3]);
     }
   }
-  float* dst = exch + (quarter * C::BLOCK_M + half * (C::BLOCK_M / 2)) * C::BN;
+  float* dst = exch + (quarter * C::BLOCK_M + slice * (C::BLOCK_M / C::RS)) * C::BN;
 #pragma unroll
   for (int mi = 0; mi < C::QM; ++mi)
 #pragma unroll
@@ -168,9 +223,10 @@ __device__ __forceinline__ void wide_softmax(const VerifyParams& p, const float*
   }
 #pragma unroll
   for (int off = 1; off < C::TPR; off *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, off));
-  const float m_new = fmaxf(m, mx);
+  float m_new = fmaxf(m, mx);
+  if constexpr (C::STREAM) m_new = mx > m + C::LAZY_LOG2 ? mx : m;  // -inf + 8 = -inf: the first finite max moves it
   const float m_use = m_new == -INFINITY ? 0.f : m_new;
-  const float alpha = exp2f(m - m_use);
+  const float alpha = C::STREAM && m_new == m ? 1.f : exp2f(m - m_use);  // exactly 1: wide_pv skips the rescale
   float sum = 0.f;
 #pragma unroll
   for (int e = 0; e < EPT; ++e) {
@@ -241,24 +297,31 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
 
   const int b = blockIdx.z, split = blockIdx.y, row0 = blockIdx.x * BLOCK_M;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int half = warp / 4, quarter = warp % 4;
+  const int half = warp / 4, quarter = warp % 4;  // half: the row slice (a row half at 8 warps)
   const int T = p.T, R = p.R;
   const int prefix = p.prefix_len[b];
   int start, end;
   size_t part_row0;
   if (!split_range<BN, BLOCK_M, C::THREADS>(p, b, split, row0, start, end, part_row0)) return;
 
+  if constexpr (C::STREAM) pdl_launch_dependents();  // every split block is resident: the merge may launch
   const int ntiles = (end - start + BN - 1) / BN;
+  KvStream<C> stream(p, b, start, end);  // STREAM layouts only (the compiler drops it otherwise)
 #pragma unroll
   for (int st = 0; st < STAGES - 1; ++st) {
-    if (st < ntiles) load_kv_tile_hoisted<C>(p, b, start + st * BN, end, kv_s + st * C::TILE_ELEMS);
+    if (st < ntiles) {
+      if constexpr (C::STREAM)
+        stream.load(p, end, kv_s + st * C::TILE_ELEMS);
+      else
+        load_kv_tile_hoisted<C>(p, b, start + st * BN, end, kv_s + st * C::TILE_ELEMS);
+    }
     cp_async_commit();
   }
 
   uint32_t qa[C::QM][C::KSTEPS][4];
 #pragma unroll
   for (int mi = 0; mi < C::QM; ++mi)
-    load_q_fragments<C>(p, b, row0 + half * (BLOCK_M / 2) + mi * 16, quarter * C::K_PART, qa[mi]);
+    load_q_fragments<C>(p, b, row0 + half * (BLOCK_M / C::RS) + mi * 16, quarter * C::K_PART, qa[mi]);
 
   // The softmax role of this thread: EPT scores of one row.
   const int srow = threadIdx.x / C::TPR, stok = (threadIdx.x % C::TPR) * C::EPT;
@@ -282,15 +345,25 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
     cp_async_wait<STAGES - 3>();  // tile it + 1 (and P / alpha of tile it) visible after the barrier
     __syncthreads();
     const int next = it + STAGES - 1;  // into the stage of tile it - 1, which every warp has finished
-    if (next < ntiles) load_kv_tile_hoisted<C>(p, b, start + next * BN, end, kv_s + (next % STAGES) * C::TILE_ELEMS);
+    if (next < ntiles) {
+      if constexpr (C::STREAM)
+        stream.load(p, end, kv_s + (next % STAGES) * C::TILE_ELEMS);
+      else
+        load_kv_tile_hoisted<C>(p, b, start + next * BN, end, kv_s + (next % STAGES) * C::TILE_ELEMS);
+    }
     cp_async_commit();
     const __nv_bfloat16* cur = kv_s + (it % STAGES) * C::TILE_ELEMS;
     const __nv_bfloat16* nxt = kv_s + ((it + 1) % STAGES) * C::TILE_ELEMS;
     const bool more = it + 1 < ntiles;  // block-uniform
     const int nxt_start = start + (it + 1) * BN;
     if constexpr (!C::PINGPONG) {
-      wide_pv<C>(cur, p_s, row_s, o, warp, lane);
-      if (more) wide_partial_scores<C>(nxt, qa, exch, half, quarter, lane);
+      if (C::STREAM && more) {  // one basic block: the scheduler interleaves the two independent MMA streams
+        wide_pv<C>(cur, p_s, row_s, o, warp, lane);
+        wide_partial_scores<C>(nxt, qa, exch, half, quarter, lane);
+      } else {
+        wide_pv<C>(cur, p_s, row_s, o, warp, lane);
+        if (more) wide_partial_scores<C>(nxt, qa, exch, half, quarter, lane);
+      }
       __syncthreads();  // P / alpha of tile it consumed, partial scores of tile it + 1 written
       if (more) wide_softmax<C>(p, exch, p_s, row_s, srow, stok, mask_off, nxt_start, prefix, end, m_run, l_run);
     } else {
@@ -302,19 +375,29 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
       const float* a_cur = row_s + (it & 1) * BLOCK_M;
       __nv_bfloat16* p_nxt = p_s + ((it + 1) & 1) * C::P_ELEMS;
       float* a_nxt = row_s + ((it + 1) & 1) * BLOCK_M;
+      // STREAM: each phase sequence in one basic block while tiles remain (softmax next to P*V, P*V
+      // next to Q*K^T: the scheduler interleaves them), P*V alone on the last tile.
       if (half == 0) {
         if (more) {
           wide_partial_scores<C>(nxt, qa, exch, half, quarter, lane);
           group_barrier(1, 128);
           wide_softmax<C>(p, exch, p_nxt, a_nxt, srow, stok, mask_off, nxt_start, prefix, end, m_run, l_run);
+          if constexpr (C::STREAM) wide_pv<C>(cur, p_cur, a_cur, o, warp, lane);
         }
-        wide_pv<C>(cur, p_cur, a_cur, o, warp, lane);
+        if (!C::STREAM || !more) wide_pv<C>(cur, p_cur, a_cur, o, warp, lane);
       } else {
-        wide_pv<C>(cur, p_cur, a_cur, o, warp, lane);
-        if (more) {
+        if (C::STREAM && more) {
+          wide_pv<C>(cur, p_cur, a_cur, o, warp, lane);
           wide_partial_scores<C>(nxt, qa, exch, half, quarter, lane);
           group_barrier(2, 128);
           wide_softmax<C>(p, exch, p_nxt, a_nxt, srow, stok, mask_off, nxt_start, prefix, end, m_run, l_run);
+        } else {
+          wide_pv<C>(cur, p_cur, a_cur, o, warp, lane);
+          if (more) {
+            wide_partial_scores<C>(nxt, qa, exch, half, quarter, lane);
+            group_barrier(2, 128);
+            wide_softmax<C>(p, exch, p_nxt, a_nxt, srow, stok, mask_off, nxt_start, prefix, end, m_run, l_run);
+          }
         }
       }
     }

@@ -32,7 +32,7 @@ from kdengine.ops.shapes import DV
 CONTEXTS = (4096, 16384, 65536)
 TREE_SIZES = (16, 64)
 NSPLITS = (16, 32, 64, 128, 256, "auto")
-SETS = ("full", "peers")
+SETS = ("full", "peers", "mma")
 H = 8
 SAMPLES = 50  # = kdengine.bench.workloads.GPU_VERIFY_SAMPLES
 SCHEMA = 2
@@ -121,7 +121,7 @@ def rotating_call(name: str, nsplit, *, scalar_loads: bool = False, layout=None)
 
 
 def layout_label(cw, rg, comb, pp) -> str:
-    return f"cw{cw}rg{rg}" + ("/comb1" if comb else "") + ("/pp" if pp else "")
+    return f"cw{cw}rg{rg}" + (f"/comb{comb}" if comb else "") + ("/pp" if pp else "")
 
 
 def default_label() -> str:
@@ -131,17 +131,27 @@ def default_label() -> str:
 
 def variants(N: int, T: int, which: str = "full"):
     """(label, backend, nsplit, scalar_loads, layout) measured at one size. `peers`: the cuda default,
-    triton, the unfused torch composition and the peers. `full` adds every NSPLIT for the wide layout
-    (64 rows per block, parallel merge) with and without ping-pong halves, the wide layout at 32 rows,
-    the 2-warp layout with the serial merge (the previous default), the previous layout with the
-    parallel merge and the scalar-load build at the automatic NSPLIT, and triton_extend at 65k T=16."""
+    triton, the unfused torch composition and the peers. `mma`: the wide2 layout (streaming loads, lazy
+    rescaling) with ping-pong halves and its 16-warp form (32) at several NSPLIT, both at the automatic
+    NSPLIT with each parallel merge, beside the wide layout, the cuda default and the peers. `full` adds
+    every NSPLIT for the default (wide2, ping-pong, merge 2) and for the wide layout (64 rows per block,
+    parallel merge) with and without ping-pong halves, the wide layout at 32 rows, the 2-warp layout
+    with the serial merge, the 2-warp layout with the parallel merge and the wide layout's scalar-load
+    build at the automatic NSPLIT, and triton_extend at 65k T=16."""
     base = [(default_label(), "cuda", "auto", False, None), ("triton", "triton", None, False, None),
             ("torch", "torch", None, False, None)] + [(p, p, None, False, None) for p in peers.PEERS]
     if which == "peers":
         return base
+    if which == "mma":  # the mma.sync layouts: wide2 (16) at several NSPLIT, merges and row tilings, the wide
+        # layout with both parallel merges (the default row is appended below), the peers
+        lays = [((32, 4, 2, False), (16, 32, 64, 128, "auto")), ((16, 4, 2, True), (16, 32, 64, 128, "auto")),
+                ((16, 4, 2, False), ("auto",)), ((16, 4, 1, False), ("auto",)), ((32, 4, 1, False), ("auto",)),
+                ((8, 4, 2, False), ("auto",))]
+        out = [(f"cuda/{layout_label(*lay)}/s{s}", "cuda", s, False, lay) for lay, splits in lays for s in splits]
+        return [v for v in out if v[0] != default_label()] + [base[0]] + base[3:]
     short = NSPLITS[:4] + ("auto",)
-    sweeps = (((8, 4, 1, False), NSPLITS), ((8, 4, 1, True), NSPLITS), ((8, 2, 1, True), short),
-              ((2, 4, 0, False), short))
+    sweeps = (((16, 4, 2, True), NSPLITS), ((8, 4, 1, False), NSPLITS), ((8, 4, 1, True), NSPLITS),
+              ((8, 2, 1, True), short), ((2, 4, 0, False), short))
     out = [(f"cuda/{layout_label(*lay)}/s{s}", "cuda", s, False, lay) for lay, splits in sweeps for s in splits]
     out += [("cuda/cw8rg2/comb1/sauto", "cuda", "auto", False, (8, 2, 1, False))]
     out += [("cuda/cw2rg4/comb1/sauto", "cuda", "auto", False, (2, 4, 1, False))]
@@ -305,12 +315,13 @@ def once(args) -> int:
     from kdengine.ops.verify import verify_attention
 
     inp = make_verify_inputs(B=args.B, T=args.T, H=args.H, prefix=args.prefix, seed=1, device="cuda")
-    if args.pingpong is None:
+    if args.pingpong is None and args.col_warps is None and args.combine is None:
         out = verify_attention(*inp.args(), sm_scale=inp.sm_scale, backend="cuda", nsplit=args.nsplit)
-    else:  # the wide layout with or without ping-pong halves, whatever the default
+    else:  # a given layout (the wide one unless --col-warps), whatever the default
+        cw = cuda_backend.WIDE if args.col_warps is None else args.col_warps
+        combine = cuda_backend.DEFAULT_COMBINE if args.combine is None else args.combine
         call, _, result = launcher("cuda", inp, pack_tree_mask(inp.tree_mask), args.nsplit,
-                                   layout=(cuda_backend.WIDE, cuda_backend.DEFAULT_ROW_GROUPS,
-                                           cuda_backend.DEFAULT_COMBINE, bool(args.pingpong)))
+                                   layout=(cw, cuda_backend.DEFAULT_ROW_GROUPS, combine, bool(args.pingpong)))
         call()
         out = result()
     ref = verify_attention(*inp.args(), sm_scale=inp.sm_scale, backend="reference")
@@ -339,7 +350,10 @@ def build_parser(prog: str = "python -m kdengine.bench.kernel") -> argparse.Argu
         p.add_argument(f"--{name}", type=int, default=default)
     p.add_argument("--nsplit", type=int, default=None)
     p.add_argument("--pingpong", type=int, choices=(0, 1), default=None,
-                   help="run the wide layout with (1) or without (0) ping-pong halves instead of the default")
+                   help="ping-pong halves (1) or not (0) for the wide layouts; with --col-warps / --combine: "
+                        "that layout instead of the default")
+    p.add_argument("--col-warps", type=int, default=None, help="the layout (cuda_backend.COL_WARPS)")
+    p.add_argument("--combine", type=int, default=None, help="the merge (cuda_backend.COMBINES)")
     p.set_defaults(func=once)
     return parser
 

@@ -17,22 +17,31 @@ DV = shapes.DV
 # Warps per 16-row group of the split kernel (csrc/verify_kernel.cuh): 2 (BN 32, 2 stages, 255
 # registers) or 4 (BN 16, 3 stages, 128 registers, twice the warps per SM); 8 = the wide layout
 # (csrc/verify_wide.cuh: 8 warps share all rows of the block, each K/V fragment feeds 2-4 m16 tiles;
-# BN 16, 4 stages, at least 32 rows per block).
-COL_WARPS = (2, 4, 8)
+# BN 16, 4 stages, at least 32 rows per block); 16 = "wide2", the wide layout with the streaming
+# KV loader (fixed thread -> token map, page ids read a tile ahead) and lazy rescaling; 32 = "wide2x16",
+# wide2 with 16 warps (4 per scheduler at 128 registers) and always 64 rows per block, no ping-pong.
+COL_WARPS = (2, 4, 8, 16, 32)
 WIDE = 8
-DEFAULT_COL_WARPS = WIDE
-TILE_TOKENS = {2: 32, 4: 16, 8: 16}  # KV tokens per tile (BN) of each layout; a split is whole tiles
+WIDE2 = 16
+WIDE2X16 = 32
+WIDE_LAYOUTS = (WIDE, WIDE2, WIDE2X16)
+# Default: wide2 with ping-pong halves and the chunked merge, the fastest mma.sync layout at every
+# benchmarked size on the H200 (perf_history/kernel/verify_kernel_gpu-nvidia-h200-sm90_f1344fe.json:
+# 65k T=16 105.3 us against 125.6 for the wide layout, T=64 372.6 against 435.5; 4k-16k 8-16% faster).
+DEFAULT_COL_WARPS = WIDE2
+TILE_TOKENS = {2: 32, 4: 16, 8: 16, 16: 16, 32: 16}  # KV tokens per tile (BN) of each layout; a split is whole tiles
 # Most 16-row groups per block (1, 2 or 4): 4 = 64 query rows per block (each KV tile read by fewer
 # blocks), 2 = 32 rows (blocks small enough for two per SM on sm_90).
 ROW_GROUPS = shapes.ROW_GROUPS
 DEFAULT_ROW_GROUPS = 4
 # Wide layout only: the two row halves of a block run their softmax and P*V in opposite orders (each
 # half's softmax overlaps the other half's tensor-core work; two P buffers, one 128-thread barrier).
-DEFAULT_PINGPONG = False
+DEFAULT_PINGPONG = True
 # Merge kernel: 0 = one loop over the splits per thread, 1 = split weights computed in parallel
-# first, then 4 thread groups over the splits with 8 partial rows in flight per thread.
-COMBINES = (0, 1)
-DEFAULT_COMBINE = 1
+# first, then 4 thread groups over the splits with 8 partial rows in flight per thread; 2 = the same
+# over 4 blocks per row (128 columns each) and 8 thread groups (4x the blocks of 1).
+COMBINES = (0, 1, 2)
+DEFAULT_COMBINE = 2
 # Shortest split for `auto`: four 16-token tiles of the wide layout. At ctx 4096, T 16 one wave of 64
 # splits of 64 tokens ran faster than 32 splits of 128 on the H200
 # (perf_history/records/verify_kernel_cudagraph.txt).
@@ -45,8 +54,10 @@ def row_tiles(R: int, max_row_groups: int = DEFAULT_ROW_GROUPS, col_warps: int =
     """Query-row tiles per (sequence, split) for R = T * H rows (mirrors csrc with_config: the wide
     layout holds at least two 16-row groups)."""
     groups = shapes.row_groups(R, max_row_groups)
-    if col_warps == WIDE:
+    if col_warps in WIDE_LAYOUTS:
         groups = max(groups, 2)
+    if col_warps == WIDE2X16:
+        groups = shapes.MAX_ROW_GROUPS
     return -(-R // (shapes.ROWS_PER_GROUP * groups))
 
 

@@ -18,7 +18,8 @@ from kdengine import env
 # then that backend's default becomes "auto".
 SEED_NSPLIT = 64
 # cuda: auto measured within 1% of (or faster than) the best fixed NSPLIT at every benchmarked size
-# on the H200 (perf_history/kernel/verify_kernel_gpu-nvidia-h200-sm90_9f5b1a0.json).
+# on the H200 (perf_history/kernel/verify_kernel_gpu-nvidia-h200-sm90_9f5b1a0.json); for the wide2
+# layout within 0.2% of (or faster than) the best of 16/32/64/128 at all six sizes (..._f1344fe.json).
 DEFAULT_NSPLIT: dict[str, int | str] = {"triton": "auto", "cuda": "auto"}
 
 # A split shorter than this many KV tokens costs more in partial-result traffic and merge work than

@@ -68,7 +68,7 @@ def test_launch_rejects_a_bad_warp_layout():
     with pytest.raises(ValueError, match="row_groups"):
         cuda_backend.launch(*[None] * 7, sm_scale=1.0, nsplit=1, row_groups=3)
     with pytest.raises(ValueError, match="combine"):
-        cuda_backend.launch(*[None] * 7, sm_scale=1.0, nsplit=1, combine=2)
+        cuda_backend.launch(*[None] * 7, sm_scale=1.0, nsplit=1, combine=3)
 
 
 def test_auto_nsplit_fills_one_wave_without_empty_splits():
@@ -93,6 +93,8 @@ def test_row_tiles_follow_block_rows():
     # the wide layout holds at least 32 rows per block
     assert [tiles(r, 1, cuda_backend.WIDE) for r in (16, 17, 33, 128)] == [1, 1, 2, 4]
     assert [tiles(r, 4, cuda_backend.WIDE) for r in (16, 33, 65, 512)] == [1, 1, 2, 8]
+    assert [tiles(r, 1, cuda_backend.WIDE2) for r in (16, 17, 33, 128)] == [1, 1, 2, 4]
+    assert [tiles(r, 1, cuda_backend.WIDE2X16) for r in (16, 65, 128, 512)] == [1, 2, 2, 8]  # always 64 rows
 
 
 def test_build_subcommand_is_registered():
@@ -181,9 +183,43 @@ def test_nsplit_variants_agree(nsplit):
     _check(inp, out, lse)
 
 
+# The wide2 layout (col_warps 16: streaming loader, lazy rescaling) over the contract sizes and the odd
+# shapes, with both parallel merges; B up to 4, H 8 and 16.
+WIDE2_CASES = CONTRACT + ODD + [TestParam(16, [65000, 17, 4000, 129], B=4), TestParam(7, [33, 3000, 1, 640], B=4, H=16)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", [(cuda_backend.WIDE2, 1, False), (cuda_backend.WIDE2, 2, False),
+                                    (cuda_backend.WIDE2, 2, True), (cuda_backend.WIDE2X16, 2, False)],
+                         ids=lambda lay: f"cw{lay[0]}-comb{lay[1]}" + ("-pp" if lay[2] else ""))
+@pytest.mark.parametrize("tp", WIDE2_CASES, ids=lambda tp: f"T{tp.T}-p{tp.prefix}-H{tp.H}-B{tp.B}-s{tp.nsplit}")
+def test_wide2_matches_reference(tp, layout):
+    col_warps, combine, pingpong = layout
+    inp = _problem(tp, seed=combine)
+    out, lse = _run_poisoned(inp, tp.nsplit, col_warps=col_warps, combine=combine, pingpong=pingpong)
+    _check(inp, out, lse)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", [(cuda_backend.WIDE2, False), (cuda_backend.WIDE2, True),
+                                    (cuda_backend.WIDE2X16, False)], ids=str)
+@pytest.mark.parametrize("sm_scale", (1.0, 4.0))
+def test_wide2_lazy_rescale_moves_the_max(sm_scale, layout):
+    col_warps, pingpong = layout
+    # Scores of tens to hundreds (log2 units) that grow along the sequence: the running max passes the
+    # lazy threshold tile after tile, so the deferred rescale runs and must still match.
+    inp = _problem(TestParam(16, 3000, B=2), seed=9)
+    ramp = torch.linspace(0.2, 1.5, inp.kv_cache.shape[0], device="cuda")[:, None, None]
+    inp.kv_cache = (inp.kv_cache.float() * ramp).to(torch.bfloat16)
+    inp.sm_scale = sm_scale
+    out, lse = _run_poisoned(inp, None, col_warps=col_warps, combine=2, pingpong=pingpong)
+    _check(inp, out, lse)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", [(cw, rg, pp) for cw in cuda_backend.COL_WARPS for rg in cuda_backend.ROW_GROUPS
-                                    for pp in ((False, True) if cw == cuda_backend.WIDE else (False,))], ids=str)
+                                    for pp in ((False, True) if cw in (cuda_backend.WIDE, cuda_backend.WIDE2) else (False,))],
+                         ids=lambda lay: f"cw{lay[0]}rg{lay[1]}" + ("pp" if lay[2] else ""))
 @pytest.mark.parametrize("tp", [TestParam(1, 70, H=1), TestParam(17, 63, H=2), TestParam(64, [4000, 65], B=2),
                                 TestParam(16, 100, nsplit=256), TestParam(16, 65520 - 16)], ids=str)
 def test_every_warp_layout(tp, layout):
