@@ -74,17 +74,29 @@ int blocks_per_sm(int R, int col_warps, int max_row_groups, bool pingpong) {
   return blocks;
 }
 
+// The log-sum-exp merge of the split partials (either split kernel).
+static cudaError_t launch_combine(const VerifyParams& p, int combine, cudaStream_t stream) {
+  if (combine == 1 && p.nsplit <= COMBINE_MAX_NSPLIT)
+    verify_combine_parallel_kernel<<<dim3(p.R, p.B), COMBINE_PAR_THREADS, 0, stream>>>(p);
+  else
+    verify_combine_kernel<<<dim3(p.R, p.B), COMBINE_THREADS, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
 cudaError_t launch_verify(const VerifyParams& p, int col_warps, int max_row_groups, bool pingpong, int combine,
                           cudaStream_t stream) {
   const cudaError_t err = with_config(p.R, col_warps, max_row_groups, pingpong, [&](auto cfg) {
     return launch_split<decltype(cfg)>(p, stream);
   });
   if (err != cudaSuccess) return err;
-  if (combine == 1 && p.nsplit <= COMBINE_MAX_NSPLIT)
-    verify_combine_parallel_kernel<<<dim3(p.R, p.B), COMBINE_PAR_THREADS, 0, stream>>>(p);
-  else
-    verify_combine_kernel<<<dim3(p.R, p.B), COMBINE_THREADS, 0, stream>>>(p);
-  return cudaGetLastError();
+  return launch_combine(p, combine, stream);
+}
+
+cudaError_t launch_verify_sm90(const VerifyParams& p, long long pool_tokens, bool seesaw, int combine,
+                               cudaStream_t stream) {
+  const cudaError_t err = launch_split_sm90(p, pool_tokens, seesaw, stream);
+  if (err != cudaSuccess) return err;
+  return launch_combine(p, combine, stream);
 }
 
 }  // namespace kdengine
