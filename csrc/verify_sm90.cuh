@@ -487,10 +487,10 @@ __global__ void __launch_bounds__(THREADS, 1)
         rescale(o, sc);
         reg_fence(o);
         issue_pv_ss(o, kv_s + slot * TILE_BYTES, w);
-        wgmma_wait<1>();  // S of tile t done
-      } else {
-        wgmma_wait<0>();
       }
+      // S of tile t and P V of tile t - 1 done. (wait_group 1 would let P V run on under the softmax,
+      // but ptxas then serializes every wgmma of the kernel: C7514.)
+      wgmma_wait<0>();
       reg_fence(s);
       bar_sync(BAR_WG + w, 128);  // every warp's S read the rope chunk before P overwrites it
       softmax_tile(p, rows, s, tile_start, prefix, end, m, l, scale, pa);
@@ -505,10 +505,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       }
       fence_async_smem();
       bar_arrive(BAR_P + stage, 128 * CONSUMERS);
-      if (t >= 1) {
-        wgmma_wait<0>();
-        release(empty_bar + 8 * (stage ^ 1));
-      }
+      if (t >= 1) release(empty_bar + 8 * (stage ^ 1));
       reg_fence(o);
       rescale(o, scale);
       reg_fence(o);
