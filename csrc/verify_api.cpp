@@ -72,14 +72,14 @@ void launch(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& page_ta
 // The Hopper (sm_90a, wgmma + TMA) split kernel + merge.
 void launch_sm90(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& page_table,
                  const at::Tensor& prefix_len, const at::Tensor& mask_bits, at::Tensor& out, at::Tensor& lse,
-                 at::Tensor& part_out, at::Tensor& part_lse, double sm_scale, int64_t nsplit, bool seesaw,
+                 at::Tensor& part_out, at::Tensor& part_lse, double sm_scale, int64_t nsplit, int64_t schedule,
                  int64_t combine) {
   const c10::cuda::CUDAGuard guard(q.device());
   const kdengine::VerifyParams p =
       make_params(q, kv, page_table, prefix_len, mask_bits, out, lse, part_out, part_lse, sm_scale, nsplit);
   const char* reason = kdengine::sm90_unsupported(p);
   TORCH_CHECK(reason == nullptr, "kdengine verify sm90 path: ", reason ? reason : "");
-  const cudaError_t err = kdengine::launch_verify_sm90(p, kv.size(0) * kv.size(1), seesaw, static_cast<int>(combine),
+  const cudaError_t err = kdengine::launch_verify_sm90(p, kv.size(0) * kv.size(1), static_cast<int>(schedule), static_cast<int>(combine),
                                                         c10::cuda::getCurrentCUDAStream());
   TORCH_CHECK(err == cudaSuccess, "kdengine verify sm90 launch failed: ", cudaGetErrorString(err));
 }

@@ -92,9 +92,9 @@ cudaError_t launch_verify(const VerifyParams& p, int col_warps, int max_row_grou
   return launch_combine(p, combine, stream);
 }
 
-cudaError_t launch_verify_sm90(const VerifyParams& p, long long pool_tokens, bool seesaw, int combine,
+cudaError_t launch_verify_sm90(const VerifyParams& p, long long pool_tokens, int schedule, int combine,
                                cudaStream_t stream) {
-  const cudaError_t err = launch_split_sm90(p, pool_tokens, seesaw, stream);
+  const cudaError_t err = launch_split_sm90(p, pool_tokens, schedule, stream);
   if (err != cudaSuccess) return err;
   return launch_combine(p, combine, stream);
 }

@@ -51,10 +51,11 @@ int sm90_row_tiles(int R);
 // nullptr when the sm90 kernel can run this call on the current device, else the reason.
 const char* sm90_unsupported(const VerifyParams& p);
 // The sm90 split kernel alone (pool_tokens = pages * page_size rows of the KV pool: the TMA bounds);
-// seesaw: warpgroups alternate S + softmax per tile and share P (else both compute S of every tile).
-cudaError_t launch_split_sm90(const VerifyParams& p, long long pool_tokens, bool seesaw, cudaStream_t stream);
+// schedule (verify_sm90.cuh): 0 = both warpgroups compute S of every tile, 1 = seesaw (they alternate
+// S + softmax per tile and share P), 2 = as 0 with the warpgroups' S issue ordered (staggered).
+cudaError_t launch_split_sm90(const VerifyParams& p, long long pool_tokens, int schedule, cudaStream_t stream);
 // The sm90 split kernel then the merge (the same merge kernels as launch_verify; combine as there).
-cudaError_t launch_verify_sm90(const VerifyParams& p, long long pool_tokens, bool seesaw, int combine,
+cudaError_t launch_verify_sm90(const VerifyParams& p, long long pool_tokens, int schedule, int combine,
                                cudaStream_t stream);
 
 }  // namespace kdengine

@@ -1,17 +1,20 @@
 // MLA tree-verify attention for Hopper (sm_90a): warp-specialized, wgmma + TMA. One thread block per
 // (64-row query tile, KV split, sequence), 3 warpgroups:
-//   producer (warpgroup 2, one thread): streams the split's KV in page-sized tiles of BN = 64 tokens
-//     (64 x 576 bf16 = 72 KB) with TMA (cp.async.bulk.tensor, 128-byte swizzle, one box per 64 dims
-//     and page) into 2 stages, each guarded by a full / empty mbarrier pair;
+//   producer (warpgroup 2, one thread): loads the block's Q tile, then streams the split's KV in
+//     page-sized tiles of BN = 64 tokens (64 x 576 bf16 = 72 KB) with TMA (cp.async.bulk.tensor,
+//     128-byte swizzle, one box per 64 dims and page) into 2 stages; a stage has one full mbarrier per
+//     group of 3 x 64 dims (S starts on the first dims while the rest lands) and one empty mbarrier;
 //   consumers (warpgroups 0 and 1): Q (64 x 576) stays in shared memory; S = Q K^T on wgmma
 //     m64n64k16 (both operands from shared memory through descriptors), the online softmax in fp32
 //     registers (log2 domain; the packed ancestor mask only on the tiles that reach the tree tail),
 //     O += P V on wgmma m64n256k16 with P from registers: warpgroup w owns V columns [256 w, +256)
 //     (a 64 x 512 fp32 O is 256 registers per thread: too many for one warpgroup).
-// Two schedules (template parameter SEESAW):
-//   false: both warpgroups compute S of every tile (the QK^T work twice) and run the same softmax;
-//     no state crosses warpgroups. The simple, robust path.
-//   true:  warpgroup t % 2 computes S and the softmax of tile t ("owner"); it writes P (bf16) over the
+// Schedules (template parameter SCHEDULE):
+//   BOTH: both warpgroups compute S of every tile (the QK^T work twice) and run the same softmax;
+//     no state crosses warpgroups.
+//   STAGGERED: BOTH with the S issue of the two warpgroups ordered by two named barriers (warpgroup 0
+//     first, then 1, then 0 ...): each one's softmax runs while the other's S is on the tensor cores.
+//   SEESAW: warpgroup t % 2 computes S and the softmax of tile t ("owner"); it writes P (bf16) over the
 //     tile's rope dims in shared memory (only its own S read them) and the rows' max / sum / rescale
 //     factor into a 2-slot table, then signals a named barrier; the other warpgroup rescales its O
 //     half and runs P V from shared memory while the owner runs its own P V from registers. Each
@@ -45,16 +48,21 @@ constexpr int V_COLS = DV / CONSUMERS;          // 256 O columns per consumer wa
 constexpr int KSTEPS = D_QK / 16;               // 36 wgmma k-steps of S
 constexpr int Q_OFF = 0;
 constexpr int KV_OFF = TILE_BYTES;
-constexpr int BAR_OFF = KV_OFF + STAGES * TILE_BYTES;  // full[2], empty[2]
-constexpr int STATE_OFF = BAR_OFF + 64;          // m, l, rescale: [3][2 slots][BM] fp32
+// A KV tile arrives in NGROUP chunk groups, each on its own full barrier: S starts on the first dims
+// while the rest of the tile is in flight.
+constexpr int NGROUP = 3, GROUP_CHUNKS = NCHUNK / NGROUP;
+constexpr int BAR_OFF = KV_OFF + STAGES * TILE_BYTES;  // full[STAGES][NGROUP], empty[STAGES], q
+constexpr int STATE_OFF = BAR_OFF + 128;         // m, l, rescale: [3][2 slots][BM] fp32
 constexpr int SMEM = STATE_OFF + 3 * 2 * BM * 4 + 1024;  // + slack to align the base to 1024 B
 static_assert(SMEM <= 227 * 1024, "over sm_90's 227 KB of shared memory per block");
+static_assert(NCHUNK % NGROUP == 0 && (STAGES * (NGROUP + 1) + 1) * 8 <= 128, "barrier layout");
 // setmaxnreg: 384 threads x 168 registers at launch; the producer gives 128 of its 168 back.
 constexpr int PRODUCER_REGS = 40;
 constexpr int CONSUMER_REGS = 232;
 // Named barriers (0 is __syncthreads): 1, 2 = one consumer warpgroup; 3, 4 = P of an even / odd tile
-// ready (seesaw); 5 = both consumer warpgroups.
-constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5;
+// ready (seesaw); 5 = both consumer warpgroups; 6, 7 = warpgroup 0 / 1 may issue S (staggered).
+constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6;
+enum Schedule { BOTH = 0, SEESAW = 1, STAGGERED = 2 };
 
 // --- PTX wrappers (sm_90a) --------------------------------------------------------------------------
 
@@ -225,16 +233,27 @@ __device__ __forceinline__ Rows make_rows(const VerifyParams& p, int b, int row0
   return r;
 }
 
-// S = Q K^T of one tile (64 x 64, fp32), issued and committed (not waited).
-__device__ __forceinline__ void issue_qk(float (&s)[32], uint32_t q_s, uint32_t tile) {
+// S = Q K^T of one tile (64 x 64, fp32), issued and committed (not waited). Each chunk group's k-steps
+// are issued once its full barrier (full_bars + 8 g, `parity`) has flipped.
+__device__ __forceinline__ void issue_qk(float (&s)[32], uint32_t q_s, uint32_t tile, uint32_t full_bars, int parity) {
   const uint64_t qd = make_desc(q_s, 16, 1024), kd = make_desc(tile, 16, 1024);
-  wgmma_fence();
 #pragma unroll
-  for (int ks = 0; ks < KSTEPS; ++ks) {
-    const uint64_t off = (ks / 4) * (CHUNK_BYTES >> 4) + (ks % 4) * 2;  // 16-byte units
-    wgmma_qk(s, qd + off, kd + off, ks > 0);
+  for (int g = 0; g < NGROUP; ++g) {
+    mbar_wait(full_bars + 8 * g, parity);
+    wgmma_fence();  // after the (divergent) wait loop: ptxas would insert it there anyway
+#pragma unroll
+    for (int ks = g * 4 * GROUP_CHUNKS; ks < (g + 1) * 4 * GROUP_CHUNKS; ++ks) {
+      const uint64_t off = (ks / 4) * (CHUNK_BYTES >> 4) + (ks % 4) * 2;  // 16-byte units
+      wgmma_qk(s, qd + off, kd + off, ks > 0);
+    }
   }
   wgmma_commit();
+}
+
+// Every chunk group of a tile landed.
+__device__ __forceinline__ void wait_tile(uint32_t full_bars, int parity) {
+#pragma unroll
+  for (int g = 0; g < NGROUP; ++g) mbar_wait(full_bars + 8 * g, parity);
 }
 
 // O[:, 256 w + (0..255)] += P V with P from registers (pa[kk]: tokens 16 kk .. 16 kk + 15).
@@ -346,16 +365,19 @@ __device__ __forceinline__ void release(uint32_t empty_bar) {
 
 // --- the kernel -------------------------------------------------------------------------------------
 
-template <bool SEESAW>
+template <int SCHEDULE>
 __global__ void __launch_bounds__(THREADS, 1)
-    verify_sm90_kernel(const VerifyParams p, const __grid_constant__ CUtensorMap kv_map) {
+    verify_sm90_kernel(const VerifyParams p, const __grid_constant__ CUtensorMap kv_map,
+                       const __grid_constant__ CUtensorMap q_map) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   unsigned char* sm = smem_raw + (((raw + 1023) & ~1023u) - raw);  // 1024-byte aligned (swizzle atoms)
   const uint32_t base = smem_u32(sm);
   const uint32_t q_s = base + Q_OFF, kv_s = base + KV_OFF;
-  const uint32_t full_bar = base + BAR_OFF, empty_bar = full_bar + 16;  // [2] each, 8 bytes apart
+  // full[stage][group] at full_bar + 8 (NGROUP stage + group); empty[stage]; q
+  const uint32_t full_bar = base + BAR_OFF, empty_bar = full_bar + 8 * STAGES * NGROUP;
+  const uint32_t q_bar = empty_bar + 8 * STAGES;
   float* m_tab = reinterpret_cast<float*>(sm + STATE_OFF);  // [2][BM]
   float* l_tab = m_tab + 2 * BM;
   float* sc_tab = l_tab + 2 * BM;
@@ -375,46 +397,52 @@ __global__ void __launch_bounds__(THREADS, 1)
   }
   const int ntiles = (end - start + BN - 1) / BN;
 
-  if (tid == 0) {
+  const bool producer = wg == CONSUMERS && wtid == 0;
+  if (producer) {
     for (int s = 0; s < STAGES; ++s) {
-      mbar_init(full_bar + 8 * s, 1);
+      for (int g = 0; g < NGROUP; ++g) mbar_init(full_bar + 8 * (NGROUP * s + g), 1);
       mbar_init(empty_bar + 8 * s, 4 * CONSUMERS);  // one arrival per consumer warp
     }
+    mbar_init(q_bar, 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  // Q rows [row0, row0 + 64) into shared memory (zero past R), 128-byte swizzled, by every thread.
-  for (int u = tid; u < BM * NCHUNK * 8; u += THREADS) {
-    const int r = u / (NCHUNK * 8), c = u % (NCHUNK * 8);
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (row0 + r < p.R) v = __ldg(reinterpret_cast<const uint4*>(p.q + ((size_t)b * p.R + row0 + r) * D_QK) + c);
-    *reinterpret_cast<uint4*>(sm + Q_OFF + (c / 8) * CHUNK_BYTES + r * 128 + (((c % 8) ^ (r & 7)) << 4)) = v;
-  }
-  fence_async_smem();
   __syncthreads();
 
   if (wg == CONSUMERS) {
-    // --- producer ---
+    // --- producer: Q (rows of the flattened [B * R, 576] q; past R: the next sequence's rows or the
+    // zero fill past B * R, never written out), then the split's KV tiles ---
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
-    if (wtid != 0) return;
+    if (!producer) return;
+    mbar_expect_tx(q_bar, TILE_BYTES);
+#pragma unroll
+    for (int k = 0; k < NCHUNK; ++k) tma_load(q_s + k * CHUNK_BYTES, &q_map, k * SW, b * p.R + row0, q_bar);
     const int* pages = p.page_table + (size_t)b * p.max_pages;
     const int ps = p.page_size;
     for (int t = 0; t < ntiles; ++t) {
       const int stage = t & 1;
       if (t >= STAGES) mbar_wait(empty_bar + 8 * stage, ((t >> 1) + 1) & 1);
       const int tile_start = start + t * BN;
-      const uint32_t dst = kv_s + stage * TILE_BYTES, fb = full_bar + 8 * stage;
+      const uint32_t dst = kv_s + stage * TILE_BYTES;
       if (ps >= BN) {
         const int row = __ldg(pages + (tile_start >> p.page_shift)) * ps + (tile_start & (ps - 1));
-        mbar_expect_tx(fb, TILE_BYTES);
 #pragma unroll
-        for (int k = 0; k < NCHUNK; ++k) tma_load(dst + k * CHUNK_BYTES, &kv_map, k * SW, row, fb);
+        for (int g = 0; g < NGROUP; ++g) {
+          const uint32_t fb = full_bar + 8 * (NGROUP * stage + g);
+          mbar_expect_tx(fb, GROUP_CHUNKS * CHUNK_BYTES);
+#pragma unroll
+          for (int k = g * GROUP_CHUNKS; k < (g + 1) * GROUP_CHUNKS; ++k)
+            tma_load(dst + k * CHUNK_BYTES, &kv_map, k * SW, row, fb);
+        }
       } else {  // several pages per tile: one box of ps rows per page that holds tokens before `end`
         const int npages = min(BN / ps, (end - tile_start + ps - 1) / ps);
-        mbar_expect_tx(fb, npages * ps * 128 * NCHUNK);
-        for (int g = 0; g < npages; ++g) {
-          const int row = __ldg(pages + ((tile_start + g * ps) >> p.page_shift)) * ps;
-#pragma unroll
-          for (int k = 0; k < NCHUNK; ++k) tma_load(dst + k * CHUNK_BYTES + g * ps * 128, &kv_map, k * SW, row, fb);
+        for (int g = 0; g < NGROUP; ++g) {
+          const uint32_t fb = full_bar + 8 * (NGROUP * stage + g);
+          mbar_expect_tx(fb, npages * ps * 128 * GROUP_CHUNKS);
+          for (int pg = 0; pg < npages; ++pg) {
+            const int row = __ldg(pages + ((tile_start + pg * ps) >> p.page_shift)) * ps;
+            for (int k = g * GROUP_CHUNKS; k < (g + 1) * GROUP_CHUNKS; ++k)
+              tma_load(dst + k * CHUNK_BYTES + pg * ps * 128, &kv_map, k * SW, row, fb);
+          }
         }
       }
     }
@@ -424,6 +452,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   // --- consumers ---
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
   const int w = wg;
+  mbar_wait(q_bar, 0);
   const Rows rows = make_rows(p, b, row0, wtid);
   float o[128];
 #pragma unroll
@@ -432,18 +461,22 @@ __global__ void __launch_bounds__(THREADS, 1)
   float s[32];
   uint32_t pa[4][4];
 
-  if constexpr (!SEESAW) {
+  if constexpr (SCHEDULE != SEESAW) {
+    if (SCHEDULE == STAGGERED && w == 1) bar_arrive(BAR_SCHED, 128 * CONSUMERS);  // warpgroup 0 goes first
     for (int t = 0; t < ntiles; ++t) {
       const int stage = t & 1, tile_start = start + t * BN;
       const uint32_t tile = kv_s + stage * TILE_BYTES;
-      mbar_wait(full_bar + 8 * stage, (t >> 1) & 1);
+      const uint32_t fb = full_bar + 8 * NGROUP * stage;
       if (tile_start + BN > end) {
+        wait_tile(fb, (t >> 1) & 1);
         zero_rows(sm + KV_OFF + stage * TILE_BYTES, end - tile_start, tid, 128 * CONSUMERS);
         bar_sync(BAR_CONSUMERS, 128 * CONSUMERS);
       }
+      if (SCHEDULE == STAGGERED) bar_sync(BAR_SCHED + w, 128 * CONSUMERS);
 #pragma unroll
       for (int i = 0; i < 32; ++i) s[i] = 0.f;
-      issue_qk(s, q_s, tile);
+      issue_qk(s, q_s, tile, fb, (t >> 1) & 1);
+      if (SCHEDULE == STAGGERED) bar_arrive(BAR_SCHED + 1 - w, 128 * CONSUMERS);
       if (t > 0) {
         wgmma_wait<1>();  // P V of tile t - 1 done: its stage is free for this warp
         release(empty_bar + 8 * (stage ^ 1));
@@ -458,20 +491,22 @@ __global__ void __launch_bounds__(THREADS, 1)
     }
     wgmma_wait<0>();
     reg_fence(o);
+    if (SCHEDULE == STAGGERED && w == 0) bar_sync(BAR_SCHED, 128 * CONSUMERS);  // warpgroup 1's last arrival
   } else {
     const int last = ntiles - 1;
     for (int t = w; t < ntiles; t += 2) {  // the tiles this warpgroup owns
       const int stage = t & 1, tile_start = start + t * BN;
       const uint32_t tile = kv_s + stage * TILE_BYTES;
       unsigned char* tile_ptr = sm + KV_OFF + stage * TILE_BYTES;
-      mbar_wait(full_bar + 8 * stage, (t >> 1) & 1);
+      const uint32_t fb = full_bar + 8 * NGROUP * stage;
       if (tile_start + BN > end) {
+        wait_tile(fb, (t >> 1) & 1);
         zero_rows(tile_ptr, end - tile_start, wtid, 128);
         bar_sync(BAR_WG + w, 128);
       }
 #pragma unroll
       for (int i = 0; i < 32; ++i) s[i] = 0.f;
-      issue_qk(s, q_s, tile);
+      issue_qk(s, q_s, tile, fb, (t >> 1) & 1);
       if (t >= 1) {  // the other warpgroup's tile t - 1: its P from shared memory
         const int slot = (t - 1) & 1;
         bar_sync(BAR_P + slot, 128 * CONSUMERS);
@@ -482,7 +517,7 @@ __global__ void __launch_bounds__(THREADS, 1)
           m[h] = m_tab[slot * BM + rows.local[h]];
           l[h] = l_tab[slot * BM + rows.local[h]];
         }
-        mbar_wait(full_bar + 8 * slot, ((t - 1) >> 1) & 1);  // (complete: the owner saw it)
+        wait_tile(full_bar + 8 * NGROUP * slot, ((t - 1) >> 1) & 1);  // (complete: the owner saw it)
         reg_fence(o);
         rescale(o, sc);
         reg_fence(o);
@@ -524,7 +559,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         m[h] = m_tab[slot * BM + rows.local[h]];
         l[h] = l_tab[slot * BM + rows.local[h]];
       }
-      mbar_wait(full_bar + 8 * slot, (last >> 1) & 1);
+      wait_tile(full_bar + 8 * NGROUP * slot, (last >> 1) & 1);
       reg_fence(o);
       rescale(o, sc);
       reg_fence(o);

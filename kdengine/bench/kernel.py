@@ -33,8 +33,9 @@ CONTEXTS = (4096, 16384, 65536)
 TREE_SIZES = (16, 64)
 NSPLITS = (16, 32, 64, 128, 256, "auto")
 SETS = ("full", "peers", "sm90")
-# The sm90 path's rows: backend name -> seesaw schedule (kdengine.ops.cuda_backend.launch_sm90).
-SM90_BACKENDS = {"cuda_sm90": True, "cuda_sm90_both": False}
+# The sm90 path's rows: backend name -> schedule (kdengine.ops.cuda_backend.SCHEDULES). (In the first
+# record, perf_history/kernel/verify_kernel_sm90_*_ebda896.json, "cuda_sm90" was the seesaw schedule.)
+SM90_BACKENDS = {"cuda_sm90_both": "both", "cuda_sm90_staggered": "staggered", "cuda_sm90_seesaw": "seesaw"}
 H = 8
 SAMPLES = 50  # = kdengine.bench.workloads.GPU_VERIFY_SAMPLES
 SCHEMA = 2
@@ -85,7 +86,7 @@ def launcher(name: str, inp, bits, nsplit, *, scalar_loads: bool = False, layout
         call = lambda: cuda_backend.launch(*args, sm_scale=inp.sm_scale, nsplit=splits, scalar_loads=scalar_loads,
                                            col_warps=cw, row_groups=rg, combine=combine, pingpong=pp)
         return call, splits, lambda: out
-    if name in SM90_BACKENDS:  # the Hopper wgmma path (seesaw schedule, or both warpgroups computing S)
+    if name in SM90_BACKENDS:  # the Hopper wgmma path, one schedule of its two consumer warpgroups
         from kdengine.ops import cuda_backend
 
         splits = cuda_backend.plan_nsplit_sm90(inp.q, inp.kv_cache, inp.page_table, nsplit)
@@ -94,7 +95,7 @@ def launcher(name: str, inp, bits, nsplit, *, scalar_loads: bool = False, layout
         lse = torch.empty(B, T, Hq, dtype=torch.float32, device=inp.q.device)
         args = (inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, bits, out, lse)
         call = lambda: cuda_backend.launch_sm90(*args, sm_scale=inp.sm_scale, nsplit=splits,
-                                                seesaw=SM90_BACKENDS[name])
+                                                schedule=SM90_BACKENDS[name])
         return call, splits, lambda: out
     result = {}
     if name == "torch":
@@ -153,7 +154,8 @@ def variants(N: int, T: int, which: str = "full"):
     if which == "peers":
         return base
     if which == "sm90":  # the Hopper path against the mma.sync default and FlashMLA
-        sm90 = [(f"{name}/s{sp}", name, sp, False, None) for name in SM90_BACKENDS for sp in ("auto",)]
+        sm90 = [(f"{name}/sauto", name, "auto", False, None) for name in SM90_BACKENDS]
+        sm90 += [(f"cuda_sm90_staggered/s{sp}", "cuda_sm90_staggered", sp, False, None) for sp in (32, 128)]
         return [base[0], *sm90, *[(p, p, None, False, None) for p in peers.PEERS]]
     short = NSPLITS[:4] + ("auto",)
     sweeps = (((8, 4, 1, False), NSPLITS), ((8, 4, 1, True), NSPLITS), ((8, 2, 1, True), short),
@@ -322,7 +324,7 @@ def once(args) -> int:
 
     inp = make_verify_inputs(B=args.B, T=args.T, H=args.H, prefix=args.prefix, seed=1, device="cuda")
     if args.path is not None:  # the mma.sync default or the sm90 kernel, forced
-        call, _, result = launcher({"mma": "cuda", "sm90": "cuda_sm90", "sm90_both": "cuda_sm90_both"}[args.path],
+        call, _, result = launcher("cuda" if args.path == "mma" else f"cuda_{args.path}",
                                    inp, pack_tree_mask(inp.tree_mask), args.nsplit)
         call()
         out = result()
@@ -361,8 +363,8 @@ def build_parser(prog: str = "python -m kdengine.bench.kernel") -> argparse.Argu
     p.add_argument("--nsplit", type=int, default=None)
     p.add_argument("--pingpong", type=int, choices=(0, 1), default=None,
                    help="run the wide layout with (1) or without (0) ping-pong halves instead of the default")
-    p.add_argument("--path", choices=("mma", "sm90", "sm90_both"), default=None,
-                   help="force the cuda split kernel: mma.sync, or the sm90 wgmma kernel (seesaw or both)")
+    p.add_argument("--path", choices=("mma", "sm90_both", "sm90_staggered", "sm90_seesaw"), default=None,
+                   help="force the cuda split kernel: mma.sync, or the sm90 wgmma kernel with one schedule")
     p.set_defaults(func=once)
     return parser
 

@@ -46,9 +46,12 @@ DEFAULT_PATH = "mma"
 SM90_ROWS = 64
 SM90_TILE_TOKENS = 64
 SM90_MIN_TOKENS_PER_SPLIT = 64
-# seesaw: the two consumer warpgroups alternate S + softmax per tile and share P through shared memory;
-# False: both compute S of every tile (twice the Q*K^T work, no state between warpgroups).
-DEFAULT_SEESAW = True
+# Schedules of the two consumer warpgroups (csrc/verify_sm90.cuh): both = each computes S of every
+# tile (twice the Q*K^T work, no state between them); seesaw = they alternate S + softmax per tile and
+# share P through shared memory; staggered = both, with their S issue ordered so that one's softmax
+# overlaps the other's S.
+SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2}
+DEFAULT_SCHEDULE = "both"
 _REASON: dict[str, str | None] = {}
 _BLOCKS_PER_SM: dict[tuple, int] = {}
 
@@ -128,15 +131,17 @@ def resolve_path(kv_cache: torch.Tensor, path: str | None = None) -> str:
 
 
 def launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_scale, nsplit,
-                seesaw=DEFAULT_SEESAW, combine=DEFAULT_COMBINE):
+                schedule=DEFAULT_SCHEDULE, combine=DEFAULT_COMBINE):
     """The Hopper kernel + merge into caller-given out/lse."""
     if combine not in COMBINES:
         raise ValueError(f"combine: expected one of {COMBINES}, got {combine!r}")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule: expected one of {tuple(SCHEDULES)}, got {schedule!r}")
     B, T, H, _ = q.shape
     part_out = torch.empty(B, nsplit, T * H, DV, dtype=torch.float32, device=q.device)
     part_lse = torch.empty(B, nsplit, T * H, dtype=torch.float32, device=q.device)
     build.load_extension().launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, part_out, part_lse,
-                                       sm_scale, nsplit, bool(seesaw), combine)
+                                       sm_scale, nsplit, SCHEDULES[schedule], combine)
 
 
 def plan_nsplit_sm90(q, kv_cache, page_table, nsplit) -> int:

@@ -4,7 +4,7 @@ CPU (nvcc): the sm_90a build holds wgmma for both products (S = Q K^T m64n64k16,
 TMA tile loads (cp.async.bulk.tensor) on mbarriers, setmaxnreg, and no register spills; other arches
 get a stub without any of it. The path switch (argument, KDENGINE_CUDA_PATH, fallback) on the CPU.
 GPU (sm_90 only): the same reference checks as tests/ops/test_cuda.py, outputs poisoned first, for
-both schedules (seesaw: warpgroups alternate S + softmax and share P; both: each computes S).
+every schedule of the two consumer warpgroups (both compute S / staggered / seesaw: they alternate).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def kernel_bodies(ptx: str) -> dict[str, str]:
 def test_sm90a_build_uses_wgmma_tma_and_setmaxnreg():
     bodies = kernel_bodies(compile_ptx("90a"))
     kernels = [b for name, b in bodies.items() if "verify_sm90_kernel" in name]
-    assert len(kernels) == 2  # the seesaw and the both-compute-S schedules
+    assert len(kernels) == len(cuda_backend.SCHEDULES)
     for body in kernels:
         assert "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16" in body  # S = Q K^T
         assert "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16" in body  # O += P V
@@ -103,25 +103,25 @@ def _needs_sm90():
         pytest.skip("the sm90 kernel runs on sm_90 only")
 
 
-def _run_sm90(inp, nsplit, seesaw):
+def _run_sm90(inp, nsplit, schedule):
     B, T, H, _ = inp.q.shape
     bits = pack_tree_mask(inp.tree_mask)
     splits = cuda_backend.plan_nsplit_sm90(inp.q, inp.kv_cache, inp.page_table, nsplit)
     out = torch.full((B, T, H, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
     lse = torch.full((B, T, H), float("nan"), dtype=torch.float32, device="cuda")
     cuda_backend.launch_sm90(inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, bits, out, lse,
-                             sm_scale=inp.sm_scale, nsplit=splits, seesaw=seesaw)
+                             sm_scale=inp.sm_scale, nsplit=splits, schedule=schedule)
     return out, lse
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("seesaw", [True, False], ids=["seesaw", "both"])
+@pytest.mark.parametrize("schedule", list(cuda_backend.SCHEDULES))
 @pytest.mark.parametrize("tp", CONTRACT + ODD + [TestParam(16, [3000, 129, 64, 4000], B=4, H=16)],
                          ids=lambda tp: f"T{tp.T}-p{tp.prefix}-H{tp.H}-B{tp.B}-s{tp.nsplit}-ps{tp.page_size}")
-def test_sm90_matches_reference(tp, seesaw):
+def test_sm90_matches_reference(tp, schedule):
     _needs_sm90()
     inp = _problem(tp, seed=31)
-    out, lse = _run_sm90(inp, tp.nsplit, seesaw)
+    out, lse = _run_sm90(inp, tp.nsplit, schedule)
     _check(inp, out, lse)
 
 
@@ -133,8 +133,8 @@ def test_sm90_nan_past_the_end_is_ignored():
     L = int(inp.prefix_len[0]) + 16
     page = int(inp.page_table[0, L // 64])
     inp.kv_cache[page, L % 64:] = float("nan")
-    for seesaw in (True, False):
-        out, lse = _run_sm90(inp, 3, seesaw)
+    for schedule in cuda_backend.SCHEDULES:
+        out, lse = _run_sm90(inp, 3, schedule)
         _check(inp, out, lse)
 
 
