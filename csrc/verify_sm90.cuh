@@ -22,6 +22,14 @@
 // Splits, partials and lse follow VerifyParams (verify_launch.h); the merge is the shared merge kernel.
 // Tiles past the sequence end: rows at and past `end` of the last tile are zeroed in shared memory
 // before use (TMA copies whole pages; a pool slot past the end may hold anything, NaN included).
+// Shared memory: Q 72 KB + 2 KV stages of 72 KB + barriers + the seesaw row table = 219 KB (of 227).
+// Descriptors are built by hand (make_desc, 5 lines) instead of CuTe's: no CUTLASS dependency for one
+// swizzle mode and three operand shapes; ci/gpu/sm90_probe.cu checks them (and the TMA swizzle) on the
+// device against a host product.
+// Measured on the H200 (perf_history/kernel/verify_kernel_sm90_*_3543d28.json): STAGGERED fastest of the
+// three everywhere. At T=64 the tensor pipe is ~74% busy (ncu) but a third of that work is the
+// duplicated S: a SEESAW whose softmax chain does not serialize the warpgroups is the next step.
+// ptxas: SEESAW gets an injected warpgroup.wait (C7517) at the O rescale that follows the S issue.
 #pragma once
 
 #include <cuda.h>

@@ -41,17 +41,26 @@ MIN_TOKENS_PER_SPLIT = 64
 # The Hopper path (csrc/verify_sm90.cuh: wgmma + TMA, warp-specialized, 64-row blocks, 64-token
 # page tiles, one block per SM). "mma" = the mma.sync kernels above (every arch), "sm90" = the wgmma
 # kernel (sm_90 only), "auto" = sm90 where it can run, else mma. KDENGINE_CUDA_PATH overrides the default.
+# auto: on the H200 the sm90 kernel (staggered) ran 1.35-2.4x faster than the mma.sync default at all six
+# benchmarked sizes in one run (perf_history/kernel/verify_kernel_sm90_gpu-nvidia-h200-sm90_3543d28.json).
 PATHS = ("mma", "sm90", "auto")
-DEFAULT_PATH = "mma"
+DEFAULT_PATH = "auto"
 SM90_ROWS = 64
 SM90_TILE_TOKENS = 64
-SM90_MIN_TOKENS_PER_SPLIT = 64
+# Shortest split for `auto` on the sm90 path: 128 tokens (two tiles). At ctx 4096, T 16 32 splits ran
+# 16.7 us against 17.7 us for 64 one-tile splits; at every other benchmarked size the auto count was
+# already limited by one wave, so it is unchanged (same JSON).
+SM90_MIN_TOKENS_PER_SPLIT = 128
 # Schedules of the two consumer warpgroups (csrc/verify_sm90.cuh): both = each computes S of every
 # tile (twice the Q*K^T work, no state between them); seesaw = they alternate S + softmax per tile and
 # share P through shared memory; staggered = both, with their S issue ordered so that one's softmax
 # overlaps the other's S.
+# staggered ran fastest at all six sizes (same JSON); seesaw (no duplicated Q*K^T) is slower today: its
+# softmax chain crosses the warpgroups every tile, and compute-sanitizer racecheck reports its
+# bar.arrive / bar.sync hand-offs of the row state (a false positive as far as the PTX barrier
+# semantics go, but not shown otherwise): it stays a launch choice, not the default.
 SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2}
-DEFAULT_SCHEDULE = "both"
+DEFAULT_SCHEDULE = "staggered"
 _REASON: dict[str, str | None] = {}
 _BLOCKS_PER_SM: dict[tuple, int] = {}
 

@@ -95,6 +95,16 @@ def test_path_switch(monkeypatch):
         cuda_backend.resolve_path(kv)
 
 
+def test_sm90_auto_nsplit_matches_the_measured_best():
+    # the counts the H200 run of 3543d28 measured best (or within noise) among 32 / 64 / 128 splits
+    from kdengine.ops.schedule import auto_nsplit
+
+    plan = lambda capacity, T: auto_nsplit(capacity=capacity, batch=1, row_tiles=-(-(T * 8) // cuda_backend.SM90_ROWS),
+                                           num_sms=132, min_tokens=cuda_backend.SM90_MIN_TOKENS_PER_SPLIT,
+                                           tile_tokens=cuda_backend.SM90_TILE_TOKENS)
+    assert [plan(c, T) for c in (4096, 16384, 65536) for T in (16, 64)] == [32, 16, 64, 16, 64, 16]
+
+
 # --- GPU (sm_90) ------------------------------------------------------------------------------------
 
 
