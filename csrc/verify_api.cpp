@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <initializer_list>
+#include <string>
 
 #include "verify_launch.h"
 
@@ -17,22 +18,18 @@ T* ptr(const at::Tensor& t) {
   return reinterpret_cast<T*>(t.data_ptr());
 }
 
+// The launch parameters of one call: checks what the kernels need to be memory safe, then fills p.
 // out [B, T, H, 512] bf16, lse [B, T, H] fp32, part_out [B, nsplit, T*H, 512] fp32, part_lse [B, nsplit, T*H].
-void launch(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& page_table, const at::Tensor& prefix_len,
-            const at::Tensor& mask_bits, at::Tensor& out, at::Tensor& lse, at::Tensor& part_out, at::Tensor& part_lse,
-            double sm_scale, int64_t nsplit, int64_t col_warps, int64_t max_row_groups, bool pingpong,
-            int64_t combine) {
+kdengine::VerifyParams make_params(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& page_table,
+                                   const at::Tensor& prefix_len, const at::Tensor& mask_bits, at::Tensor& out,
+                                   at::Tensor& lse, at::Tensor& part_out, at::Tensor& part_lse, double sm_scale,
+                                   int64_t nsplit) {
   for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&q, &kv, &page_table, &prefix_len, &mask_bits, &out, &lse, &part_out, &part_lse}) {
     TORCH_CHECK(t->is_cuda() && t->is_contiguous(), "kdengine verify: every tensor must be contiguous on the GPU");
   }
   const int page_size = static_cast<int>(kv.size(1));
   TORCH_CHECK(page_size > 0 && (page_size & (page_size - 1)) == 0, "page_size must be a power of two");
-  TORCH_CHECK(col_warps == 2 || col_warps == 4 || col_warps == 8 || col_warps == 16 || col_warps == 32,
-              "col_warps must be 2, 4, 8, 16 or 32, got ", col_warps);
-  TORCH_CHECK(combine >= 0 && combine <= 2, "combine must be 0, 1 or 2, got ", combine);
-  TORCH_CHECK(max_row_groups == 1 || max_row_groups == 2 || max_row_groups == 4, "max_row_groups must be 1, 2 or 4");
   TORCH_CHECK(part_out.size(1) == nsplit && part_lse.size(1) == nsplit, "partials must hold nsplit splits");
-  const c10::cuda::CUDAGuard guard(q.device());
   kdengine::VerifyParams p{};
   p.q = ptr<const __nv_bfloat16>(q);
   p.kv = ptr<const __nv_bfloat16>(kv);
@@ -53,10 +50,51 @@ void launch(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& page_ta
   p.max_pages = static_cast<int>(page_table.size(1));
   p.nsplit = static_cast<int>(nsplit);
   p.scale_log2 = static_cast<float>(sm_scale * 1.4426950408889634);
+  return p;
+}
+
+// The mma.sync split kernel + merge.
+void launch(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& page_table, const at::Tensor& prefix_len,
+            const at::Tensor& mask_bits, at::Tensor& out, at::Tensor& lse, at::Tensor& part_out, at::Tensor& part_lse,
+            double sm_scale, int64_t nsplit, int64_t col_warps, int64_t max_row_groups, bool pingpong,
+            int64_t combine) {
+  TORCH_CHECK(col_warps == 2 || col_warps == 4 || col_warps == 8 || col_warps == 16 || col_warps == 32,
+              "col_warps must be 2, 4, 8, 16 or 32, got ", col_warps);
+  TORCH_CHECK(combine >= 0 && combine <= 2, "combine must be 0, 1 or 2, got ", combine);
+  TORCH_CHECK(max_row_groups == 1 || max_row_groups == 2 || max_row_groups == 4, "max_row_groups must be 1, 2 or 4");
+  const c10::cuda::CUDAGuard guard(q.device());
+  const kdengine::VerifyParams p =
+      make_params(q, kv, page_table, prefix_len, mask_bits, out, lse, part_out, part_lse, sm_scale, nsplit);
   const cudaError_t err = kdengine::launch_verify(p, static_cast<int>(col_warps), static_cast<int>(max_row_groups),
                                                    pingpong, static_cast<int>(combine),
                                                    c10::cuda::getCurrentCUDAStream());
   TORCH_CHECK(err == cudaSuccess, "kdengine verify launch failed: ", cudaGetErrorString(err));
+}
+
+// The Hopper (sm_90a, wgmma + TMA) split kernel + merge.
+void launch_sm90(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& page_table,
+                 const at::Tensor& prefix_len, const at::Tensor& mask_bits, at::Tensor& out, at::Tensor& lse,
+                 at::Tensor& part_out, at::Tensor& part_lse, double sm_scale, int64_t nsplit, int64_t schedule,
+                 int64_t combine) {
+  TORCH_CHECK(combine >= 0 && combine <= 2, "combine must be 0, 1 or 2, got ", combine);
+  const c10::cuda::CUDAGuard guard(q.device());
+  const kdengine::VerifyParams p =
+      make_params(q, kv, page_table, prefix_len, mask_bits, out, lse, part_out, part_lse, sm_scale, nsplit);
+  const char* reason = kdengine::sm90_unsupported(p);
+  TORCH_CHECK(reason == nullptr, "kdengine verify sm90 path: ", reason ? reason : "");
+  const cudaError_t err = kdengine::launch_verify_sm90(p, kv.size(0) * kv.size(1), static_cast<int>(schedule), static_cast<int>(combine),
+                                                        c10::cuda::getCurrentCUDAStream());
+  TORCH_CHECK(err == cudaSuccess, "kdengine verify sm90 launch failed: ", cudaGetErrorString(err));
+}
+
+// Why the sm90 path cannot run with this page size / pool on the current device ("" when it can).
+std::string sm90_unsupported(const at::Tensor& kv) {
+  const c10::cuda::CUDAGuard guard(kv.device());
+  kdengine::VerifyParams p{};
+  p.kv = ptr<const __nv_bfloat16>(kv);
+  p.page_size = static_cast<int>(kv.size(1));
+  const char* reason = kdengine::sm90_unsupported(p);
+  return reason ? reason : "";
 }
 
 }  // namespace
@@ -67,6 +105,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("blocks_per_sm", &kdengine::blocks_per_sm,
         "resident split blocks per SM for (R, col_warps, row_groups, pingpong)");
   m.def("row_tiles", &kdengine::row_tiles, "row tiles per (sequence, split) for R = T * H rows");
+  m.def("launch_sm90", &launch_sm90, "Hopper wgmma split kernel + log-sum-exp merge into out/lse");
+  m.def("sm90_unsupported", &sm90_unsupported, "why the sm90 path cannot run here ('' when it can)");
+  m.def("sm90_row_tiles", &kdengine::sm90_row_tiles, "64-row tiles per (sequence, split) of the sm90 kernel");
   // The shape contract (verify_launch.h), checked against kdengine/ops/shapes.py on load.
   m.attr("D_QK") = kdengine::D_QK;
   m.attr("DV") = kdengine::DV;

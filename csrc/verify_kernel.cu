@@ -99,12 +99,9 @@ static cudaError_t launch_combine_chunked(const VerifyParams& p, cudaStream_t st
   return cudaLaunchKernelEx(&cfg, verify_combine_chunked_kernel, p);
 }
 
-cudaError_t launch_verify(const VerifyParams& p, int col_warps, int max_row_groups, bool pingpong, int combine,
-                          cudaStream_t stream) {
-  const cudaError_t err = with_config(p.R, col_warps, max_row_groups, pingpong, [&](auto cfg) {
-    return launch_split<decltype(cfg)>(p, stream);
-  });
-  if (err != cudaSuccess) return err;
+// The log-sum-exp merge of the split partials (either split kernel): 2 = chunked (PDL on sm_90+),
+// 1 = splits weighted in parallel, 0 = one loop per thread (also past COMBINE_MAX_NSPLIT).
+static cudaError_t launch_combine(const VerifyParams& p, int combine, cudaStream_t stream) {
   if (combine == 2 && p.nsplit <= COMBINE_MAX_NSPLIT)
     return launch_combine_chunked(p, stream);
   if (combine >= 1 && p.nsplit <= COMBINE_MAX_NSPLIT)
@@ -112,6 +109,22 @@ cudaError_t launch_verify(const VerifyParams& p, int col_warps, int max_row_grou
   else
     verify_combine_kernel<<<dim3(p.R, p.B), COMBINE_THREADS, 0, stream>>>(p);
   return cudaGetLastError();
+}
+
+cudaError_t launch_verify(const VerifyParams& p, int col_warps, int max_row_groups, bool pingpong, int combine,
+                          cudaStream_t stream) {
+  const cudaError_t err = with_config(p.R, col_warps, max_row_groups, pingpong, [&](auto cfg) {
+    return launch_split<decltype(cfg)>(p, stream);
+  });
+  if (err != cudaSuccess) return err;
+  return launch_combine(p, combine, stream);
+}
+
+cudaError_t launch_verify_sm90(const VerifyParams& p, long long pool_tokens, int schedule, int combine,
+                               cudaStream_t stream) {
+  const cudaError_t err = launch_split_sm90(p, pool_tokens, schedule, stream);
+  if (err != cudaSuccess) return err;
+  return launch_combine(p, combine, stream);
 }
 
 }  // namespace kdengine

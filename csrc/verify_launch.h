@@ -47,4 +47,17 @@ int blocks_per_sm(int R, int col_warps, int max_row_groups, bool pingpong);
 cudaError_t launch_verify(const VerifyParams& p, int col_warps, int max_row_groups, bool pingpong, int combine,
                           cudaStream_t stream);
 
+// --- the Hopper path (verify_sm90.cu; sm_90a only) --------------------------------------------------
+// Query-row tiles of 64 rows per (sequence, split) of the sm90 kernel.
+int sm90_row_tiles(int R);
+// nullptr when the sm90 kernel can run this call on the current device, else the reason.
+const char* sm90_unsupported(const VerifyParams& p);
+// The sm90 split kernel alone (pool_tokens = pages * page_size rows of the KV pool: the TMA bounds);
+// schedule (verify_sm90.cuh): 0 = both warpgroups compute S of every tile, 1 = seesaw (they alternate
+// S + softmax per tile and share P), 2 = as 0 with the warpgroups' S issue ordered (staggered).
+cudaError_t launch_split_sm90(const VerifyParams& p, long long pool_tokens, int schedule, cudaStream_t stream);
+// The sm90 split kernel then the merge (the same merge kernels as launch_verify; combine as there).
+cudaError_t launch_verify_sm90(const VerifyParams& p, long long pool_tokens, int schedule, int combine,
+                               cudaStream_t stream);
+
 }  // namespace kdengine

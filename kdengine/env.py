@@ -9,6 +9,8 @@ Variables:
                        pin one (e.g. `triton`), mostly for A/B runs of the engine.
   KDENGINE_SAMPLES_OUT path of a JSONL file the benchmarks append one record per measured workload
                        to (per-sample values for perf_history/samples/); unset = not written.
+  KDENGINE_CUDA_PATH   `mma`, `sm90` or `auto`: which split kernel the cuda backend runs (mma.sync on
+                       every arch, or the Hopper wgmma path on sm_90); unset = the backend default.
   ASV_COMMIT           set by asv for the benchmarks it runs (the commit being measured); read-only.
   KDENGINE_BENCH_SAMPLES  positive integer: samples per workload in kdengine.bench (overrides the
                        workload default; the GPU timer still takes at least its minimum).
@@ -26,6 +28,8 @@ CACHE_DIR_VAR = "KDENGINE_CACHE_DIR"
 BACKEND_VAR = "KDENGINE_BACKEND"
 SAMPLES_OUT_VAR = "KDENGINE_SAMPLES_OUT"
 BENCH_SAMPLES_VAR = "KDENGINE_BENCH_SAMPLES"
+CUDA_PATH_VAR = "KDENGINE_CUDA_PATH"
+CUDA_PATHS = ("mma", "sm90", "auto")
 
 
 def nsplit_override() -> int | str | None:
@@ -60,6 +64,16 @@ def cache_dir() -> Path:
 def backend_override() -> str | None:
     raw = os.environ.get(BACKEND_VAR, "").strip()
     return raw or None
+
+
+def cuda_path_override() -> str | None:
+    """The KDENGINE_CUDA_PATH value (None when unset); ValueError naming the variable otherwise."""
+    raw = os.environ.get(CUDA_PATH_VAR, "").strip().lower()
+    if not raw:
+        return None
+    if raw not in CUDA_PATHS:
+        raise ValueError(f"{CUDA_PATH_VAR}: expected one of {CUDA_PATHS}, got {raw!r}")
+    return raw
 
 
 def triton_interpret() -> bool:

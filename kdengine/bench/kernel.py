@@ -32,7 +32,10 @@ from kdengine.ops.shapes import DV
 CONTEXTS = (4096, 16384, 65536)
 TREE_SIZES = (16, 64)
 NSPLITS = (16, 32, 64, 128, 256, "auto")
-SETS = ("full", "peers", "mma")
+SETS = ("full", "peers", "mma", "sm90")
+# The sm90 path's rows: backend name -> schedule (kdengine.ops.cuda_backend.SCHEDULES). (In the first
+# record, perf_history/kernel/verify_kernel_sm90_*_ebda896.json, "cuda_sm90" was the seesaw schedule.)
+SM90_BACKENDS = {"cuda_sm90_both": "both", "cuda_sm90_staggered": "staggered", "cuda_sm90_seesaw": "seesaw"}
 H = 8
 SAMPLES = 50  # = kdengine.bench.workloads.GPU_VERIFY_SAMPLES
 SCHEMA = 2
@@ -83,6 +86,17 @@ def launcher(name: str, inp, bits, nsplit, *, scalar_loads: bool = False, layout
         call = lambda: cuda_backend.launch(*args, sm_scale=inp.sm_scale, nsplit=splits, scalar_loads=scalar_loads,
                                            col_warps=cw, row_groups=rg, combine=combine, pingpong=pp)
         return call, splits, lambda: out
+    if name in SM90_BACKENDS:  # the Hopper wgmma path, one schedule of its two consumer warpgroups
+        from kdengine.ops import cuda_backend
+
+        splits = cuda_backend.plan_nsplit_sm90(inp.q, inp.kv_cache, inp.page_table, nsplit)
+        B, T, Hq, _ = inp.q.shape
+        out = torch.empty(B, T, Hq, DV, dtype=torch.bfloat16, device=inp.q.device)
+        lse = torch.empty(B, T, Hq, dtype=torch.float32, device=inp.q.device)
+        args = (inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, bits, out, lse)
+        call = lambda: cuda_backend.launch_sm90(*args, sm_scale=inp.sm_scale, nsplit=splits,
+                                                schedule=SM90_BACKENDS[name])
+        return call, splits, lambda: out
     result = {}
     if name == "torch":
         fn = torch_unfused(inp, bits, int(inp.prefix_len[0]) + inp.q.shape[1])
@@ -129,6 +143,10 @@ def default_label() -> str:
     return f"cuda/{layout_label(*default_layout())}/sauto"
 
 
+def hopper() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+
+
 def variants(N: int, T: int, which: str = "full"):
     """(label, backend, nsplit, scalar_loads, layout) measured at one size. `peers`: the cuda default,
     triton, the unfused torch composition and the peers. `mma`: the wide2 layout (streaming loads, lazy
@@ -140,8 +158,8 @@ def variants(N: int, T: int, which: str = "full"):
     build at the automatic NSPLIT, and triton_extend at 65k T=16."""
     base = [(default_label(), "cuda", "auto", False, None), ("triton", "triton", None, False, None),
             ("torch", "torch", None, False, None)] + [(p, p, None, False, None) for p in peers.PEERS]
-    if which == "peers":
-        return base
+    if which == "peers":  # on Hopper the cuda backend's auto path is the sm90 kernel: time it beside mma.sync
+        return base + [("cuda_sm90_staggered/sauto", "cuda_sm90_staggered", "auto", False, None)] if hopper() else base
     if which == "mma":  # the mma.sync layouts: wide2 (16) at several NSPLIT, merges and row tilings, the wide
         # layout with both parallel merges (the default row is appended below), the peers
         lays = [((32, 4, 2, False), (16, 32, 64, 128, "auto")), ((16, 4, 2, True), (16, 32, 64, 128, "auto")),
@@ -149,6 +167,10 @@ def variants(N: int, T: int, which: str = "full"):
                 ((8, 4, 2, False), ("auto",))]
         out = [(f"cuda/{layout_label(*lay)}/s{s}", "cuda", s, False, lay) for lay, splits in lays for s in splits]
         return [v for v in out if v[0] != default_label()] + [base[0]] + base[3:]
+    if which == "sm90":  # the Hopper path against the mma.sync default and FlashMLA
+        sm90 = [(f"{name}/sauto", name, "auto", False, None) for name in SM90_BACKENDS]
+        sm90 += [(f"cuda_sm90_staggered/s{sp}", "cuda_sm90_staggered", sp, False, None) for sp in (32, 128)]
+        return [base[0], *sm90, *[(p, p, None, False, None) for p in peers.PEERS]]
     short = NSPLITS[:4] + ("auto",)
     sweeps = (((16, 4, 2, True), NSPLITS), ((8, 4, 1, False), NSPLITS), ((8, 4, 1, True), NSPLITS),
               ((8, 2, 1, True), short), ((2, 4, 0, False), short))
@@ -315,7 +337,12 @@ def once(args) -> int:
     from kdengine.ops.verify import verify_attention
 
     inp = make_verify_inputs(B=args.B, T=args.T, H=args.H, prefix=args.prefix, seed=1, device="cuda")
-    if args.pingpong is None and args.col_warps is None and args.combine is None:
+    if args.path is not None:  # the mma.sync default or the sm90 kernel, forced
+        call, _, result = launcher("cuda" if args.path == "mma" else f"cuda_{args.path}",
+                                   inp, pack_tree_mask(inp.tree_mask), args.nsplit)
+        call()
+        out = result()
+    elif args.pingpong is None and args.col_warps is None and args.combine is None:
         out = verify_attention(*inp.args(), sm_scale=inp.sm_scale, backend="cuda", nsplit=args.nsplit)
     else:  # a given layout (the wide one unless --col-warps), whatever the default
         cw = cuda_backend.WIDE if args.col_warps is None else args.col_warps
@@ -354,6 +381,8 @@ def build_parser(prog: str = "python -m kdengine.bench.kernel") -> argparse.Argu
                         "that layout instead of the default")
     p.add_argument("--col-warps", type=int, default=None, help="the layout (cuda_backend.COL_WARPS)")
     p.add_argument("--combine", type=int, default=None, help="the merge (cuda_backend.COMBINES)")
+    p.add_argument("--path", choices=("mma", "sm90_both", "sm90_staggered", "sm90_seesaw"), default=None,
+                   help="force the cuda split kernel: mma.sync, or the sm90 wgmma kernel with one schedule")
     p.set_defaults(func=once)
     return parser
 

@@ -25,8 +25,8 @@ def find_csrc() -> Path:
 
 
 CSRC = find_csrc()
-SOURCES = ("verify_api.cpp", "verify_kernel.cu")
-HEADERS = ("verify_kernel.cuh", "verify_wide.cuh", "verify_launch.h", "static_switch.h")
+SOURCES = ("verify_api.cpp", "verify_kernel.cu", "verify_sm90.cu")
+HEADERS = ("verify_kernel.cuh", "verify_wide.cuh", "verify_sm90.cuh", "verify_launch.h", "static_switch.h")
 ALL_ARCHS = ("80", "90", "100", "120")
 SCALAR_LOADS_MACRO = "KDENGINE_SCALAR_LOADS"
 
@@ -56,9 +56,14 @@ def resolve_archs(spec: str) -> tuple[str, ...]:
     return archs
 
 
+# Hopper is built as sm_90a (the arch-specific target: wgmma, setmaxnreg for csrc/verify_sm90.cuh);
+# the mma.sync kernels compile for it unchanged. One SASS per arch, so the loader has no choice to make.
+ARCH_SPECIFIC = {"90": "90a"}
+
+
 def gencode_flags(archs: tuple[str, ...], ptx: bool = True) -> list[str]:
-    """SASS for every arch, plus PTX of the newest so later GPUs can JIT it."""
-    flags = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
+    """SASS for every arch (sm_90 as sm_90a), plus PTX of the newest so later GPUs can JIT it."""
+    flags = [f"-gencode=arch=compute_{ARCH_SPECIFIC.get(a, a)},code=sm_{ARCH_SPECIFIC.get(a, a)}" for a in archs]
     if ptx:
         newest = max(archs, key=int)
         flags.append(f"-gencode=arch=compute_{newest},code=compute_{newest}")

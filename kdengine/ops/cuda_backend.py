@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from kdengine import env
 from kdengine.ops import build, shapes
 from kdengine.ops.schedule import resolve_nsplit
 
@@ -46,6 +47,29 @@ DEFAULT_COMBINE = 2
 # splits of 64 tokens ran faster than 32 splits of 128 on the H200
 # (perf_history/records/verify_kernel_cudagraph.txt).
 MIN_TOKENS_PER_SPLIT = 64
+# The Hopper path (csrc/verify_sm90.cuh: wgmma + TMA, warp-specialized, 64-row blocks, 64-token
+# page tiles, one block per SM). "mma" = the mma.sync kernels above (every arch), "sm90" = the wgmma
+# kernel (sm_90 only), "auto" = sm90 where it can run, else mma. KDENGINE_CUDA_PATH overrides the default.
+# auto: on the H200 the sm90 kernel (staggered) ran 1.35-2.4x faster than the mma.sync default at all six
+# benchmarked sizes in one run (perf_history/kernel/verify_kernel_sm90_gpu-nvidia-h200-sm90_3543d28.json).
+PATHS = ("mma", "sm90", "auto")
+DEFAULT_PATH = "auto"
+SM90_ROWS = 64
+SM90_TILE_TOKENS = 64
+# Shortest split for `auto` on the sm90 path: 128 tokens (two tiles). At ctx 4096, T 16 32 splits ran
+# 16.7 us against 17.7 us for 64 one-tile splits; at every other benchmarked size the auto count was
+# already limited by one wave, so it is unchanged (same JSON).
+SM90_MIN_TOKENS_PER_SPLIT = 128
+# Schedules of the two consumer warpgroups (csrc/verify_sm90.cuh): both = each computes S of every
+# tile (twice the Q*K^T work, no state between them); seesaw = they alternate S + softmax per tile and
+# share P through shared memory; staggered = both, with their S issue ordered so that one's softmax
+# overlaps the other's S.
+# staggered ran fastest at all six sizes (same JSON); seesaw (no duplicated Q*K^T) is slower today: its
+# softmax chain crosses the warpgroups every tile, and compute-sanitizer racecheck reports its
+# bar.arrive / bar.sync hand-offs of the row state (a false positive as far as the PTX barrier
+# semantics go, but not shown otherwise): it stays a launch choice, not the default.
+SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2}
+DEFAULT_SCHEDULE = "staggered"
 _REASON: dict[str, str | None] = {}
 _BLOCKS_PER_SM: dict[tuple, int] = {}
 
@@ -95,6 +119,87 @@ def launch(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_scale
     module = build.load_extension(scalar_loads=scalar_loads)
     module.launch(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, part_out, part_lse, sm_scale, nsplit,
                   col_warps, row_groups, bool(pingpong), combine)
+
+
+def sm90_unavailable(kv_cache: torch.Tensor) -> str | None:
+    """None when the sm90 kernel can run with this KV pool on its device, else the reason."""
+    if not kv_cache.is_cuda:
+        return "not a CUDA tensor"
+    if torch.cuda.get_device_capability(kv_cache.device) != (9, 0):
+        return "not an sm_90 device"
+    key = f"sm90/{kv_cache.device}/{kv_cache.shape[1]}/{kv_cache.data_ptr() % 16 == 0}"
+    if key not in _REASON:
+        _REASON[key] = build.load_extension().sm90_unsupported(kv_cache) or None
+    return _REASON[key]
+
+
+def resolve_path(kv_cache: torch.Tensor, path: str | None = None) -> str:
+    """'mma' or 'sm90' for a call: the argument, else KDENGINE_CUDA_PATH, else DEFAULT_PATH; 'auto'
+    falls back to mma where the sm90 kernel cannot run; 'sm90' that cannot run raises ValueError
+    with the reason."""
+    if path is not None and path not in PATHS:
+        raise ValueError(f"path: expected one of {PATHS}, got {path!r}")
+    choice = path or env.cuda_path_override() or DEFAULT_PATH
+    if choice == "mma":
+        return "mma"
+    reason = sm90_unavailable(kv_cache)
+    if reason is None:
+        return "sm90"
+    if choice == "sm90":
+        raise ValueError(f"path: the sm90 kernel cannot run here ({reason})")
+    return "mma"
+
+
+def launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_scale, nsplit,
+                schedule=DEFAULT_SCHEDULE, combine=DEFAULT_COMBINE):
+    """The Hopper kernel + merge into caller-given out/lse."""
+    if combine not in COMBINES:
+        raise ValueError(f"combine: expected one of {COMBINES}, got {combine!r}")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule: expected one of {tuple(SCHEDULES)}, got {schedule!r}")
+    B, T, H, _ = q.shape
+    part_out = torch.empty(B, nsplit, T * H, DV, dtype=torch.float32, device=q.device)
+    part_lse = torch.empty(B, nsplit, T * H, dtype=torch.float32, device=q.device)
+    build.load_extension().launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, part_out, part_lse,
+                                       sm_scale, nsplit, SCHEDULES[schedule], combine)
+
+
+def plan_nsplit_sm90(q, kv_cache, page_table, nsplit) -> int:
+    """The split count of the sm90 kernel: one wave of 64-row blocks (one block per SM)."""
+    B, T, H, _ = q.shape
+    return resolve_nsplit(
+        nsplit,
+        backend="cuda",
+        capacity=page_table.shape[1] * kv_cache.shape[1],
+        batch=B,
+        row_tiles=-(-(T * H) // SM90_ROWS),
+        device=q.device,
+        min_tokens=SM90_MIN_TOKENS_PER_SPLIT,
+        tile_tokens=SM90_TILE_TOKENS,
+    )
+
+
+@torch.library.custom_op("kdengine::verify_cuda_sm90", mutates_args=())
+def verify_cuda_sm90(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    page_table: torch.Tensor,
+    prefix_len: torch.Tensor,
+    mask_bits: torch.Tensor,
+    sm_scale: float,
+    nsplit: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    B, T, H, _ = q.shape
+    out = torch.empty(B, T, H, DV, dtype=q.dtype, device=q.device)
+    lse = torch.empty(B, T, H, dtype=torch.float32, device=q.device)
+    launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, sm_scale=sm_scale, nsplit=nsplit)
+    return out, lse
+
+
+@verify_cuda_sm90.register_fake
+def _verify_cuda_sm90_fake(q, kv_cache, page_table, prefix_len, mask_bits, sm_scale, nsplit):
+    B, T, H, _ = q.shape
+    return q.new_empty(B, T, H, DV), q.new_empty(B, T, H, dtype=torch.float32)
 
 
 @torch.library.custom_op("kdengine::verify_cuda", mutates_args=())
@@ -149,7 +254,11 @@ def plan_nsplit(q, kv_cache, page_table, nsplit, row_groups: int = DEFAULT_ROW_G
     )
 
 
-def run(q, kv_cache, page_table, prefix_len, mask_bits, *, sm_scale, nsplit, return_lse):
+def run(q, kv_cache, page_table, prefix_len, mask_bits, *, sm_scale, nsplit, return_lse, path=None):
+    if resolve_path(kv_cache, path) == "sm90":
+        splits = plan_nsplit_sm90(q, kv_cache, page_table, nsplit)
+        out, lse = verify_cuda_sm90(q, kv_cache, page_table, prefix_len, mask_bits, float(sm_scale), splits)
+        return out, (lse if return_lse else None)
     splits = plan_nsplit(q, kv_cache, page_table, nsplit)
     out, lse = verify_cuda(q, kv_cache, page_table, prefix_len, mask_bits, float(sm_scale), splits)
     return out, (lse if return_lse else None)

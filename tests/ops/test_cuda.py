@@ -49,12 +49,12 @@ def test_resolve_archs():
 
 def test_gencode_flags_cover_every_arch_plus_ptx():
     flags = build.nvcc_flags(build.resolve_archs("all"))
-    for arch in ("80", "90", "100", "120"):
+    for arch in ("80", "90a", "100", "120"):
         assert f"-gencode=arch=compute_{arch},code=sm_{arch}" in flags
     assert "-gencode=arch=compute_120,code=compute_120" in flags
     assert not any("SCALAR" in f for f in flags)
     assert "-DKDENGINE_SCALAR_LOADS" in build.nvcc_flags(("90",), scalar_loads=True)
-    assert build.gencode_flags(("90",), ptx=False) == ["-gencode=arch=compute_90,code=sm_90"]
+    assert build.gencode_flags(("90",), ptx=False) == ["-gencode=arch=compute_90a,code=sm_90a"]
 
 
 def test_extension_names_differ_per_variant():

@@ -1,0 +1,600 @@
+// MLA tree-verify attention for Hopper (sm_90a): warp-specialized, wgmma + TMA. One thread block per
+// (64-row query tile, KV split, sequence), 3 warpgroups:
+//   producer (warpgroup 2, one thread): loads the block's Q tile, then streams the split's KV in
+//     page-sized tiles of BN = 64 tokens (64 x 576 bf16 = 72 KB) with TMA (cp.async.bulk.tensor,
+//     128-byte swizzle, one box per 64 dims and page) into 2 stages; a stage has one full mbarrier per
+//     group of 3 x 64 dims (S starts on the first dims while the rest lands) and one empty mbarrier;
+//   consumers (warpgroups 0 and 1): Q (64 x 576) stays in shared memory; S = Q K^T on wgmma
+//     m64n64k16 (both operands from shared memory through descriptors), the online softmax in fp32
+//     registers (log2 domain; the packed ancestor mask only on the tiles that reach the tree tail),
+//     O += P V on wgmma m64n256k16 with P from registers: warpgroup w owns V columns [256 w, +256)
+//     (a 64 x 512 fp32 O is 256 registers per thread: too many for one warpgroup).
+// Schedules (template parameter SCHEDULE):
+//   BOTH: both warpgroups compute S of every tile (the QK^T work twice) and run the same softmax;
+//     no state crosses warpgroups.
+//   STAGGERED: BOTH with the S issue of the two warpgroups ordered by two named barriers (warpgroup 0
+//     first, then 1, then 0 ...): each one's softmax runs while the other's S is on the tensor cores.
+//   SEESAW: warpgroup t % 2 computes S and the softmax of tile t ("owner"); it writes P (bf16) over the
+//     tile's rope dims in shared memory (only its own S read them) and the rows' max / sum / rescale
+//     factor into a 2-slot table, then signals a named barrier; the other warpgroup rescales its O
+//     half and runs P V from shared memory while the owner runs its own P V from registers. Each
+//     warpgroup computes S of every other tile, and one group's softmax overlaps the other's MMAs.
+// Splits, partials and lse follow VerifyParams (verify_launch.h); the merge is the shared merge kernel.
+// Tiles past the sequence end: rows at and past `end` of the last tile are zeroed in shared memory
+// before use (TMA copies whole pages; a pool slot past the end may hold anything, NaN included).
+// Shared memory: Q 72 KB + 2 KV stages of 72 KB + barriers + the seesaw row table = 219 KB (of 227).
+// Descriptors are built by hand (make_desc, 5 lines) instead of CuTe's: no CUTLASS dependency for one
+// swizzle mode and three operand shapes; ci/gpu/sm90_probe.cu checks them (and the TMA swizzle) on the
+// device against a host product.
+// Measured on the H200 (perf_history/kernel/verify_kernel_sm90_*_3543d28.json): STAGGERED fastest of the
+// three everywhere. At T=64 the tensor pipe is ~74% busy (ncu) but a third of that work is the
+// duplicated S: a SEESAW whose softmax chain does not serialize the warpgroups is the next step.
+// ptxas: SEESAW gets an injected warpgroup.wait (C7517) at the O rescale that follows the S issue.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "verify_launch.h"
+
+namespace kdengine {
+namespace sm90 {
+
+constexpr int BM = 64;                          // query rows per block (one wgmma M)
+constexpr int BN = 64;                          // KV tokens per tile
+constexpr int SW = 64;                          // bf16 elements per 128-byte swizzled row
+constexpr int NCHUNK = D_QK / SW;               // 9 column chunks of a Q or KV tile
+constexpr int CHUNK_BYTES = 64 * 128;           // 64 rows x 128 B
+constexpr int TILE_BYTES = NCHUNK * CHUNK_BYTES;  // 73728: a Q tile or a KV tile
+constexpr int P_CHUNK = DV / SW;                // chunk 8 = the rope dims: P is written over it
+constexpr int STAGES = 2;
+constexpr int CONSUMERS = 2;                    // consumer warpgroups
+constexpr int THREADS = 128 * (CONSUMERS + 1);
+constexpr int V_COLS = DV / CONSUMERS;          // 256 O columns per consumer warpgroup
+constexpr int KSTEPS = D_QK / 16;               // 36 wgmma k-steps of S
+constexpr int Q_OFF = 0;
+constexpr int KV_OFF = TILE_BYTES;
+// A KV tile arrives in NGROUP chunk groups, each on its own full barrier: S starts on the first dims
+// while the rest of the tile is in flight.
+constexpr int NGROUP = 3, GROUP_CHUNKS = NCHUNK / NGROUP;
+constexpr int BAR_OFF = KV_OFF + STAGES * TILE_BYTES;  // full[STAGES][NGROUP], empty[STAGES], q
+constexpr int STATE_OFF = BAR_OFF + 128;         // m, l, rescale: [3][2 slots][BM] fp32
+constexpr int SMEM = STATE_OFF + 3 * 2 * BM * 4 + 1024;  // + slack to align the base to 1024 B
+static_assert(SMEM <= 227 * 1024, "over sm_90's 227 KB of shared memory per block");
+static_assert(NCHUNK % NGROUP == 0 && (STAGES * (NGROUP + 1) + 1) * 8 <= 128, "barrier layout");
+// setmaxnreg: 384 threads x 168 registers at launch; the producer gives 128 of its 168 back.
+constexpr int PRODUCER_REGS = 40;
+constexpr int CONSUMER_REGS = 232;
+// Named barriers (0 is __syncthreads): 1, 2 = one consumer warpgroup; 3, 4 = P of an even / odd tile
+// ready (seesaw); 5 = both consumer warpgroups; 6, 7 = warpgroup 0 / 1 may issue S (staggered).
+constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6;
+enum Schedule { BOTH = 0, SEESAW = 1, STAGGERED = 2 };
+
+// --- PTX wrappers (sm_90a) --------------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// One TMA box (64 dims x rows, 128-byte swizzle) of the KV pool into shared memory, counted on `bar`.
+__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, int col, int row, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+// Generic-proxy shared-memory writes made visible to the async proxy (wgmma operand reads, TMA).
+__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving accumulator reads / writes across the asynchronous wgmma.
+template <int N>
+__device__ __forceinline__ void reg_fence(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// A wgmma shared-memory descriptor, 128-byte swizzle. K-major operands (Q, K, P): rows 128 B apart,
+// 8-row groups 1024 B apart (SBO), LBO unused (1). MN-major V: 64-column groups `lbo` apart, 8-token
+// groups 1024 B apart. Buffers are 1024-byte aligned; a k-step inside a swizzle row moves the start
+// address by 32 B (the hardware applies the XOR pattern to the address bits).
+__device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>((lbo >> 4) & 0x3FFF) << 16) |
+         (static_cast<uint64_t>((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
+}
+
+// --- wgmma (generated operand lists; one function per shape) ----------------------------------------
+
+// S[64 x 64] (+)= A[64 x 16] * B[64 x 16]^T, both K-major in shared memory (descriptors).
+__device__ __forceinline__ void wgmma_qk(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+// O[64 x 256] (+)= A[64 x 16] * B[16 x 256], A K-major and B MN-major (transposed) in shared memory.
+__device__ __forceinline__ void wgmma_pv_ss(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+      "}, %128, %129, p, 1, 1, 0, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+// O[64 x 256] (+)= A[64 x 16] (registers, the m16n8k16 A fragment per warp) * B[16 x 256] (MN-major).
+__device__ __forceinline__ void wgmma_pv_rs(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+      "}, {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// --- pieces of the consumer -------------------------------------------------------------------------
+
+// Per-thread view of the accumulator rows: wgmma m64nN gives warp w of a warpgroup rows 16 w + lane / 4
+// (+ 8); register 4 j + 2 h + c holds row (+8 h), column 8 j + 2 (lane % 4) + c.
+struct Rows {
+  int local[2];      // block-local rows
+  int mask_word[2];  // word offset of the row's packed mask
+  bool valid[2];     // row < R
+};
+
+__device__ __forceinline__ Rows make_rows(const VerifyParams& p, int b, int row0, int wtid) {
+  Rows r;
+  const int warp = wtid / 32, lane = wtid % 32;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    r.local[h] = warp * 16 + lane / 4 + 8 * h;
+    const int row = row0 + r.local[h];
+    r.valid[h] = row < p.R;
+    r.mask_word[h] = (b * p.T + min(row, p.R - 1) / p.H) * p.W;
+  }
+  return r;
+}
+
+// S = Q K^T of one tile (64 x 64, fp32), issued and committed (not waited). Each chunk group's k-steps
+// are issued once its full barrier (full_bars + 8 g, `parity`) has flipped.
+__device__ __forceinline__ void issue_qk(float (&s)[32], uint32_t q_s, uint32_t tile, uint32_t full_bars, int parity) {
+  const uint64_t qd = make_desc(q_s, 16, 1024), kd = make_desc(tile, 16, 1024);
+#pragma unroll
+  for (int g = 0; g < NGROUP; ++g) {
+    mbar_wait(full_bars + 8 * g, parity);
+    wgmma_fence();  // after the (divergent) wait loop: ptxas would insert it there anyway
+#pragma unroll
+    for (int ks = g * 4 * GROUP_CHUNKS; ks < (g + 1) * 4 * GROUP_CHUNKS; ++ks) {
+      const uint64_t off = (ks / 4) * (CHUNK_BYTES >> 4) + (ks % 4) * 2;  // 16-byte units
+      wgmma_qk(s, qd + off, kd + off, ks > 0);
+    }
+  }
+  wgmma_commit();
+}
+
+// Every chunk group of a tile landed.
+__device__ __forceinline__ void wait_tile(uint32_t full_bars, int parity) {
+#pragma unroll
+  for (int g = 0; g < NGROUP; ++g) mbar_wait(full_bars + 8 * g, parity);
+}
+
+// O[:, 256 w + (0..255)] += P V with P from registers (pa[kk]: tokens 16 kk .. 16 kk + 15).
+__device__ __forceinline__ void issue_pv_rs(float (&o)[128], const uint32_t (&pa)[4][4], uint32_t tile, int w) {
+  const uint64_t vd = make_desc(tile + w * (V_COLS / SW) * CHUNK_BYTES, CHUNK_BYTES, 1024);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk) wgmma_pv_rs(o, pa[kk], vd + kk * (16 * 128 >> 4), 1);
+  wgmma_commit();
+}
+
+// The same with P read from shared memory (the rope chunk of the tile, written by the owner).
+__device__ __forceinline__ void issue_pv_ss(float (&o)[128], uint32_t tile, int w) {
+  const uint64_t vd = make_desc(tile + w * (V_COLS / SW) * CHUNK_BYTES, CHUNK_BYTES, 1024);
+  const uint64_t pd = make_desc(tile + P_CHUNK * CHUNK_BYTES, 16, 1024);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk) wgmma_pv_ss(o, pd + kk * 2, vd + kk * (16 * 128 >> 4), 1);
+  wgmma_commit();
+}
+
+// Online softmax of one tile: scale, mask (tail tiles), new row max / sum from the previous (m, l),
+// P (bf16, A-fragment order) and the rescale factor of the O accumulated so far.
+__device__ __forceinline__ void softmax_tile(const VerifyParams& p, const Rows& rows, float (&s)[32], int tile_start,
+                                             int prefix, int end, float (&m)[2], float (&l)[2], float (&scale)[2],
+                                             uint32_t (&pa)[4][4]) {
+  const int lane = threadIdx.x % 32;
+  const bool tail = tile_start + BN > prefix;
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float v = s[4 * j + e] * p.scale_log2;
+      if (tail) {
+        const int pos = tile_start + 8 * j + 2 * (lane % 4) + (e & 1);
+        if (pos >= end) {
+          v = -INFINITY;
+        } else if (pos >= prefix) {
+          const int k = pos - prefix;
+          const int word = __ldg(p.mask_bits + rows.mask_word[e >> 1] + (k >> 5));
+          if (!((word >> (k & 31)) & 1)) v = -INFINITY;
+        }
+      }
+      s[4 * j + e] = v;
+    }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+    const float m_new = fmaxf(m[h], mx);
+    const float m_use = m_new == -INFINITY ? 0.f : m_new;
+    scale[h] = exp2f(m[h] - m_use);
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      s[4 * j + 2 * h] = exp2f(s[4 * j + 2 * h] - m_use);
+      s[4 * j + 2 * h + 1] = exp2f(s[4 * j + 2 * h + 1] - m_use);
+      sum += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
+    }
+    sum += __shfl_xor_sync(0xffffffff, sum, 1);
+    sum += __shfl_xor_sync(0xffffffff, sum, 2);
+    l[h] = l[h] * scale[h] + sum;
+    m[h] = m_new;
+  }
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) pa[kk][i] = pack_bf16(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
+}
+
+__device__ __forceinline__ void rescale(float (&o)[128], const float (&scale)[2]) {
+  if (!__any_sync(0xffffffff, scale[0] != 1.f || scale[1] != 1.f)) return;
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+    o[4 * j] *= scale[0], o[4 * j + 1] *= scale[0];
+    o[4 * j + 2] *= scale[1], o[4 * j + 3] *= scale[1];
+  }
+}
+
+// P (bf16) into the tile's rope chunk, 128-byte swizzled (the K-major A layout of issue_pv_ss).
+__device__ __forceinline__ void store_p(unsigned char* tile, const Rows& rows, const uint32_t (&pa)[4][4]) {
+  const int q = threadIdx.x % 4;
+  unsigned char* dst = tile + P_CHUNK * CHUNK_BYTES;
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = rows.local[i & 1], unit = 2 * kk + (i >> 1);  // columns 8 unit + 2 q
+      *reinterpret_cast<uint32_t*>(dst + r * 128 + ((unit ^ (r & 7)) << 4) + 4 * q) = pa[kk][i];
+    }
+}
+
+// Zero token rows [first, BN) of a tile (all 576 dims), generic stores fenced for the async proxy.
+__device__ __forceinline__ void zero_rows(unsigned char* tile, int first, int tid, int nthreads) {
+  const int units = (BN - first) * NCHUNK * 8;
+  for (int u = tid; u < units; u += nthreads) {
+    const int row = first + u / (NCHUNK * 8), rest = u % (NCHUNK * 8);
+    *reinterpret_cast<uint4*>(tile + (rest / 8) * CHUNK_BYTES + row * 128 + (rest % 8) * 16) = make_uint4(0, 0, 0, 0);
+  }
+  fence_async_smem();
+}
+
+__device__ __forceinline__ void release(uint32_t empty_bar) {
+  if (threadIdx.x % 32 == 0) mbar_arrive(empty_bar);
+}
+
+// --- the kernel -------------------------------------------------------------------------------------
+
+template <int SCHEDULE>
+__global__ void __launch_bounds__(THREADS, 1)
+    verify_sm90_kernel(const VerifyParams p, const __grid_constant__ CUtensorMap kv_map,
+                       const __grid_constant__ CUtensorMap q_map) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  unsigned char* sm = smem_raw + (((raw + 1023) & ~1023u) - raw);  // 1024-byte aligned (swizzle atoms)
+  const uint32_t base = smem_u32(sm);
+  const uint32_t q_s = base + Q_OFF, kv_s = base + KV_OFF;
+  // full[stage][group] at full_bar + 8 (NGROUP stage + group); empty[stage]; q
+  const uint32_t full_bar = base + BAR_OFF, empty_bar = full_bar + 8 * STAGES * NGROUP;
+  const uint32_t q_bar = empty_bar + 8 * STAGES;
+  float* m_tab = reinterpret_cast<float*>(sm + STATE_OFF);  // [2][BM]
+  float* l_tab = m_tab + 2 * BM;
+  float* sc_tab = l_tab + 2 * BM;
+
+  const int b = blockIdx.z, split = blockIdx.y, row0 = blockIdx.x * BM;
+  const int tid = threadIdx.x, wg = tid / 128, wtid = tid % 128;
+  const int prefix = p.prefix_len[b];
+  const int L = prefix + p.T;
+  int chunk = (L + p.nsplit - 1) / p.nsplit;
+  chunk = (chunk + BN - 1) / BN * BN;
+  const int start = split * chunk, end = min(L, start + chunk);
+  const size_t part_row0 = ((size_t)b * p.nsplit + split) * p.R;
+  if (start >= end) {  // an empty split: weight 0 in the merge
+    for (int r = tid; r < BM; r += THREADS)
+      if (row0 + r < p.R) p.part_lse[part_row0 + row0 + r] = -INFINITY;
+    return;
+  }
+  const int ntiles = (end - start + BN - 1) / BN;
+
+  const bool producer = wg == CONSUMERS && wtid == 0;
+  if (producer) {
+    for (int s = 0; s < STAGES; ++s) {
+      for (int g = 0; g < NGROUP; ++g) mbar_init(full_bar + 8 * (NGROUP * s + g), 1);
+      mbar_init(empty_bar + 8 * s, 4 * CONSUMERS);  // one arrival per consumer warp
+    }
+    mbar_init(q_bar, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == CONSUMERS) {
+    // --- producer: Q (rows of the flattened [B * R, 576] q; past R: the next sequence's rows or the
+    // zero fill past B * R, never written out), then the split's KV tiles ---
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
+    if (!producer) return;
+    mbar_expect_tx(q_bar, TILE_BYTES);
+#pragma unroll
+    for (int k = 0; k < NCHUNK; ++k) tma_load(q_s + k * CHUNK_BYTES, &q_map, k * SW, b * p.R + row0, q_bar);
+    const int* pages = p.page_table + (size_t)b * p.max_pages;
+    const int ps = p.page_size;
+    for (int t = 0; t < ntiles; ++t) {
+      const int stage = t & 1;
+      if (t >= STAGES) mbar_wait(empty_bar + 8 * stage, ((t >> 1) + 1) & 1);
+      const int tile_start = start + t * BN;
+      const uint32_t dst = kv_s + stage * TILE_BYTES;
+      if (ps >= BN) {
+        const int row = __ldg(pages + (tile_start >> p.page_shift)) * ps + (tile_start & (ps - 1));
+#pragma unroll
+        for (int g = 0; g < NGROUP; ++g) {
+          const uint32_t fb = full_bar + 8 * (NGROUP * stage + g);
+          mbar_expect_tx(fb, GROUP_CHUNKS * CHUNK_BYTES);
+#pragma unroll
+          for (int k = g * GROUP_CHUNKS; k < (g + 1) * GROUP_CHUNKS; ++k)
+            tma_load(dst + k * CHUNK_BYTES, &kv_map, k * SW, row, fb);
+        }
+      } else {  // several pages per tile: one box of ps rows per page that holds tokens before `end`
+        const int npages = min(BN / ps, (end - tile_start + ps - 1) / ps);
+        for (int g = 0; g < NGROUP; ++g) {
+          const uint32_t fb = full_bar + 8 * (NGROUP * stage + g);
+          mbar_expect_tx(fb, npages * ps * 128 * GROUP_CHUNKS);
+          for (int pg = 0; pg < npages; ++pg) {
+            const int row = __ldg(pages + ((tile_start + pg * ps) >> p.page_shift)) * ps;
+            for (int k = g * GROUP_CHUNKS; k < (g + 1) * GROUP_CHUNKS; ++k)
+              tma_load(dst + k * CHUNK_BYTES + pg * ps * 128, &kv_map, k * SW, row, fb);
+          }
+        }
+      }
+    }
+    return;
+  }
+
+  // --- consumers ---
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
+  const int w = wg;
+  mbar_wait(q_bar, 0);
+  const Rows rows = make_rows(p, b, row0, wtid);
+  float o[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, scale[2];
+  float s[32];
+  uint32_t pa[4][4];
+
+  if constexpr (SCHEDULE != SEESAW) {
+    if (SCHEDULE == STAGGERED && w == 1) bar_arrive(BAR_SCHED, 128 * CONSUMERS);  // warpgroup 0 goes first
+    for (int t = 0; t < ntiles; ++t) {
+      const int stage = t & 1, tile_start = start + t * BN;
+      const uint32_t tile = kv_s + stage * TILE_BYTES;
+      const uint32_t fb = full_bar + 8 * NGROUP * stage;
+      if (tile_start + BN > end) {
+        wait_tile(fb, (t >> 1) & 1);
+        zero_rows(sm + KV_OFF + stage * TILE_BYTES, end - tile_start, tid, 128 * CONSUMERS);
+        bar_sync(BAR_CONSUMERS, 128 * CONSUMERS);
+      }
+      if (SCHEDULE == STAGGERED) bar_sync(BAR_SCHED + w, 128 * CONSUMERS);
+#pragma unroll
+      for (int i = 0; i < 32; ++i) s[i] = 0.f;
+      issue_qk(s, q_s, tile, fb, (t >> 1) & 1);
+      if (SCHEDULE == STAGGERED) bar_arrive(BAR_SCHED + 1 - w, 128 * CONSUMERS);
+      if (t > 0) {
+        wgmma_wait<1>();  // P V of tile t - 1 done: its stage is free for this warp
+        release(empty_bar + 8 * (stage ^ 1));
+      }
+      wgmma_wait<0>();
+      reg_fence(s);
+      reg_fence(o);
+      softmax_tile(p, rows, s, tile_start, prefix, end, m, l, scale, pa);
+      rescale(o, scale);
+      reg_fence(o);
+      issue_pv_rs(o, pa, tile, w);
+    }
+    wgmma_wait<0>();
+    reg_fence(o);
+    if (SCHEDULE == STAGGERED && w == 0) bar_sync(BAR_SCHED, 128 * CONSUMERS);  // warpgroup 1's last arrival
+  } else {
+    const int last = ntiles - 1;
+    for (int t = w; t < ntiles; t += 2) {  // the tiles this warpgroup owns
+      const int stage = t & 1, tile_start = start + t * BN;
+      const uint32_t tile = kv_s + stage * TILE_BYTES;
+      unsigned char* tile_ptr = sm + KV_OFF + stage * TILE_BYTES;
+      const uint32_t fb = full_bar + 8 * NGROUP * stage;
+      if (tile_start + BN > end) {
+        wait_tile(fb, (t >> 1) & 1);
+        zero_rows(tile_ptr, end - tile_start, wtid, 128);
+        bar_sync(BAR_WG + w, 128);
+      }
+#pragma unroll
+      for (int i = 0; i < 32; ++i) s[i] = 0.f;
+      issue_qk(s, q_s, tile, fb, (t >> 1) & 1);
+      if (t >= 1) {  // the other warpgroup's tile t - 1: its P from shared memory
+        const int slot = (t - 1) & 1;
+        bar_sync(BAR_P + slot, 128 * CONSUMERS);
+        float sc[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          sc[h] = sc_tab[slot * BM + rows.local[h]];
+          m[h] = m_tab[slot * BM + rows.local[h]];
+          l[h] = l_tab[slot * BM + rows.local[h]];
+        }
+        wait_tile(full_bar + 8 * NGROUP * slot, ((t - 1) >> 1) & 1);  // (complete: the owner saw it)
+        reg_fence(o);
+        rescale(o, sc);
+        reg_fence(o);
+        issue_pv_ss(o, kv_s + slot * TILE_BYTES, w);
+      }
+      // S of tile t and P V of tile t - 1 done. (wait_group 1 would let P V run on under the softmax,
+      // but ptxas then serializes every wgmma of the kernel: C7514.)
+      wgmma_wait<0>();
+      reg_fence(s);
+      bar_sync(BAR_WG + w, 128);  // every warp's S read the rope chunk before P overwrites it
+      softmax_tile(p, rows, s, tile_start, prefix, end, m, l, scale, pa);
+      store_p(tile_ptr, rows, pa);
+      if (wtid % 4 == 0) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          m_tab[stage * BM + rows.local[h]] = m[h];
+          l_tab[stage * BM + rows.local[h]] = l[h];
+          sc_tab[stage * BM + rows.local[h]] = scale[h];
+        }
+      }
+      fence_async_smem();
+      bar_arrive(BAR_P + stage, 128 * CONSUMERS);
+      if (t >= 1) release(empty_bar + 8 * (stage ^ 1));
+      reg_fence(o);
+      rescale(o, scale);
+      reg_fence(o);
+      issue_pv_rs(o, pa, tile, w);
+      wgmma_wait<0>();
+      reg_fence(o);
+      release(empty_bar + 8 * stage);
+    }
+    if ((last & 1) != w) {  // the other warpgroup owns the last tile
+      const int slot = last & 1;
+      bar_sync(BAR_P + slot, 128 * CONSUMERS);
+      float sc[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        sc[h] = sc_tab[slot * BM + rows.local[h]];
+        m[h] = m_tab[slot * BM + rows.local[h]];
+        l[h] = l_tab[slot * BM + rows.local[h]];
+      }
+      wait_tile(full_bar + 8 * NGROUP * slot, (last >> 1) & 1);
+      reg_fence(o);
+      rescale(o, sc);
+      reg_fence(o);
+      issue_pv_ss(o, kv_s + slot * TILE_BYTES, w);
+      wgmma_wait<0>();
+      reg_fence(o);
+    }
+  }
+
+  // Normalise and write this split's partial rows (fp32) and their lse (natural log).
+  const int lane = tid % 32;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (!rows.valid[h]) continue;
+    const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
+    const size_t row = part_row0 + row0 + rows.local[h];
+    float* dst = p.part_out + row * DV + w * V_COLS + 2 * (lane % 4);
+#pragma unroll
+    for (int j = 0; j < V_COLS / 8; ++j)
+      *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+    if (w == 0 && lane % 4 == 0)
+      p.part_lse[row] = l[h] > 0.f ? (m[h] + log2f(l[h])) * 0.69314718056f : -INFINITY;
+  }
+#else
+  __trap();  // built without sm_90a: the launcher never selects this kernel there
+#endif
+}
+
+}  // namespace sm90
+}  // namespace kdengine

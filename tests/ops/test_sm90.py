@@ -1,0 +1,177 @@
+"""The Hopper path of the CUDA verify kernel (csrc/verify_sm90.cuh: wgmma + TMA, warp-specialized).
+
+CPU (nvcc): the sm_90a build holds wgmma for both products (S = Q K^T m64n64k16, O += P V m64n256k16),
+TMA tile loads (cp.async.bulk.tensor) on mbarriers, setmaxnreg, and no register spills; other arches
+get a stub without any of it. The path switch (argument, KDENGINE_CUDA_PATH, fallback) on the CPU.
+GPU (sm_90 only): the same reference checks as tests/ops/test_cuda.py, outputs poisoned first, for
+every schedule of the two consumer warpgroups (both compute S / staggered / seesaw: they alternate).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from functools import cache
+
+import pytest
+import torch
+
+from kdengine.ops import build, cuda_backend
+from kdengine.ops.mask import pack_tree_mask
+
+from .test_cuda import CONTRACT, ODD, TestParam, _check, _problem
+
+SM90_SOURCE = build.CSRC / "verify_sm90.cu"
+
+
+@cache
+def compile_ptx(arch: str) -> str:
+    cmd = ["nvcc", "-ptx", "-std=c++17", "-O3", f"-arch=sm_{arch}", "-o", "-", str(SM90_SOURCE)]
+    return subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=180).stdout
+
+
+@cache
+def ptxas_report() -> str:
+    cmd = ["nvcc", "-c", "-std=c++17", "-O3", "-Xptxas", "-v", "-gencode=arch=compute_90a,code=sm_90a",
+           "-o", "/dev/null", str(SM90_SOURCE)]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=180)
+    return done.stdout + done.stderr
+
+
+def kernel_bodies(ptx: str) -> dict[str, str]:
+    entries = re.split(r"(?=\.visible \.entry)", ptx)
+    return {e.split("(")[0].split()[-1]: e for e in entries if e.startswith(".visible .entry")}
+
+
+# --- CPU --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.nvcc
+def test_sm90a_build_uses_wgmma_tma_and_setmaxnreg():
+    bodies = kernel_bodies(compile_ptx("90a"))
+    kernels = [b for name, b in bodies.items() if "verify_sm90_kernel" in name]
+    assert len(kernels) == len(cuda_backend.SCHEDULES)
+    for body in kernels:
+        assert "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16" in body  # S = Q K^T
+        assert "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16" in body  # O += P V
+        assert "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes" in body
+        assert "mbarrier.try_wait.parity" in body and "mbarrier.arrive.expect_tx" in body
+        assert "setmaxnreg.dec.sync.aligned.u32" in body and "setmaxnreg.inc.sync.aligned.u32" in body
+        assert "wgmma.wait_group.sync.aligned" in body
+        assert "ld.local" not in body and "st.local" not in body
+
+
+@pytest.mark.nvcc
+def test_sm90a_build_has_no_spills():
+    report = ptxas_report()
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
+    assert len(spills) >= 2 and all(s == ("0", "0") for s in spills), report
+
+
+@pytest.mark.nvcc
+def test_other_arches_get_a_stub():
+    ptx = compile_ptx("120")
+    assert "wgmma" not in ptx and "cp.async.bulk" not in ptx and "setmaxnreg" not in ptx
+
+
+def test_sm90_is_built_as_sm90a():
+    assert "-gencode=arch=compute_90a,code=sm_90a" in build.gencode_flags(("90", "120"))
+    assert "verify_sm90.cu" in build.SOURCES and "verify_sm90.cuh" in build.HEADERS
+
+
+def test_path_switch(monkeypatch):
+    kv = torch.zeros(2, 64, 576, dtype=torch.bfloat16)
+    assert cuda_backend.resolve_path(kv, "mma") == "mma"
+    assert cuda_backend.resolve_path(kv, "auto") == "mma"  # a CPU tensor: sm90 cannot run, falls back
+    with pytest.raises(ValueError, match="sm90"):
+        cuda_backend.resolve_path(kv, "sm90")
+    with pytest.raises(ValueError, match="path"):
+        cuda_backend.resolve_path(kv, "hopper")
+    monkeypatch.setenv("KDENGINE_CUDA_PATH", "sm90")
+    with pytest.raises(ValueError, match="sm90"):
+        cuda_backend.resolve_path(kv)
+    monkeypatch.setenv("KDENGINE_CUDA_PATH", "wgmma")
+    with pytest.raises(ValueError, match="KDENGINE_CUDA_PATH"):
+        cuda_backend.resolve_path(kv)
+
+
+def test_sm90_auto_nsplit_matches_the_measured_best():
+    # the counts the H200 run of 3543d28 measured best (or within noise) among 32 / 64 / 128 splits
+    from kdengine.ops.schedule import auto_nsplit
+
+    plan = lambda capacity, T: auto_nsplit(capacity=capacity, batch=1, row_tiles=-(-(T * 8) // cuda_backend.SM90_ROWS),
+                                           num_sms=132, min_tokens=cuda_backend.SM90_MIN_TOKENS_PER_SPLIT,
+                                           tile_tokens=cuda_backend.SM90_TILE_TOKENS)
+    assert [plan(c, T) for c in (4096, 16384, 65536) for T in (16, 64)] == [32, 16, 64, 16, 64, 16]
+
+
+# --- GPU (sm_90) ------------------------------------------------------------------------------------
+
+
+def _needs_sm90():
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the sm90 kernel runs on sm_90 only")
+
+
+def _run_sm90(inp, nsplit, schedule):
+    B, T, H, _ = inp.q.shape
+    bits = pack_tree_mask(inp.tree_mask)
+    splits = cuda_backend.plan_nsplit_sm90(inp.q, inp.kv_cache, inp.page_table, nsplit)
+    out = torch.full((B, T, H, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
+    lse = torch.full((B, T, H), float("nan"), dtype=torch.float32, device="cuda")
+    cuda_backend.launch_sm90(inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, bits, out, lse,
+                             sm_scale=inp.sm_scale, nsplit=splits, schedule=schedule)
+    return out, lse
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("schedule", list(cuda_backend.SCHEDULES))
+@pytest.mark.parametrize("tp", CONTRACT + ODD + [TestParam(16, [3000, 129, 64, 4000], B=4, H=16)],
+                         ids=lambda tp: f"T{tp.T}-p{tp.prefix}-H{tp.H}-B{tp.B}-s{tp.nsplit}-ps{tp.page_size}")
+def test_sm90_matches_reference(tp, schedule):
+    _needs_sm90()
+    inp = _problem(tp, seed=31)
+    out, lse = _run_sm90(inp, tp.nsplit, schedule)
+    _check(inp, out, lse)
+
+
+@pytest.mark.gpu
+def test_sm90_nan_past_the_end_is_ignored():
+    """Pool slots past a sequence's end (same page) may hold anything: NaN there must not leak."""
+    _needs_sm90()
+    inp = _problem(TestParam(16, 1000 - 16), seed=2)
+    L = int(inp.prefix_len[0]) + 16
+    page = int(inp.page_table[0, L // 64])
+    inp.kv_cache[page, L % 64:] = float("nan")
+    for schedule in cuda_backend.SCHEDULES:
+        out, lse = _run_sm90(inp, 3, schedule)
+        _check(inp, out, lse)
+
+
+@pytest.mark.gpu
+def test_sm90_through_verify_attention_and_graphs(monkeypatch):
+    _needs_sm90()
+    from kdengine.ops.verify import verify_attention
+
+    monkeypatch.setenv("KDENGINE_CUDA_PATH", "sm90")
+    inp = _problem(TestParam(16, [900, 40], B=2), seed=3)
+    out, lse = verify_attention(*inp.args(), sm_scale=inp.sm_scale, backend="cuda", return_lse=True)
+    _check(inp, out, lse)
+    capacity = 5000
+    inp = _problem(TestParam(16, [capacity, capacity], B=2), seed=7)
+    bits = pack_tree_mask(inp.tree_mask)
+    prefix_len = inp.prefix_len.clone()
+    run = lambda: cuda_backend.run(inp.q, inp.kv_cache, inp.page_table, prefix_len, bits,
+                                   sm_scale=inp.sm_scale, nsplit=None, return_lse=True)
+    run()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, lse = run()
+    for lengths in ([capacity, 3], [1234, 4097], [0, capacity - 64]):
+        prefix_len.copy_(torch.tensor(lengths, dtype=torch.int32))
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        graph.replay()
+        inp.prefix_len = prefix_len
+        _check(inp, out, lse)
