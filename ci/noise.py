@@ -65,6 +65,12 @@ class Estimate:
         return math.expm1(self.change)
 
 
+# A confirmation round's median (base and head back to back on one machine) spreads more than one run's
+# samples say: on the H200, rounds in one session agreed within 0.02-0.3% while a run's within-run sd of the
+# median was 0.02-0.07% (perf_history/gate). Used only to say whether confirmation could settle a change.
+ROUNDS_OVER_WITHIN = 5.0
+
+
 def log_worse(value: float, direction: str) -> float:
     """Log of a value, signed so that larger = worse."""
     return math.log(value) if direction != "higher" else -math.log(value)
