@@ -179,6 +179,13 @@ def plan_nsplit_sm90(q, kv_cache, page_table, nsplit) -> int:
     )
 
 
+def _outputs(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """out [B, T, H, DV] (q's dtype) and lse [B, T, H] fp32 for a call on q [B, T, H, 576]."""
+    B, T, H, _ = q.shape
+    return torch.empty(B, T, H, DV, dtype=q.dtype, device=q.device), torch.empty(B, T, H, dtype=torch.float32,
+                                                                                device=q.device)
+
+
 @torch.library.custom_op("kdengine::verify_cuda_sm90", mutates_args=())
 def verify_cuda_sm90(
     q: torch.Tensor,
@@ -189,17 +196,9 @@ def verify_cuda_sm90(
     sm_scale: float,
     nsplit: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    B, T, H, _ = q.shape
-    out = torch.empty(B, T, H, DV, dtype=q.dtype, device=q.device)
-    lse = torch.empty(B, T, H, dtype=torch.float32, device=q.device)
+    out, lse = _outputs(q)
     launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, sm_scale=sm_scale, nsplit=nsplit)
     return out, lse
-
-
-@verify_cuda_sm90.register_fake
-def _verify_cuda_sm90_fake(q, kv_cache, page_table, prefix_len, mask_bits, sm_scale, nsplit):
-    B, T, H, _ = q.shape
-    return q.new_empty(B, T, H, DV), q.new_empty(B, T, H, dtype=torch.float32)
 
 
 @torch.library.custom_op("kdengine::verify_cuda", mutates_args=())
@@ -212,17 +211,19 @@ def verify_cuda(
     sm_scale: float,
     nsplit: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    B, T, H, _ = q.shape
-    out = torch.empty(B, T, H, DV, dtype=q.dtype, device=q.device)
-    lse = torch.empty(B, T, H, dtype=torch.float32, device=q.device)
+    out, lse = _outputs(q)
     launch(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, sm_scale=sm_scale, nsplit=nsplit)
     return out, lse
 
 
-@verify_cuda.register_fake
-def _verify_cuda_fake(q, kv_cache, page_table, prefix_len, mask_bits, sm_scale, nsplit):
+def _verify_fake(q, kv_cache, page_table, prefix_len, mask_bits, sm_scale, nsplit):
+    """Both ops' shapes for tracing (torch.compile, meta tensors): no launch."""
     B, T, H, _ = q.shape
     return q.new_empty(B, T, H, DV), q.new_empty(B, T, H, dtype=torch.float32)
+
+
+verify_cuda.register_fake(_verify_fake)
+verify_cuda_sm90.register_fake(_verify_fake)
 
 
 def blocks_per_sm(R: int, col_warps: int = DEFAULT_COL_WARPS, row_groups: int = DEFAULT_ROW_GROUPS,
