@@ -79,9 +79,12 @@ def format_pct(value: object) -> str:
 
 
 def format_pm(value: object) -> str:
-    """A spread as ±x.x% (the smallest change a run can call regressed)."""
+    """A spread as ±x.x% (the smallest change a run can call regressed); past 100% the history cannot
+    judge one run at all (too short, or a step it could not place): said in words, not as ±8393744.5%."""
     value = as_number(value)
-    return "—" if value is None else f"±{abs(value):.1%}"
+    if value is None:
+        return "—"
+    return f"±{abs(value):.1%}" if abs(value) <= 1.0 else "> ±100% (confirm)"
 
 
 def format_sha(value: object, width: int = 12) -> str:

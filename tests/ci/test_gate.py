@@ -394,3 +394,11 @@ def test_commits_after_a_step_are_not_blamed_again():
     hist.append(after)
     later = run(22, 1.06)  # two runs at the new level: it is the level now
     assert gate.judge("w", "m", hist[-1], later, hist, config).verdict == "unchanged"
+
+
+def test_noise_past_100_percent_is_said_in_words():
+    from ci import report
+
+    assert report.format_pm(0.0123) == "±1.2%"
+    assert report.format_pm(83937.4) == "> ±100% (confirm)"  # seen on the H200: a 4-run stepped history
+    assert report.format_pm(None) == "—"
