@@ -77,6 +77,8 @@ def test_verify_rows_speedup_over_triton_extend():
 def clone_repo(tmp_path: Path) -> Path:
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    # asv.conf.json follows `main`: name the checked-out commit so, also when the tests run on another branch
+    subprocess.run(["git", "checkout", "-q", "-B", "main"], cwd=clone, check=True)
     for key, value in (("user.email", "t@example.invalid"), ("user.name", "t")):
         subprocess.run(["git", "config", key, value], cwd=clone, check=True)
     return clone
