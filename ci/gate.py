@@ -141,16 +141,9 @@ def judge(name: str, machine: str, base_run: Run, head_run: Run, series_runs: li
         sd = max(sd, sd_b)
         v.reason = "base run is off its level: judged against both; "
     est = noise.Estimate(change, sd, model.dof, model.tail)
-    # What max_rounds ABAB rounds could resolve (their own spread, 2R-2 dof). Rounds run back to back on
-    # one machine, so the history's run-to-run sigma (machine sessions, boards, undetected steps) does not
-    # bound them: a round's spread is estimated from the noise seen inside one run (within-run sd of the
-    # median, times ROUNDS_OVER_WITHIN), never above the history's sigma (which stands in without samples).
-    confirm_crit = noise.critical(alpha, 2 * rounds - 2)
-    candidates = [sd for sd in (noise.ROUNDS_OVER_WITHIN * max(within, noise.within_run_sd(base_pt.samples)),
-                                model.sigma) if math.isfinite(sd) and sd > 0]
-    round_sd = min(candidates) if candidates else None  # rounds spread no more than runs between sessions
-    confirm_sd = round_sd * math.sqrt(2 / rounds) if round_sd else None
-    decision = noise.decide(est, floor, alpha, confirm_crit * confirm_sd if confirm_sd else None)
+    within_both = max(within, noise.within_run_sd(base_pt.samples))
+    confirmable = noise.confirm_margin(within_both, model.sigma, rounds, alpha)
+    decision = noise.decide(est, floor, alpha, confirmable)
     v.verdict, v.reason = decision.verdict, v.reason + decision.reason
     sign = 1 if head_pt.direction != "higher" else -1
     v.baseline = math.exp(sign * level)
@@ -160,8 +153,8 @@ def judge(name: str, machine: str, base_run: Run, head_run: Run, series_runs: li
     if math.isfinite(model.sigma):
         v.run_to_run, v.dof = model.sigma, model.dof
         v.detectable = max(floor, math.expm1(max(crit * sd, model.tail)))
-        if confirm_sd:
-            v.detectable_confirmed = max(floor, math.expm1(confirm_crit * confirm_sd))
+        if confirmable is not None:
+            v.detectable_confirmed = max(floor, math.expm1(confirmable))
     if (head_pt.throttled or head_run.throttled) and v.verdict in ("regressed", "noisy"):
         v.verdict, v.reason = "noisy", "head run was throttled: rerun before trusting it; " + v.reason
     if v.verdict in ("regressed", "improved", "noisy"):

@@ -71,6 +71,18 @@ class Estimate:
 ROUNDS_OVER_WITHIN = 5.0
 
 
+def confirm_margin(within: float, sigma: float, rounds: int, alpha: float) -> float | None:
+    """The log change `rounds` ABAB rounds a side could resolve (their own spread, 2R-2 dof), or None when
+    nothing says how they spread. Rounds run back to back on one machine, so the history's run-to-run sigma
+    (machine sessions, boards, undetected steps) does not bound them: a round's spread is estimated from the
+    noise inside one run (within: the within-run sd of a median, times ROUNDS_OVER_WITHIN), never above the
+    history's sigma (which stands in without samples)."""
+    candidates = [sd for sd in (ROUNDS_OVER_WITHIN * within, sigma) if math.isfinite(sd) and sd > 0]
+    if not candidates:
+        return None
+    return critical(alpha, 2 * rounds - 2) * min(candidates) * math.sqrt(2 / rounds)
+
+
 def log_worse(value: float, direction: str) -> float:
     """Log of a value, signed so that larger = worse."""
     return math.log(value) if direction != "higher" else -math.log(value)

@@ -197,7 +197,7 @@ def confirm(args, result: dict, machine: str, head: str, new: Path, tmp: Path, r
             open_rows = [r for r in todo if not confirmed(r, values[r["name"]], config)]
             say(f"confirmation round {rnd + 1}/{max_rounds} done ({elapsed:.0f} s): "
                 f"{len(todo) - len(open_rows)} confirmed, {len(open_rows)} open")
-            if not open_rows and rnd + 1 >= 2:
+            if not open_rows and rnd + 1 >= MIN_ROUNDS:
                 break
             if rnd + 1 >= MIN_ROUNDS and elapsed / (rnd + 1) * (rnd + 2) > args.confirm_budget:
                 if rnd + 1 < max_rounds:
@@ -227,7 +227,7 @@ def drop_unselected(result: dict, bench_filter: str) -> None:
 
 def confirmed(row: dict, values: dict[str, list[float]], config: dict) -> bool:
     """True once the rounds so far confirm the regression (the loop may stop measuring it)."""
-    if len(values["base"]) < 2 or len(values["head"]) < 2:
+    if len(values["base"]) < MIN_ROUNDS or len(values["head"]) < MIN_ROUNDS:
         return False
     return gate.confirm(dict(row), values["base"], values["head"], config)["verdict"] == "regressed"
 

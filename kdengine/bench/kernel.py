@@ -79,9 +79,7 @@ def launcher(name: str, inp, bits, nsplit, *, scalar_loads: bool = False, layout
 
         cw, rg, combine, pp = layout or default_layout()
         splits = cuda_backend.plan_nsplit(inp.q, inp.kv_cache, inp.page_table, nsplit, rg, cw, pp)
-        B, T, Hq, _ = inp.q.shape
-        out = torch.empty(B, T, Hq, DV, dtype=torch.bfloat16, device=inp.q.device)
-        lse = torch.empty(B, T, Hq, dtype=torch.float32, device=inp.q.device)
+        out, lse = cuda_backend.alloc_outputs(inp.q)
         args = (inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, bits, out, lse)
         call = lambda: cuda_backend.launch(*args, sm_scale=inp.sm_scale, nsplit=splits, scalar_loads=scalar_loads,
                                            col_warps=cw, row_groups=rg, combine=combine, pingpong=pp)
@@ -90,9 +88,7 @@ def launcher(name: str, inp, bits, nsplit, *, scalar_loads: bool = False, layout
         from kdengine.ops import cuda_backend
 
         splits = cuda_backend.plan_nsplit_sm90(inp.q, inp.kv_cache, inp.page_table, nsplit)
-        B, T, Hq, _ = inp.q.shape
-        out = torch.empty(B, T, Hq, DV, dtype=torch.bfloat16, device=inp.q.device)
-        lse = torch.empty(B, T, Hq, dtype=torch.float32, device=inp.q.device)
+        out, lse = cuda_backend.alloc_outputs(inp.q)
         args = (inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, bits, out, lse)
         call = lambda: cuda_backend.launch_sm90(*args, sm_scale=inp.sm_scale, nsplit=splits,
                                                 schedule=SM90_BACKENDS[name])

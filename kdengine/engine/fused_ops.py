@@ -40,14 +40,20 @@ INTERPRETED = env.triton_interpret()  # Triton picks interpreter or compiler whe
 
 
 @triton.jit
+def _store_normed(x, W, OUT, d, inside, D: tl.constexpr, eps):
+    """OUT[d] = x * rsqrt(mean(x^2) + eps) * W[d] for one row x (fp32, zero outside `inside`)."""
+    r = tl.rsqrt(tl.sum(x * x, 0) / D + eps)
+    w = tl.load(W + d, mask=inside, other=0.0).to(tl.float32)
+    tl.store(OUT + d, ((x * r) * w).to(OUT.dtype.element_ty), mask=inside)
+
+
+@triton.jit
 def _rms_norm(X, W, OUT, eps, D: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     d = tl.arange(0, BLOCK)
     inside = d < D
     x = tl.load(X + row * D + d, mask=inside, other=0.0).to(tl.float32)
-    r = tl.rsqrt(tl.sum(x * x, 0) / D + eps)
-    w = tl.load(W + d, mask=inside, other=0.0).to(tl.float32)
-    tl.store(OUT + row * D + d, ((x * r) * w).to(OUT.dtype.element_ty), mask=inside)
+    _store_normed(x, W, OUT + row * D, d, inside, D, eps)
 
 
 @triton.jit
@@ -62,10 +68,7 @@ def _add_rms_norm(X, Y, S, W, OUT, eps, D: tl.constexpr, BLOCK: tl.constexpr, F6
     else:  # the residual stream, rounded as torch's x + y rounds it (fp32 sum, one rounding)
         s = (x.to(tl.float32) + y.to(tl.float32)).to(S.dtype.element_ty)
     tl.store(S + row * D + d, s, mask=inside)
-    sf = s.to(tl.float32)
-    r = tl.rsqrt(tl.sum(sf * sf, 0) / D + eps)
-    w = tl.load(W + d, mask=inside, other=0.0).to(tl.float32)
-    tl.store(OUT + row * D + d, ((sf * r) * w).to(OUT.dtype.element_ty), mask=inside)
+    _store_normed(s.to(tl.float32), W, OUT + row * D, d, inside, D, eps)
 
 
 @triton.jit
@@ -74,16 +77,12 @@ def _rms_norm_pair(X, WA, WB, OA, OB, stride, eps_a, eps_b, DA: tl.constexpr, DB
     row = tl.program_id(0).to(tl.int64)
     a = tl.arange(0, BA)
     ia = a < DA
-    x = tl.load(X + row * stride + a, mask=ia, other=0.0).to(tl.float32)
-    r = tl.rsqrt(tl.sum(x * x, 0) / DA + eps_a)
-    w = tl.load(WA + a, mask=ia, other=0.0).to(tl.float32)
-    tl.store(OA + row * DA + a, ((x * r) * w).to(OA.dtype.element_ty), mask=ia)
+    xa = tl.load(X + row * stride + a, mask=ia, other=0.0).to(tl.float32)
+    _store_normed(xa, WA, OA + row * DA, a, ia, DA, eps_a)
     b = tl.arange(0, BB)
     ib = b < DB
-    x = tl.load(X + row * stride + DA + b, mask=ib, other=0.0).to(tl.float32)
-    r = tl.rsqrt(tl.sum(x * x, 0) / DB + eps_b)
-    w = tl.load(WB + b, mask=ib, other=0.0).to(tl.float32)
-    tl.store(OB + row * DB + b, ((x * r) * w).to(OB.dtype.element_ty), mask=ib)
+    xb = tl.load(X + row * stride + DA + b, mask=ib, other=0.0).to(tl.float32)
+    _store_normed(xb, WB, OB + row * DB, b, ib, DB, eps_b)
 
 
 @triton.jit

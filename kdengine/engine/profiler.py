@@ -99,29 +99,21 @@ class Profiler:
     def op_ms(self) -> dict[str, float]:
         """Mean ms per step of each op of OTHER_OPS that was timed, then OTHER_REST (the rest of
         "other"); empty when no op was timed (graph replays, or a model without op timers)."""
-        if self.cuda:
-            torch.cuda.synchronize()
-        totals: dict[str, float] = {}
-        for step in self.steps:
-            for name, start, end in step:
-                if name in OTHER_OPS:
-                    totals[name] = totals.get(name, 0.0) + self.elapsed_ms(start, end)
-        if not totals:
-            return {}
-        n = max(len(self.steps), 1)
-        out = {k: totals[k] / n for k in OTHER_OPS if k in totals}
-        out[OTHER_REST] = max(self.phase_ms()["other"] - sum(out.values()), 0.0)
-        return out
+        return self._parts(OTHER_OPS, "other", OTHER_REST)
 
     def moe_op_ms(self) -> dict[str, float]:
         """Mean ms per step of each op of MOE_OPS that was timed, then MOE_REST (the rest of
         verify-moe: the all-reduce, event gaps); empty when none was timed."""
-        totals = self._sums(MOE_OPS)
+        return self._parts(MOE_OPS, "verify-moe", MOE_REST)
+
+    def _parts(self, names, phase: str, rest: str) -> dict[str, float]:
+        """Mean ms per step of each of `names` that was timed, then `rest`: what `phase` holds besides."""
+        totals = self._sums(names)
         if not totals:
             return {}
         n = max(len(self.steps), 1)
-        out = {k: totals[k] / n for k in MOE_OPS if k in totals}
-        out[MOE_REST] = max(self.phase_ms()["verify-moe"] - sum(out.values()), 0.0)
+        out = {k: totals[k] / n for k in names if k in totals}
+        out[rest] = max(self.phase_ms()[phase] - sum(out.values()), 0.0)
         return out
 
     def _sums(self, names) -> dict[str, float]:

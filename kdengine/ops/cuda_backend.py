@@ -103,6 +103,13 @@ def available(device: torch.device) -> str | None:
     return _REASON["build"]
 
 
+def alloc_partials(q: torch.Tensor, nsplit: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The split partials of a call: part_out fp32 [B, nsplit, T*H, DV], part_lse fp32 [B, nsplit, T*H]."""
+    B, T, H, _ = q.shape
+    return (torch.empty(B, nsplit, T * H, DV, dtype=torch.float32, device=q.device),
+            torch.empty(B, nsplit, T * H, dtype=torch.float32, device=q.device))
+
+
 def launch(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_scale, nsplit, scalar_loads=False,
            col_warps=DEFAULT_COL_WARPS, row_groups=DEFAULT_ROW_GROUPS, combine=DEFAULT_COMBINE,
            pingpong=DEFAULT_PINGPONG):
@@ -113,9 +120,7 @@ def launch(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_scale
         raise ValueError(f"row_groups: expected one of {ROW_GROUPS}, got {row_groups!r}")
     if combine not in COMBINES:
         raise ValueError(f"combine: expected one of {COMBINES}, got {combine!r}")
-    B, T, H, _ = q.shape
-    part_out = torch.empty(B, nsplit, T * H, DV, dtype=torch.float32, device=q.device)
-    part_lse = torch.empty(B, nsplit, T * H, dtype=torch.float32, device=q.device)
+    part_out, part_lse = alloc_partials(q, nsplit)
     module = build.load_extension(scalar_loads=scalar_loads)
     module.launch(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, part_out, part_lse, sm_scale, nsplit,
                   col_warps, row_groups, bool(pingpong), combine)
@@ -157,9 +162,7 @@ def launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_
         raise ValueError(f"combine: expected one of {COMBINES}, got {combine!r}")
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule: expected one of {tuple(SCHEDULES)}, got {schedule!r}")
-    B, T, H, _ = q.shape
-    part_out = torch.empty(B, nsplit, T * H, DV, dtype=torch.float32, device=q.device)
-    part_lse = torch.empty(B, nsplit, T * H, dtype=torch.float32, device=q.device)
+    part_out, part_lse = alloc_partials(q, nsplit)
     build.load_extension().launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, part_out, part_lse,
                                        sm_scale, nsplit, SCHEDULES[schedule], combine)
 
@@ -179,7 +182,7 @@ def plan_nsplit_sm90(q, kv_cache, page_table, nsplit) -> int:
     )
 
 
-def _outputs(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def alloc_outputs(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """out [B, T, H, DV] (q's dtype) and lse [B, T, H] fp32 for a call on q [B, T, H, 576]."""
     B, T, H, _ = q.shape
     return torch.empty(B, T, H, DV, dtype=q.dtype, device=q.device), torch.empty(B, T, H, dtype=torch.float32,
@@ -196,7 +199,7 @@ def verify_cuda_sm90(
     sm_scale: float,
     nsplit: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    out, lse = _outputs(q)
+    out, lse = alloc_outputs(q)
     launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, sm_scale=sm_scale, nsplit=nsplit)
     return out, lse
 
@@ -211,7 +214,7 @@ def verify_cuda(
     sm_scale: float,
     nsplit: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    out, lse = _outputs(q)
+    out, lse = alloc_outputs(q)
     launch(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, sm_scale=sm_scale, nsplit=nsplit)
     return out, lse
 
