@@ -133,17 +133,36 @@ def judge(name: str, machine: str, base_run: Run, head_run: Run, series_runs: li
     change = x_head - level
     crit = noise.critical(alpha, model.dof) if model.dof >= 1 else math.inf
     x_base = noise.log_worse(base_pt.value, head_pt.direction)
-    if math.isfinite(sd) and not base_pt.throttled and abs(x_base - level) > crit * sd:
-        # the base run is off its own level (a step or a spike at base): the head must differ from both
-        sd_b = math.sqrt(2 * model.sigma ** 2 + within ** 2)
-        both = (change, x_head - x_base)
-        change = min(both) if change > 0 else max(both)
-        sd = max(sd, sd_b)
-        v.reason = "base run is off its level: judged against both; "
-    est = noise.Estimate(change, sd, model.dof, model.tail)
     within_both = max(within, noise.within_run_sd(base_pt.samples))
     confirmable = noise.confirm_margin(within_both, model.sigma, rounds, alpha)
-    decision = noise.decide(est, floor, alpha, confirmable)
+    other = None  # the base run, when the head is judged against it as well as against a level
+    if model.segment == 1 and len(x) > 1 and math.isfinite(model.previous) and not base_pt.throttled:
+        # the base run stands alone (a step at base, a new level, or a spike: one run cannot tell)
+        level, other = model.previous, x_base
+    elif math.isfinite(sd) and not base_pt.throttled and abs(x_base - level) > crit * sd:
+        other = x_base
+    if other is None:
+        est = noise.Estimate(change, sd, model.dof, model.tail)
+        decision = noise.decide(est, floor, alpha, confirmable)
+    else:
+        # judged against both: the verdict is the smaller change's. When the head matches the level but is
+        # worse than the base (a win at base reverted, or a fast spike at base), confirmation re-measures
+        # the base beside the head and settles it; a head that matches a slower base is not blamed again.
+        v.reason = "base run is off its level (a step at base or a spike): judged against both; "
+        sd = max(sd, math.sqrt(2 * model.sigma ** 2 + within ** 2))
+        vs_level, vs_base = x_head - level, x_head - other
+        change = min((vs_level, vs_base), key=abs)
+        if change == vs_base:
+            level = other  # the baseline shown is the reference judged against
+        est = noise.Estimate(change, sd, model.dof, model.tail)
+        decision = noise.decide(est, floor, alpha, confirmable)
+        if decision.verdict == "unchanged" and change != vs_base and vs_base > 0:
+            base_decision = noise.decide(noise.Estimate(vs_base, sd, model.dof, model.tail), floor, alpha,
+                                         confirmable)
+            if base_decision.verdict in ("regressed", "noisy"):
+                decision = noise.Decision("noisy", f"{math.expm1(vs_base):+.1%} worse than the base run but "
+                                          f"level with the runs before it ({math.expm1(vs_level):+.1%}): "
+                                          "needs confirmation", decision.margin)
     v.verdict, v.reason = decision.verdict, v.reason + decision.reason
     sign = 1 if head_pt.direction != "higher" else -1
     v.baseline = math.exp(sign * level)

@@ -226,10 +226,10 @@ def drop_unselected(result: dict, bench_filter: str) -> None:
 
 
 def confirmed(row: dict, values: dict[str, list[float]], config: dict) -> bool:
-    """True once the rounds so far confirm the regression (the loop may stop measuring it)."""
+    """True once the rounds so far confirm a regression or an improvement (the loop may stop measuring it)."""
     if len(values["base"]) < MIN_ROUNDS or len(values["head"]) < MIN_ROUNDS:
         return False
-    return gate.confirm(dict(row), values["base"], values["head"], config)["verdict"] == "regressed"
+    return gate.confirm(dict(row), values["base"], values["head"], config)["verdict"] in ("regressed", "improved")
 
 
 # --- the job -------------------------------------------------------------------------------------------

@@ -24,9 +24,10 @@ HEAD_FACTORS = {"verify/triton/ctx4096/T16": (1.10, "regressed"),          # tim
                 "verify/triton/ctx65536/T16": (1.005, "unchanged"),        # below the 1% floor
                 "decode/cuda/ctx4096": (0.90, "regressed"),                # tok/s 10% down
                 "decode/cuda/ctx16384": (1.10, "improved")}
-# triton_extend/ctx4096 has 30% noise per sample (run medians ~8% apart): +8% is within what a rerun shows,
-# even after confirmation rounds, so it is unchanged (and says so)
-EXPECTED = {**{k: v[1] for k, v in HEAD_FACTORS.items()}, "verify/triton_extend/ctx4096/T16": "unchanged",
+# triton_extend/ctx4096 has 30% noise per sample (run medians ~8% apart): its 5-sample head median lands 13.5%
+# better, inside the 71% margin of one rerun but past what confirmation rounds resolve (~7%): "noisy", not
+# "unchanged" (a change past the floor inside a wide margin is not evidence of no change, in either direction)
+EXPECTED = {**{k: v[1] for k, v in HEAD_FACTORS.items()}, "verify/triton_extend/ctx4096/T16": "noisy",
             "verify/triton_extend/ctx16384/T16": "missing", "verify/cuda/ctx4096/T16": "new"}
 
 
