@@ -51,11 +51,21 @@ def test_schema_2_renders_ours_over_flashmla():
     assert "3.58x" in ratio and "3.35x" in ratio  # cuda 443 / 123.7 and triton 415 / 123.7
 
 
-def test_peers_set_is_the_default_row_and_the_peers():
+def test_peers_set_is_the_dispatched_call_the_default_row_and_the_peers():
     labels = [v[0] for v in kernel.variants(4096, 16, "peers")]
-    assert labels == [kernel.default_label(), "triton", "torch", "flashmla"]
+    assert labels == [kernel.DISPATCH, kernel.default_label(), "triton", "torch", "flashmla"]
     full = [v[0] for v in kernel.variants(65536, 16, "full")]
-    assert len(full) == len(set(full)) and set(labels) <= set(full) and "triton_extend" in full
+    assert len(full) == len(set(full)) and set(labels) - {kernel.DISPATCH} <= set(full) and "triton_extend" in full
+
+
+def test_ratio_uses_the_dispatched_row_when_the_record_names_it():
+    # on Hopper verify/cuda runs the sm90 kernel: the record's ours / FlashMLA must be that row, not mma.sync's
+    doc = _doc()
+    doc["ours_label"] = kernel.DISPATCH
+    for case, us in zip(doc["cases"], (16.8, 193.0), strict=True):
+        case["results"][kernel.DISPATCH] = dict(case["results"]["flashmla"], median_s=us * 1e-6)
+    ratio = [x for x in kernel.render_doc(doc).splitlines() if x.lstrip().startswith("65536") and "flashmla" in x]
+    assert "1.56x" in ratio[-1] and "3.58x" not in ratio[-1]  # 193.0 / 123.7
 
 
 @pytest.mark.gpu
@@ -69,3 +79,5 @@ def test_one_case_on_the_gpu():
     case = kernel.measure_case(4096, 16, roofline.ceilings("cuda"), "peers", samples=20)
     row = case["results"][kernel.default_label()]
     assert row["rel_l2"] < 1e-2 and row["median_s"] > 0 and row["method"] == "cuda-graph"
+    ours = case["results"][kernel.DISPATCH]
+    assert ours["rel_l2"] < 1e-2 and ours["median_s"] > 0
