@@ -32,7 +32,7 @@ from kdengine.ops.shapes import DV
 CONTEXTS = (4096, 16384, 65536)
 TREE_SIZES = (16, 64)
 NSPLITS = (16, 32, 64, 128, 256, "auto")
-SETS = ("full", "peers", "mma", "sm90")
+SETS = ("full", "peers", "mma", "sm90", "nsplit")
 # The sm90 path's rows: backend name -> schedule (kdengine.ops.cuda_backend.SCHEDULES). (In the first
 # record, perf_history/kernel/verify_kernel_sm90_*_ebda896.json, "cuda_sm90" was the seesaw schedule.)
 SM90_BACKENDS = {"cuda_sm90_both": "both", "cuda_sm90_staggered": "staggered", "cuda_sm90_seesaw": "seesaw"}
@@ -177,6 +177,9 @@ def variants(N: int, T: int, which: str = "full"):
                 ((8, 4, 2, False), ("auto",))]
         out = [(f"cuda/{layout_label(*lay)}/s{s}", "cuda", s, False, lay) for lay, splits in lays for s in splits]
         return [v for v in out if v[0] != default_label()] + [base[0]] + base[3:]
+    if which == "nsplit":  # the dispatched call at fixed split counts beside its own planner (auto)
+        return [(f"{DISPATCH}/s{sp}", "cuda_auto", sp, False, None) for sp in NSPLITS if sp != "auto"] + [
+            (DISPATCH, "cuda_auto", "auto", False, None)]
     if which == "sm90":  # the Hopper path against the mma.sync default and FlashMLA
         sm90 = [(f"{name}/sauto", name, "auto", False, None) for name in SM90_BACKENDS]
         sm90 += [(f"cuda_sm90_staggered/s{sp}", "cuda_sm90_staggered", sp, False, None) for sp in (32, 128)]
@@ -375,7 +378,9 @@ def build_parser(prog: str = "python -m kdengine.bench.kernel") -> argparse.Argu
     p.add_argument("--out", required=True)
     p.add_argument("--contexts", default=",".join(map(str, CONTEXTS)))
     p.add_argument("--set", choices=SETS, default="full",
-                   help="full: every layout and NSPLIT; peers: cuda default, triton, torch, the peers")
+                   help="full: every layout and NSPLIT; peers: the dispatched cuda call (what verify/cuda "
+                        "times), the mma.sync default, triton, torch, the peers; mma / sm90: one path's "
+                        "variants; nsplit: the dispatched call at fixed NSPLIT beside auto")
     p.add_argument("--commit", default=None,
                    help="the commit measured (wins over the tree's .git, kept as git_head: device copies)")
     p.set_defaults(func=measure)

@@ -81,3 +81,10 @@ def test_one_case_on_the_gpu():
     assert row["rel_l2"] < 1e-2 and row["median_s"] > 0 and row["method"] == "cuda-graph"
     ours = case["results"][kernel.DISPATCH]
     assert ours["rel_l2"] < 1e-2 and ours["median_s"] > 0
+
+
+def test_nsplit_set_checks_the_dispatched_planner_against_fixed_splits():
+    rows = kernel.variants(16384, 16, "nsplit")
+    assert rows[-1][:3] == (kernel.DISPATCH, "cuda_auto", "auto")
+    fixed = [r[2] for r in rows[:-1]]
+    assert fixed and all(isinstance(s, int) for s in fixed) and len({r[0] for r in rows}) == len(rows)
