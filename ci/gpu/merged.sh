@@ -1,29 +1,50 @@
 #!/usr/bin/env bash
 # One device run of a merged main on one H200 (measures exactly a committed revision, cloned from a bundle):
 # build for the local arch, the verify kernel's GPU tests (both cuda paths, the default), the kernel sweep's
-# peers set (mma.sync default, the sm90 path, triton, torch, FlashMLA, same inputs), then decode at 4k and 65k
-# with the cuda backend (random routing). Everything lands in $OUT as at most 6 files.
+# peers set (the dispatched cuda call = what verify/cuda times, the mma.sync default, triton, torch, FlashMLA,
+# same inputs), decode at 4k/16k/65k with the cuda backend (random routing), then, while time is left, the
+# dispatched call at fixed NSPLIT beside its planner and ncu of it at 65k. Steps run in that order and one
+# starts only when DEADLINE (seconds from the start, default 330) leaves room for it, so a run cut short
+# still returns what it measured. Everything lands in $OUT as at most 8 files.
 #   here:   mkdir -p out/final && git bundle create out/final/kd.bundle HEAD && cp .whl/sgl_flash_mla-*.whl out/final/
 #   device: bash ci/gpu/merged.sh   (carry out/final)
 set -o pipefail
 OUT=${OUT:-/tmp/kdengine-out}; mkdir -p "$OUT"
-SRC=$PWD; KD=/tmp/kd-final
+SRC=$PWD; KD=/tmp/kd-final; DEADLINE=${DEADLINE:-330}
 export PYTHONUNBUFFERED=1 KDENGINE_CACHE_DIR=/tmp/kdcache TRITON_DEFAULT_FP_FUSION=1
 python3 -m pip install -q --no-index --no-deps --target /tmp/site "$SRC"/out/final/*.whl || echo "FlashMLA wheel not installed"
 rm -rf "$KD" && git clone -q "$SRC/out/final/kd.bundle" "$KD" && cd "$KD" || exit 1
 export PYTHONPATH=/tmp/site:$KD
-sha=$(git rev-parse --short HEAD); echo "commit $sha"
+sha=$(git rev-parse --short HEAD); full=$(git rev-parse HEAD); echo "commit $sha"
 nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.max.sm --format=csv
-t0=$(date +%s); step() { echo "=== $1 ($(( $(date +%s) - t0 )) s)"; }
+t0=$(date +%s); now() { echo $(( $(date +%s) - t0 )); }
+step() { echo "=== $1 ($(now) s)"; }
+# room NEED: true when a step that takes up to NEED seconds fits before DEADLINE
+room() { (( $(now) + $1 <= DEADLINE )) || { echo "=== skipped: $(now) s used, $1 s needed, deadline $DEADLINE s"; false; }; }
 step build
 timeout ${BUILD_TIMEOUT:-200} python3 -m kdengine.ops.build --arch native > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 step tests
-timeout ${TEST_TIMEOUT:-110} python3 -m pytest -q -m gpu tests/ops/test_cuda.py tests/ops/test_sm90.py -p no:cacheprovider -x \
-  2>&1 | tee "$OUT/pytest_gpu.log" | tail -6
+timeout ${TEST_TIMEOUT:-110} python3 -m pytest -q -m gpu tests/ops/test_cuda.py tests/ops/test_sm90.py tests/bench/test_kernel.py \
+  -p no:cacheprovider -x 2>&1 | tee "$OUT/pytest_gpu.log" | tail -6
 step kernel
-timeout ${KERNEL_TIMEOUT:-110} python3 -m kdengine.bench.kernel measure --set peers --out "$OUT/verify_kernel_peers_$sha.json" \
-  --commit "$(git rev-parse HEAD)" 2>&1 | tee "$OUT/kernel.log" | tail -40
+room 60 && timeout ${KERNEL_TIMEOUT:-110} python3 -m kdengine.bench.kernel measure --set peers \
+  --out "$OUT/verify_kernel_peers_$sha.json" --commit "$full" 2>&1 | tee "$OUT/kernel.log" | tail -40
 step decode
-timeout ${DECODE_TIMEOUT:-100} python3 ci/gpu/engine_decode.py --out "$OUT/engine_run_cuda_$sha.json" --ctxs 4096 65536 \
-  --routings random --backend cuda --steps 32 2>&1 | grep -v Warning | tee "$OUT/decode.log"
+room 60 && timeout ${DECODE_TIMEOUT:-100} python3 ci/gpu/engine_decode.py --out "$OUT/engine_run_cuda_$sha.json" \
+  --ctxs 4096 16384 65536 --routings random --backend cuda --steps 32 2>&1 | grep -v Warning | tee "$OUT/decode.log"
+step nsplit
+room 45 && timeout $(( DEADLINE - $(now) > 90 ? 90 : DEADLINE - $(now) )) python3 -m kdengine.bench.kernel measure --set nsplit \
+  --out "$OUT/verify_kernel_nsplit_$sha.json" --commit "$full" 2>&1 | tee "$OUT/nsplit.log" | grep -E "^ *[0-9]+ +[0-9]+ " | tail -40
+step ncu
+if room 40 && command -v ncu > /dev/null; then
+  for T in 16 64; do
+    timeout 30 ncu --clock-control none -k regex:verify --launch-count 2 --section SpeedOfLight --section Occupancy \
+      --section WarpStateStats --section SchedulerStats --section LaunchStats \
+      --metrics sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active \
+      python3 -m kdengine.bench.kernel once --T $T --prefix $((65536 - T)) > "/tmp/ncu_T$T.txt" 2>&1
+    echo "--- ncu, the dispatched call at 65k T=$T (split kernel, then the merge)"
+    grep -E "verify_|Duration|cycles_active|Issue Slots|Achieved Active Warps|DRAM Throughput|Registers Per|Warp Cycles Per Issued" "/tmp/ncu_T$T.txt" | head -24
+  done
+  tar czf "$OUT/ncu.tgz" -C /tmp ncu_T16.txt ncu_T64.txt 2>/dev/null
+fi
 step done
