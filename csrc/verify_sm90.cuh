@@ -577,17 +577,20 @@ __global__ void __launch_bounds__(THREADS, 1)
     }
   }
 
-  // Normalise and write this split's partial rows (fp32) and their lse (natural log).
+  // Normalise and write this split's partial rows (bf16) and their lse (natural log). The merge may
+  // launch now (programmatic dependent launch; it waits for this grid to complete before any read).
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   const int lane = tid % 32;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     if (!rows.valid[h]) continue;
     const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
     const size_t row = part_row0 + row0 + rows.local[h];
-    float* dst = p.part_out + row * DV + w * V_COLS + 2 * (lane % 4);
+    __nv_bfloat16* dst = p.part_out + row * DV + w * V_COLS + 2 * (lane % 4);
 #pragma unroll
     for (int j = 0; j < V_COLS / 8; ++j)
-      *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+      *reinterpret_cast<__nv_bfloat162*>(dst + 8 * j) =
+          __floats2bfloat162_rn(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
     if (w == 0 && lane % 4 == 0)
       p.part_lse[row] = l[h] > 0.f ? (m[h] + log2f(l[h])) * 0.69314718056f : -INFINITY;
   }

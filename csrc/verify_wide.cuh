@@ -420,10 +420,11 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
       const int r = mi * 16 + lane / 4 + 8 * h;
       if (row0 + r >= R) continue;
       const float inv = inv_s[r];
-      float* dst = p.part_out + (part_row0 + row0 + r) * DV + warp * C::V_PART + (lane % 4) * 2;
+      __nv_bfloat16* dst = p.part_out + (part_row0 + row0 + r) * DV + warp * C::V_PART + (lane % 4) * 2;
 #pragma unroll
       for (int nt = 0; nt < C::V_PART / 8; ++nt)
-        *reinterpret_cast<float2*>(dst + nt * 8) = make_float2(o[mi][nt][2 * h] * inv, o[mi][nt][2 * h + 1] * inv);
+        *reinterpret_cast<__nv_bfloat162*>(dst + nt * 8) =
+            __floats2bfloat162_rn(o[mi][nt][2 * h] * inv, o[mi][nt][2 * h + 1] * inv);
     }
 }
 

@@ -32,7 +32,7 @@ from kdengine.ops.shapes import DV
 CONTEXTS = (4096, 16384, 65536)
 TREE_SIZES = (16, 64)
 NSPLITS = (16, 32, 64, 128, 256, "auto")
-SETS = ("full", "peers", "mma", "sm90")
+SETS = ("full", "peers", "mma", "sm90", "paths")
 # The sm90 path's rows: backend name -> schedule (kdengine.ops.cuda_backend.SCHEDULES). (In the first
 # record, perf_history/kernel/verify_kernel_sm90_*_ebda896.json, "cuda_sm90" was the seesaw schedule.)
 SM90_BACKENDS = {"cuda_sm90_both": "both", "cuda_sm90_staggered": "staggered", "cuda_sm90_seesaw": "seesaw"}
@@ -151,9 +151,13 @@ def variants(N: int, T: int, which: str = "full"):
     every NSPLIT for the default (wide2, ping-pong, merge 2) and for the wide layout (64 rows per block,
     parallel merge) with and without ping-pong halves, the wide layout at 32 rows, the 2-warp layout
     with the serial merge, the 2-warp layout with the parallel merge and the wide layout's scalar-load
-    build at the automatic NSPLIT, and triton_extend at 65k T=16."""
+    build at the automatic NSPLIT, and triton_extend at 65k T=16. `paths`: the defaults of both cuda
+    paths (the sm90 kernel on Hopper) and the peers only."""
     base = [(default_label(), "cuda", "auto", False, None), ("triton", "triton", None, False, None),
             ("torch", "torch", None, False, None)] + [(p, p, None, False, None) for p in peers.PEERS]
+    if which == "paths":  # both cuda paths' defaults (mma.sync; sm90 on Hopper) beside the peers, nothing else
+        sm90 = [("cuda_sm90_staggered/sauto", "cuda_sm90_staggered", "auto", False, None)] if hopper() else []
+        return [base[0], *sm90, *base[3:]]
     if which == "peers":  # on Hopper the cuda backend's auto path is the sm90 kernel: time it beside mma.sync
         return base + [("cuda_sm90_staggered/sauto", "cuda_sm90_staggered", "auto", False, None)] if hopper() else base
     if which == "mma":  # the mma.sync layouts: wide2 (16) at several NSPLIT, merges and row tilings, the wide
@@ -360,7 +364,8 @@ def build_parser(prog: str = "python -m kdengine.bench.kernel") -> argparse.Argu
     p.add_argument("--out", required=True)
     p.add_argument("--contexts", default=",".join(map(str, CONTEXTS)))
     p.add_argument("--set", choices=SETS, default="full",
-                   help="full: every layout and NSPLIT; peers: cuda default, triton, torch, the peers")
+                   help="full: every layout and NSPLIT; peers: cuda default, triton, torch, the peers; "
+                        "paths: both cuda paths' defaults and the peers")
     p.add_argument("--commit", default=None,
                    help="the commit measured (wins over the tree's .git, kept as git_head: device copies)")
     p.set_defaults(func=measure)
