@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "verify_launch.h"
+#include "verify_partials.cuh"
 
 namespace kdengine {
 
@@ -128,16 +129,6 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
-}
-
-// The two bf16 of a 32-bit word as fp32 (the lower address is the low half).
-__device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
-__device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
-
-// Four consecutive partial columns (bf16, 8 bytes) as fp32.
-__device__ __forceinline__ float4 load_partial4(const __nv_bfloat16* src) {
-  const uint2 u = __ldg(reinterpret_cast<const uint2*>(src));
-  return make_float4(bf16_lo(u.x), bf16_hi(u.x), bf16_lo(u.y), bf16_hi(u.y));
 }
 
 // --- loads ------------------------------------------------------------------------------------------
@@ -345,7 +336,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
     }
   }
 
-  // Normalise and write this split's partial rows.
+  // Normalise and write this split's partial rows (whole sectors: verify_partials.cuh).
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float lsum = l[r];
@@ -353,12 +344,13 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
     lsum += __shfl_xor_sync(0xffffffff, lsum, 2);
     const float inv = lsum > 0.f ? 1.f / lsum : 0.f;
     const int row = row0 + rg * 16 + lane / 4 + 8 * r;
-    if (row >= R) continue;
-    __nv_bfloat16* dst = p.part_out + (part_row0 + row) * DV + cw * C::V_PART + (lane % 4) * 2;
+    const bool valid = row < R;
+    __nv_bfloat16* dst = p.part_out + (part_row0 + min(row, R - 1)) * DV + cw * C::V_PART;
 #pragma unroll
-    for (int nt = 0; nt < C::V_PART / 8; ++nt)
-      *reinterpret_cast<__nv_bfloat162*>(dst + nt * 8) = __floats2bfloat162_rn(o[nt][2 * r] * inv, o[nt][2 * r + 1] * inv);
-    if (cw == 0 && lane % 4 == 0)
+    for (int nt = 0; nt < C::V_PART / 8; nt += 2)
+      store_partial16(dst + nt * 8, lane % 4, valid, o[nt][2 * r] * inv, o[nt][2 * r + 1] * inv,
+                      o[nt + 1][2 * r] * inv, o[nt + 1][2 * r + 1] * inv);
+    if (valid && cw == 0 && lane % 4 == 0)
       p.part_lse[part_row0 + row] = lsum > 0.f ? (m[r] + log2f(lsum)) * 0.69314718056f : -INFINITY;
   }
 }

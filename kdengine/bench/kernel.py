@@ -90,8 +90,9 @@ def launcher(name: str, inp, bits, nsplit, *, scalar_loads: bool = False, layout
         splits = cuda_backend.plan_nsplit_sm90(inp.q, inp.kv_cache, inp.page_table, nsplit)
         out, lse = cuda_backend.alloc_outputs(inp.q)
         args = (inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, bits, out, lse)
+        combine = layout[2] if layout else cuda_backend.DEFAULT_COMBINE  # only the merge of a layout applies
         call = lambda: cuda_backend.launch_sm90(*args, sm_scale=inp.sm_scale, nsplit=splits,
-                                                schedule=SM90_BACKENDS[name])
+                                                schedule=SM90_BACKENDS[name], combine=combine)
         return call, splits, lambda: out
     result = {}
     if name == "torch":
@@ -152,12 +153,17 @@ def variants(N: int, T: int, which: str = "full"):
     parallel merge) with and without ping-pong halves, the wide layout at 32 rows, the 2-warp layout
     with the serial merge, the 2-warp layout with the parallel merge and the wide layout's scalar-load
     build at the automatic NSPLIT, and triton_extend at 65k T=16. `paths`: the defaults of both cuda
-    paths (the sm90 kernel on Hopper) and the peers only."""
+    paths (the sm90 kernel on Hopper), each also with the chunked merge, and the peers."""
     base = [(default_label(), "cuda", "auto", False, None), ("triton", "triton", None, False, None),
             ("torch", "torch", None, False, None)] + [(p, p, None, False, None) for p in peers.PEERS]
-    if which == "paths":  # both cuda paths' defaults (mma.sync; sm90 on Hopper) beside the peers, nothing else
-        sm90 = [("cuda_sm90_staggered/sauto", "cuda_sm90_staggered", "auto", False, None)] if hopper() else []
-        return [base[0], *sm90, *base[3:]]
+    if which == "paths":  # both cuda paths' defaults (mma.sync; sm90 on Hopper) and each with the chunked
+        # merge (combine 2, the previous default), beside the peers
+        cw, rg, _, pp = default_layout()
+        chunked = (cw, rg, 2, pp)
+        mma = [base[0], (f"cuda/{layout_label(*chunked)}/sauto", "cuda", "auto", False, chunked)]
+        sm90 = [("cuda_sm90_staggered/sauto", "cuda_sm90_staggered", "auto", False, None),
+                ("cuda_sm90_staggered/comb2/sauto", "cuda_sm90_staggered", "auto", False, chunked)] if hopper() else []
+        return [*mma, *sm90, *base[3:]]
     if which == "peers":  # on Hopper the cuda backend's auto path is the sm90 kernel: time it beside mma.sync
         return base + [("cuda_sm90_staggered/sauto", "cuda_sm90_staggered", "auto", False, None)] if hopper() else base
     if which == "mma":  # the mma.sync layouts: wide2 (16) at several NSPLIT, merges and row tilings, the wide
