@@ -554,9 +554,13 @@ inline int merge_groups(int nsplit) {
   return groups;
 }
 
-// Dynamic shared memory of a merge block: [groups][MERGE_CHUNK_COLS] weighted sums, [groups] max,
-// [groups] sum.
-inline size_t merge_smem_bytes(int groups) { return (size_t)groups * (MERGE_CHUNK_COLS + 2) * sizeof(float); }
+// Dynamic shared memory of a merge block: [MERGE_MAX_GROUPS] max, [MERGE_MAX_GROUPS] sum, then
+// [groups][MERGE_CHUNK_COLS] weighted sums. The max and sum tables are full size whatever `groups`:
+// ptxas reads the tail of a loop over them as one 16-byte load (up to 3 entries past `groups`, never
+// used), which compute-sanitizer memcheck reported past a 1-group block's allocation.
+inline size_t merge_smem_bytes(int groups) {
+  return ((size_t)2 * MERGE_MAX_GROUPS + (size_t)groups * MERGE_CHUNK_COLS) * sizeof(float);
+}
 
 __global__ void __launch_bounds__(32 * MERGE_MAX_GROUPS) verify_combine_grouped_kernel(const VerifyParams p) {
   extern __shared__ __align__(16) float merge_s[];
@@ -607,9 +611,9 @@ __global__ void __launch_bounds__(32 * MERGE_MAX_GROUPS) verify_combine_grouped_
     m = mb;
   }
 
-  float* acc_s = merge_s;  // [groups][MERGE_CHUNK_COLS]
-  float* m_s = merge_s + groups * MERGE_CHUNK_COLS;
-  float* sum_s = m_s + groups;
+  float* m_s = merge_s;  // [MERGE_MAX_GROUPS] (merge_smem_bytes)
+  float* sum_s = m_s + MERGE_MAX_GROUPS;
+  float* acc_s = sum_s + MERGE_MAX_GROUPS;  // [groups][MERGE_CHUNK_COLS]
   float4* mine = reinterpret_cast<float4*>(acc_s + group * MERGE_CHUNK_COLS + lane * MERGE_VEC);
   mine[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
   mine[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
