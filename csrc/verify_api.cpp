@@ -19,7 +19,7 @@ T* ptr(const at::Tensor& t) {
 }
 
 // The launch parameters of one call: checks what the kernels need to be memory safe, then fills p.
-// out [B, T, H, 512] bf16, lse [B, T, H] fp32, part_out [B, nsplit, T*H, 512] fp32, part_lse [B, nsplit, T*H].
+// out [B, T, H, 512] bf16, lse [B, T, H] fp32, part_out [B, nsplit, T*H, 512] bf16, part_lse [B, nsplit, T*H] fp32.
 kdengine::VerifyParams make_params(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& page_table,
                                    const at::Tensor& prefix_len, const at::Tensor& mask_bits, at::Tensor& out,
                                    at::Tensor& lse, at::Tensor& part_out, at::Tensor& part_lse, double sm_scale,
@@ -30,13 +30,16 @@ kdengine::VerifyParams make_params(const at::Tensor& q, const at::Tensor& kv, co
   const int page_size = static_cast<int>(kv.size(1));
   TORCH_CHECK(page_size > 0 && (page_size & (page_size - 1)) == 0, "page_size must be a power of two");
   TORCH_CHECK(part_out.size(1) == nsplit && part_lse.size(1) == nsplit, "partials must hold nsplit splits");
+  TORCH_CHECK(part_out.scalar_type() == at::kBFloat16 && part_lse.scalar_type() == at::kFloat,
+              "partials: part_out must be bf16 and part_lse fp32, got ", part_out.scalar_type(), " and ",
+              part_lse.scalar_type());
   kdengine::VerifyParams p{};
   p.q = ptr<const __nv_bfloat16>(q);
   p.kv = ptr<const __nv_bfloat16>(kv);
   p.page_table = ptr<const int>(page_table);
   p.prefix_len = ptr<const int>(prefix_len);
   p.mask_bits = ptr<const int>(mask_bits);
-  p.part_out = ptr<float>(part_out);
+  p.part_out = ptr<__nv_bfloat16>(part_out);
   p.part_lse = ptr<float>(part_lse);
   p.out = ptr<__nv_bfloat16>(out);
   p.lse = ptr<float>(lse);
@@ -60,7 +63,7 @@ void launch(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& page_ta
             int64_t combine) {
   TORCH_CHECK(col_warps == 2 || col_warps == 4 || col_warps == 8 || col_warps == 16 || col_warps == 32,
               "col_warps must be 2, 4, 8, 16 or 32, got ", col_warps);
-  TORCH_CHECK(combine >= 0 && combine <= 2, "combine must be 0, 1 or 2, got ", combine);
+  TORCH_CHECK(combine >= 0 && combine <= 3, "combine must be 0, 1, 2 or 3, got ", combine);
   TORCH_CHECK(max_row_groups == 1 || max_row_groups == 2 || max_row_groups == 4, "max_row_groups must be 1, 2 or 4");
   const c10::cuda::CUDAGuard guard(q.device());
   const kdengine::VerifyParams p =
@@ -76,7 +79,7 @@ void launch_sm90(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& pa
                  const at::Tensor& prefix_len, const at::Tensor& mask_bits, at::Tensor& out, at::Tensor& lse,
                  at::Tensor& part_out, at::Tensor& part_lse, double sm_scale, int64_t nsplit, int64_t schedule,
                  int64_t combine) {
-  TORCH_CHECK(combine >= 0 && combine <= 2, "combine must be 0, 1 or 2, got ", combine);
+  TORCH_CHECK(combine >= 0 && combine <= 3, "combine must be 0, 1, 2 or 3, got ", combine);
   const c10::cuda::CUDAGuard guard(q.device());
   const kdengine::VerifyParams p =
       make_params(q, kv, page_table, prefix_len, mask_bits, out, lse, part_out, part_lse, sm_scale, nsplit);

@@ -79,8 +79,11 @@ int blocks_per_sm(int R, int col_warps, int max_row_groups, bool pingpong) {
   return blocks;
 }
 
-// The chunked merge, as a programmatic dependent of the split kernel where the device has it (sm_90+).
-static cudaError_t launch_combine_chunked(const VerifyParams& p, cudaStream_t stream) {
+// A merge kernel as a programmatic dependent of the split kernel where the device has it (sm_90+):
+// its blocks launch while the split grid drains and wait (pdl_wait_primary) before reading.
+template <class Kernel>
+static cudaError_t launch_dependent(Kernel kernel, dim3 grid, dim3 block, size_t smem, const VerifyParams& p,
+                                    cudaStream_t stream) {
   static int major = -1;  // of the first device launched on; PDL is an optimisation, never needed
   if (major < 0) {
     int dev = 0;
@@ -88,22 +91,30 @@ static cudaError_t launch_combine_chunked(const VerifyParams& p, cudaStream_t st
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
   }
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(p.R, p.B, COMBINE_COL_CHUNKS);
-  cfg.blockDim = dim3(COMBINE_CHUNK_THREADS);
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = major >= 9 ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, verify_combine_chunked_kernel, p);
+  return cudaLaunchKernelEx(&cfg, kernel, p);
 }
 
-// The log-sum-exp merge of the split partials (either split kernel): 2 = chunked (PDL on sm_90+),
-// 1 = splits weighted in parallel, 0 = one loop per thread (also past COMBINE_MAX_NSPLIT).
+// The log-sum-exp merge of the split partials (either split kernel): 3 = grouped (any nsplit),
+// 2 = chunked (both PDL on sm_90+), 1 = splits weighted in parallel, 0 = one loop per thread (also
+// past COMBINE_MAX_NSPLIT for 1 and 2).
 static cudaError_t launch_combine(const VerifyParams& p, int combine, cudaStream_t stream) {
+  if (combine == 3) {
+    const int groups = merge_groups(p.nsplit);
+    return launch_dependent(verify_combine_grouped_kernel, dim3(p.R, p.B, MERGE_COL_CHUNKS), dim3(32 * groups),
+                            merge_smem_bytes(groups), p, stream);
+  }
   if (combine == 2 && p.nsplit <= COMBINE_MAX_NSPLIT)
-    return launch_combine_chunked(p, stream);
+    return launch_dependent(verify_combine_chunked_kernel, dim3(p.R, p.B, COMBINE_COL_CHUNKS),
+                            dim3(COMBINE_CHUNK_THREADS), 0, p, stream);
   if (combine >= 1 && p.nsplit <= COMBINE_MAX_NSPLIT)
     verify_combine_parallel_kernel<<<dim3(p.R, p.B), COMBINE_PAR_THREADS, 0, stream>>>(p);
   else

@@ -9,7 +9,8 @@
 // scores are summed through shared memory in a fixed order, so every warp holds identical scores)
 // and V columns [c * 512 / CW, (c + 1) * 512 / CW) of P*V. Online softmax in fp32 (log2 domain).
 // The packed ancestor mask applies to the tree tail only. Lengths are read on the device, so one
-// CUDA graph replays at any prefix length. A second kernel merges the split partials by log-sum-exp.
+// CUDA graph replays at any prefix length. A second kernel merges the split partials (bf16, each
+// normalised by its own sum; fp32 log-sum-exp per row) by log-sum-exp.
 //
 // Configurations (template parameters, picked by the switches in verify_kernel.cu):
 //   CW = 2: BN = 32, 2 stages, <= 255 registers (1 block of 8 warps per SM at RG = 4)
@@ -28,6 +29,7 @@
 #include <stdint.h>
 
 #include "verify_launch.h"
+#include "verify_partials.cuh"
 
 namespace kdengine {
 
@@ -334,7 +336,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
     }
   }
 
-  // Normalise and write this split's partial rows.
+  // Normalise and write this split's partial rows (whole sectors: verify_partials.cuh).
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float lsum = l[r];
@@ -342,12 +344,13 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
     lsum += __shfl_xor_sync(0xffffffff, lsum, 2);
     const float inv = lsum > 0.f ? 1.f / lsum : 0.f;
     const int row = row0 + rg * 16 + lane / 4 + 8 * r;
-    if (row >= R) continue;
-    float* dst = p.part_out + (part_row0 + row) * DV + cw * C::V_PART + (lane % 4) * 2;
+    const bool valid = row < R;
+    __nv_bfloat16* dst = p.part_out + (part_row0 + min(row, R - 1)) * DV + cw * C::V_PART;
 #pragma unroll
-    for (int nt = 0; nt < C::V_PART / 8; ++nt)
-      *reinterpret_cast<float2*>(dst + nt * 8) = make_float2(o[nt][2 * r] * inv, o[nt][2 * r + 1] * inv);
-    if (cw == 0 && lane % 4 == 0)
+    for (int nt = 0; nt < C::V_PART / 8; nt += 2)
+      store_partial16(dst + nt * 8, lane % 4, valid, o[nt][2 * r] * inv, o[nt][2 * r + 1] * inv,
+                      o[nt + 1][2 * r] * inv, o[nt + 1][2 * r + 1] * inv);
+    if (valid && cw == 0 && lane % 4 == 0)
       p.part_lse[part_row0 + row] = lsum > 0.f ? (m[r] + log2f(lsum)) * 0.69314718056f : -INFINITY;
   }
 }
@@ -366,8 +369,7 @@ __global__ void __launch_bounds__(COMBINE_THREADS) verify_combine_kernel(const V
     const float ls = lse[(size_t)s * R];
     if (ls == -INFINITY) continue;
     const float w = __expf(ls - mx);
-    const float4 v = *reinterpret_cast<const float4*>(
-        p.part_out + (((size_t)b * p.nsplit + s) * R + row) * DV + threadIdx.x * 4);
+    const float4 v = load_partial4(p.part_out + (((size_t)b * p.nsplit + s) * R + row) * DV + threadIdx.x * 4);
     sum += w;
     acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
   }
@@ -426,7 +428,7 @@ __global__ void __launch_bounds__(COMBINE_PAR_THREADS) verify_combine_parallel_k
     sum += w;
   }
   sum = block_reduce<false>(sum, red);  // its barrier also publishes w_s
-  const float* src = p.part_out + ((size_t)b * p.nsplit * R + row) * DV + col * 4;
+  const __nv_bfloat16* src = p.part_out + ((size_t)b * p.nsplit * R + row) * DV + col * 4;
   const size_t stride = (size_t)R * DV;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   for (int s0 = group * COMBINE_BATCH; s0 < p.nsplit; s0 += COMBINE_BATCH * COMBINE_GROUPS) {
@@ -436,7 +438,7 @@ __global__ void __launch_bounds__(COMBINE_PAR_THREADS) verify_combine_parallel_k
     for (int k = 0; k < COMBINE_BATCH; ++k) {  // clamped in range; weight 0 past the end
       const int s = min(s0 + k, p.nsplit - 1);
       w[k] = s0 + k < p.nsplit ? w_s[s] : 0.f;
-      v[k] = __ldg(reinterpret_cast<const float4*>(src + s * stride));
+      v[k] = load_partial4(src + s * stride);
     }
 #pragma unroll
     for (int k = 0; k < COMBINE_BATCH; ++k) {
@@ -494,7 +496,7 @@ __global__ void __launch_bounds__(COMBINE_CHUNK_THREADS) verify_combine_chunked_
     sum += w;
   }
   sum = block_reduce<false, COMBINE_CHUNK_THREADS>(sum, red);  // its barrier also publishes w_s
-  const float* src = p.part_out + ((size_t)b * p.nsplit * R + row) * DV + col * 4;
+  const __nv_bfloat16* src = p.part_out + ((size_t)b * p.nsplit * R + row) * DV + col * 4;
   const size_t stride = (size_t)R * DV;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   for (int s0 = group * COMBINE_BATCH; s0 < p.nsplit; s0 += COMBINE_BATCH * COMBINE_SPLIT_GROUPS) {
@@ -504,7 +506,7 @@ __global__ void __launch_bounds__(COMBINE_CHUNK_THREADS) verify_combine_chunked_
     for (int k = 0; k < COMBINE_BATCH; ++k) {  // clamped in range; weight 0 past the end
       const int s = min(s0 + k, p.nsplit - 1);
       w[k] = s0 + k < p.nsplit ? w_s[s] : 0.f;
-      v[k] = __ldg(reinterpret_cast<const float4*>(src + s * stride));
+      v[k] = load_partial4(src + s * stride);
     }
 #pragma unroll
     for (int k = 0; k < COMBINE_BATCH; ++k) {
@@ -525,6 +527,119 @@ __global__ void __launch_bounds__(COMBINE_CHUNK_THREADS) verify_combine_chunked_
   dst[0] = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
   dst[1] = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
   if (blockIdx.z == 0 && threadIdx.x == 0) p.lse[(size_t)b * R + row] = sum > 0.f ? mx + logf(sum) : -INFINITY;
+}
+
+
+// The grouped merge (the default). MERGE_COL_CHUNKS blocks per (row, sequence), each MERGE_CHUNK_COLS
+// columns: one 16-byte load (8 bf16) per lane and partial row. Warp g of the block's `groups` takes
+// splits g, g + groups, ... and keeps its own running max, sum and weighted sum (log-sum-exp over its
+// splits, rescaled per batch of MERGE_BATCH), so every load of a batch (lse and partial rows) is
+// issued at once: no block-wide weighting pass ahead of the partial reads (the merges above wait one
+// L2 round trip for the lse, two barriers, then the partials). One barrier, then the groups' sums are
+// rescaled to the common max and added in a fixed order. Any nsplit (batches loop past
+// MERGE_BATCH * groups). Launched as a programmatic dependent of the split kernel on sm_90+: nothing
+// is read before pdl_wait_primary.
+constexpr int MERGE_VEC = 8;                                // bf16 columns per 16-byte load
+constexpr int MERGE_COL_CHUNKS = 2;                         // blocks per (row, sequence)
+constexpr int MERGE_CHUNK_COLS = DV / MERGE_COL_CHUNKS;     // 256
+constexpr int MERGE_BATCH = 8;                              // partial rows in flight per lane
+constexpr int MERGE_MAX_GROUPS = 16;                        // warps per block
+static_assert(MERGE_CHUNK_COLS == 32 * MERGE_VEC, "one warp covers a column chunk");
+
+// Warps per merge block: the fewest that give each at most MERGE_BATCH splits (a power of two, at
+// most MERGE_MAX_GROUPS).
+inline int merge_groups(int nsplit) {
+  int groups = 1;
+  while (groups < MERGE_MAX_GROUPS && groups * MERGE_BATCH < nsplit) groups *= 2;
+  return groups;
+}
+
+// Dynamic shared memory of a merge block: [MERGE_MAX_GROUPS] max, [MERGE_MAX_GROUPS] sum, then
+// [groups][MERGE_CHUNK_COLS] weighted sums. The max and sum tables are full size whatever `groups`:
+// ptxas reads the tail of a loop over them as one 16-byte load (up to 3 entries past `groups`, never
+// used), which compute-sanitizer memcheck reported past a 1-group block's allocation.
+inline size_t merge_smem_bytes(int groups) {
+  return ((size_t)2 * MERGE_MAX_GROUPS + (size_t)groups * MERGE_CHUNK_COLS) * sizeof(float);
+}
+
+__global__ void __launch_bounds__(32 * MERGE_MAX_GROUPS) verify_combine_grouped_kernel(const VerifyParams p) {
+  extern __shared__ __align__(16) float merge_s[];
+  const int groups = blockDim.x / 32, group = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row = blockIdx.x, b = blockIdx.y, R = p.R, nsplit = p.nsplit;
+  const int col0 = blockIdx.z * MERGE_CHUNK_COLS;
+  const float* lse = p.part_lse + (size_t)b * nsplit * R + row;
+  const __nv_bfloat16* src = p.part_out + ((size_t)b * nsplit * R + row) * DV + col0 + lane * MERGE_VEC;
+  const size_t stride = (size_t)R * DV;
+  pdl_wait_primary();  // launched early (programmatic dependent launch): the partials are complete past here
+
+  float m = -INFINITY, sum = 0.f, acc[MERGE_VEC];
+#pragma unroll
+  for (int i = 0; i < MERGE_VEC; ++i) acc[i] = 0.f;
+  for (int s0 = group; s0 < nsplit; s0 += MERGE_BATCH * groups) {
+    float ls[MERGE_BATCH];
+    uint4 v[MERGE_BATCH];
+#pragma unroll
+    for (int k = 0; k < MERGE_BATCH; ++k) {  // all loads of the batch before any use
+      const int s = s0 + k * groups;
+      ls[k] = -INFINITY;
+      v[k] = make_uint4(0u, 0u, 0u, 0u);
+      if (s < nsplit) {
+        ls[k] = __ldg(lse + (size_t)s * R);
+        v[k] = __ldcs(reinterpret_cast<const uint4*>(src + s * stride));  // read once: evict first
+      }
+    }
+    float mb = m;
+#pragma unroll
+    for (int k = 0; k < MERGE_BATCH; ++k) mb = fmaxf(mb, ls[k]);
+    if (mb == -INFINITY) continue;  // only empty splits so far (uniform over the warp)
+    const float c = __expf(m - mb);  // m = -inf: 0, and acc, sum are still 0
+    sum *= c;
+#pragma unroll
+    for (int i = 0; i < MERGE_VEC; ++i) acc[i] *= c;
+#pragma unroll
+    for (int k = 0; k < MERGE_BATCH; ++k) {
+      if (ls[k] == -INFINITY) continue;  // an empty split's partial row was never written (any bits)
+      const float w = __expf(ls[k] - mb);
+      sum += w;
+      const uint32_t h[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        acc[2 * j] += w * bf16_lo(h[j]);
+        acc[2 * j + 1] += w * bf16_hi(h[j]);
+      }
+    }
+    m = mb;
+  }
+
+  float* m_s = merge_s;  // [MERGE_MAX_GROUPS] (merge_smem_bytes)
+  float* sum_s = m_s + MERGE_MAX_GROUPS;
+  float* acc_s = sum_s + MERGE_MAX_GROUPS;  // [groups][MERGE_CHUNK_COLS]
+  float4* mine = reinterpret_cast<float4*>(acc_s + group * MERGE_CHUNK_COLS + lane * MERGE_VEC);
+  mine[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+  mine[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+  if (lane == 0) {
+    m_s[group] = m;
+    sum_s[group] = sum;
+  }
+  __syncthreads();
+
+  float mx = -INFINITY;
+  for (int g = 0; g < groups; ++g) mx = fmaxf(mx, m_s[g]);
+  float total = 0.f;
+  for (int g = 0; g < groups; ++g) total += m_s[g] == -INFINITY ? 0.f : sum_s[g] * __expf(m_s[g] - mx);
+  const float inv = total > 0.f ? 1.f / total : 0.f;
+  __nv_bfloat16* dst = p.out + ((size_t)b * R + row) * DV + col0;
+  for (int c = 2 * threadIdx.x; c < MERGE_CHUNK_COLS; c += 2 * blockDim.x) {
+    float o0 = 0.f, o1 = 0.f;
+    for (int g = 0; g < groups; ++g) {
+      if (m_s[g] == -INFINITY) continue;
+      const float f = __expf(m_s[g] - mx);
+      const float2 a = *reinterpret_cast<const float2*>(acc_s + g * MERGE_CHUNK_COLS + c);
+      o0 += f * a.x, o1 += f * a.y;
+    }
+    *reinterpret_cast<__nv_bfloat162*>(dst + c) = __floats2bfloat162_rn(o0 * inv, o1 * inv);
+  }
+  if (blockIdx.z == 0 && threadIdx.x == 0) p.lse[(size_t)b * R + row] = total > 0.f ? mx + logf(total) : -INFINITY;
 }
 
 }  // namespace kdengine

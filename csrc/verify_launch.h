@@ -21,7 +21,7 @@ struct VerifyParams {
   const int* page_table;  // [B, max_pages]
   const int* prefix_len;  // [B], read on the device only
   const int* mask_bits;  // [B, T, W]
-  float* part_out;  // [B, nsplit, R, 512] split partials, normalised
+  __nv_bfloat16* part_out;  // [B, nsplit, R, 512] split partials, normalised (bf16: half the merge's bytes)
   float* part_lse;  // [B, nsplit, R] natural log, -inf for an empty split
   __nv_bfloat16* out;  // [B, R, 512]
   float* lse;  // [B, R] natural log
@@ -42,7 +42,8 @@ int blocks_per_sm(int R, int col_warps, int max_row_groups, bool pingpong);
 // rows per block) or 16 for its streaming variant "wide2"; combine: 0 = one loop over the splits per
 // thread, 1 = splits weighted in parallel first, then batched loads in 4 thread groups, 2 = the same
 // in COMBINE_COL_CHUNKS blocks per row of 128 columns each, 8 thread groups over the splits (1 and 2
-// need nsplit <= 1024, else 0 is used);
+// need nsplit <= 1024, else 0 is used), 3 = "grouped": one warp per split group keeps its own
+// log-sum-exp state, one barrier (any nsplit; verify_kernel.cuh);
 // pingpong (wide layout only): the two row halves run softmax and P*V in opposite orders.
 cudaError_t launch_verify(const VerifyParams& p, int col_warps, int max_row_groups, bool pingpong, int combine,
                           cudaStream_t stream);

@@ -38,6 +38,7 @@
 #include <stdint.h>
 
 #include "verify_launch.h"
+#include "verify_partials.cuh"
 
 namespace kdengine {
 namespace sm90 {
@@ -577,18 +578,20 @@ __global__ void __launch_bounds__(THREADS, 1)
     }
   }
 
-  // Normalise and write this split's partial rows (fp32) and their lse (natural log).
+  // Normalise and write this split's partial rows (bf16) and their lse (natural log). The merge may
+  // launch now (programmatic dependent launch; it waits for this grid to complete before any read).
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   const int lane = tid % 32;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    if (!rows.valid[h]) continue;
     const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
-    const size_t row = part_row0 + row0 + rows.local[h];
-    float* dst = p.part_out + row * DV + w * V_COLS + 2 * (lane % 4);
+    const size_t row = part_row0 + row0 + rows.local[h];  // rows.local[h] < R - row0 where valid
+    __nv_bfloat16* dst = p.part_out + (rows.valid[h] ? row : part_row0) * DV + w * V_COLS;
 #pragma unroll
-    for (int j = 0; j < V_COLS / 8; ++j)
-      *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
-    if (w == 0 && lane % 4 == 0)
+    for (int j = 0; j < V_COLS / 8; j += 2)  // whole sectors (verify_partials.cuh)
+      store_partial16(dst + 8 * j, lane % 4, rows.valid[h], o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv,
+                      o[4 * j + 4 + 2 * h] * inv, o[4 * j + 4 + 2 * h + 1] * inv);
+    if (rows.valid[h] && w == 0 && lane % 4 == 0)
       p.part_lse[row] = l[h] > 0.f ? (m[h] + log2f(l[h])) * 0.69314718056f : -INFINITY;
   }
 #else

@@ -418,12 +418,13 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = mi * 16 + lane / 4 + 8 * h;
-      if (row0 + r >= R) continue;
+      const bool valid = row0 + r < R;
       const float inv = inv_s[r];
-      float* dst = p.part_out + (part_row0 + row0 + r) * DV + warp * C::V_PART + (lane % 4) * 2;
+      __nv_bfloat16* dst = p.part_out + (part_row0 + min(row0 + r, R - 1)) * DV + warp * C::V_PART;
 #pragma unroll
-      for (int nt = 0; nt < C::V_PART / 8; ++nt)
-        *reinterpret_cast<float2*>(dst + nt * 8) = make_float2(o[mi][nt][2 * h] * inv, o[mi][nt][2 * h + 1] * inv);
+      for (int nt = 0; nt < C::V_PART / 8; nt += 2)  // whole sectors (verify_partials.cuh)
+        store_partial16(dst + nt * 8, lane % 4, valid, o[mi][nt][2 * h] * inv, o[mi][nt][2 * h + 1] * inv,
+                        o[mi][nt + 1][2 * h] * inv, o[mi][nt + 1][2 * h + 1] * inv);
     }
 }
 

@@ -32,7 +32,7 @@ from kdengine.ops.shapes import DV
 CONTEXTS = (4096, 16384, 65536)
 TREE_SIZES = (16, 64)
 NSPLITS = (16, 32, 64, 128, 256, "auto")
-SETS = ("full", "peers", "mma", "sm90", "nsplit")
+SETS = ("full", "peers", "mma", "sm90", "paths", "nsplit")
 # The sm90 path's rows: backend name -> schedule (kdengine.ops.cuda_backend.SCHEDULES). (In the first
 # record, perf_history/kernel/verify_kernel_sm90_*_ebda896.json, "cuda_sm90" was the seesaw schedule.)
 SM90_BACKENDS = {"cuda_sm90_both": "both", "cuda_sm90_staggered": "staggered", "cuda_sm90_seesaw": "seesaw"}
@@ -103,8 +103,9 @@ def launcher(name: str, inp, bits, nsplit, *, scalar_loads: bool = False, layout
         splits = cuda_backend.plan_nsplit_sm90(inp.q, inp.kv_cache, inp.page_table, nsplit)
         out, lse = cuda_backend.alloc_outputs(inp.q)
         args = (inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, bits, out, lse)
+        combine = layout[2] if layout else cuda_backend.DEFAULT_COMBINE  # only the merge of a layout applies
         call = lambda: cuda_backend.launch_sm90(*args, sm_scale=inp.sm_scale, nsplit=splits,
-                                                schedule=SM90_BACKENDS[name])
+                                                schedule=SM90_BACKENDS[name], combine=combine)
         return call, splits, lambda: out
     result = {}
     if name == "torch":
@@ -157,6 +158,10 @@ def default_label() -> str:
 DISPATCH = "cuda"
 
 
+def hopper() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+
+
 def variants(N: int, T: int, which: str = "full"):
     """(label, backend, nsplit, scalar_loads, layout) measured at one size. `peers`: the cuda default,
     triton, the unfused torch composition and the peers. `mma`: the wide2 layout (streaming loads, lazy
@@ -165,11 +170,20 @@ def variants(N: int, T: int, which: str = "full"):
     every NSPLIT for the default (wide2, ping-pong, merge 2) and for the wide layout (64 rows per block,
     parallel merge) with and without ping-pong halves, the wide layout at 32 rows, the 2-warp layout
     with the serial merge, the 2-warp layout with the parallel merge and the wide layout's scalar-load
-    build at the automatic NSPLIT, and triton_extend at 65k T=16."""
+    build at the automatic NSPLIT, and triton_extend at 65k T=16. `paths`: the defaults of both cuda
+    paths (the sm90 kernel on Hopper), each also with the chunked merge, and the peers."""
     base = [(default_label(), "cuda", "auto", False, None), ("triton", "triton", None, False, None),
             ("torch", "torch", None, False, None)] + [(p, p, None, False, None) for p in peers.PEERS]
     if which == "peers":  # the dispatched call (the sm90 kernel on Hopper) beside the mma.sync default
         return [(DISPATCH, "cuda_auto", "auto", False, None), *base]
+    if which == "paths":  # both cuda paths' defaults (mma.sync; sm90 on Hopper) and each with the chunked
+        # merge (combine 2, the previous default), beside the peers
+        cw, rg, _, pp = default_layout()
+        chunked = (cw, rg, 2, pp)
+        mma = [base[0], (f"cuda/{layout_label(*chunked)}/sauto", "cuda", "auto", False, chunked)]
+        sm90 = [("cuda_sm90_staggered/sauto", "cuda_sm90_staggered", "auto", False, None),
+                ("cuda_sm90_staggered/comb2/sauto", "cuda_sm90_staggered", "auto", False, chunked)] if hopper() else []
+        return [*mma, *sm90, *base[3:]]
     if which == "mma":  # the mma.sync layouts: wide2 (16) at several NSPLIT, merges and row tilings, the wide
         # layout with both parallel merges (the default row is appended below), the peers
         lays = [((32, 4, 2, False), (16, 32, 64, 128, "auto")), ((16, 4, 2, True), (16, 32, 64, 128, "auto")),
@@ -380,7 +394,8 @@ def build_parser(prog: str = "python -m kdengine.bench.kernel") -> argparse.Argu
     p.add_argument("--set", choices=SETS, default="full",
                    help="full: every layout and NSPLIT; peers: the dispatched cuda call (what verify/cuda "
                         "times), the mma.sync default, triton, torch, the peers; mma / sm90: one path's "
-                        "variants; nsplit: the dispatched call at fixed NSPLIT beside auto")
+                        "variants; paths: both cuda paths' defaults, each with the chunked merge, and the "
+                        "peers; nsplit: the dispatched call at fixed NSPLIT beside auto")
     p.add_argument("--commit", default=None,
                    help="the commit measured (wins over the tree's .git, kept as git_head: device copies)")
     p.set_defaults(func=measure)

@@ -38,11 +38,16 @@ DEFAULT_ROW_GROUPS = 4
 # Wide layout only: the two row halves of a block run their softmax and P*V in opposite orders (each
 # half's softmax overlaps the other half's tensor-core work; two P buffers, one 128-thread barrier).
 DEFAULT_PINGPONG = True
-# Merge kernel: 0 = one loop over the splits per thread, 1 = split weights computed in parallel
-# first, then 4 thread groups over the splits with 8 partial rows in flight per thread; 2 = the same
-# over 4 blocks per row (128 columns each) and 8 thread groups (4x the blocks of 1).
-COMBINES = (0, 1, 2)
-DEFAULT_COMBINE = 2
+# Merge kernel (csrc/verify_kernel.cuh; the split partials are bf16 [B, nsplit, T*H, 512], their lse
+# fp32): 0 = one loop over the splits per thread, 1 = split weights computed in parallel first, then 4
+# thread groups over the splits with 8 partial rows in flight per thread; 2 = the same over 4 blocks
+# per row (128 columns each) and 8 thread groups (4x the blocks of 1); 3 = "grouped": 2 blocks per row,
+# one warp per split group with its own log-sum-exp state (lse and partial loads of a batch issued
+# together, one barrier), any nsplit. Default 3: against 2 on the same bf16 partials in one H200 run it
+# was 0.5-1.8 us faster on the mma.sync path and 0.2-15.3 us on the sm90 path at the six sizes
+# (perf_history/kernel/verify_kernel_gpu-nvidia-h200-sm90_75d088d_paths.json).
+COMBINES = (0, 1, 2, 3)
+DEFAULT_COMBINE = 3
 # Shortest split for `auto`: four 16-token tiles of the wide layout. At ctx 4096, T 16 one wave of 64
 # splits of 64 tokens ran faster than 32 splits of 128 on the H200
 # (perf_history/records/verify_kernel_cudagraph.txt).
@@ -104,9 +109,10 @@ def available(device: torch.device) -> str | None:
 
 
 def alloc_partials(q: torch.Tensor, nsplit: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The split partials of a call: part_out fp32 [B, nsplit, T*H, DV], part_lse fp32 [B, nsplit, T*H]."""
+    """The split partials of a call: part_out bf16 [B, nsplit, T*H, DV] (each split's O normalised by
+    its own sum: half the merge's bytes of fp32), part_lse fp32 [B, nsplit, T*H]."""
     B, T, H, _ = q.shape
-    return (torch.empty(B, nsplit, T * H, DV, dtype=torch.float32, device=q.device),
+    return (torch.empty(B, nsplit, T * H, DV, dtype=torch.bfloat16, device=q.device),
             torch.empty(B, nsplit, T * H, dtype=torch.float32, device=q.device))
 
 

@@ -2,7 +2,7 @@
 availability reason, the nvcc flag assembly and the `kdengine build` parser.
 
 GPU tests (marked gpu) poison every output first, use fresh random inputs, and require relative L2
-error < 1e-2 on out and |lse - ref| < 1e-2.
+error < 1e-2 on out and |lse - ref| < 1e-2 (the split partials are bf16, their lse fp32).
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def test_launch_rejects_a_bad_warp_layout():
     with pytest.raises(ValueError, match="row_groups"):
         cuda_backend.launch(*[None] * 7, sm_scale=1.0, nsplit=1, row_groups=3)
     with pytest.raises(ValueError, match="combine"):
-        cuda_backend.launch(*[None] * 7, sm_scale=1.0, nsplit=1, combine=3)
+        cuda_backend.launch(*[None] * 7, sm_scale=1.0, nsplit=1, combine=4)
 
 
 def test_auto_nsplit_fills_one_wave_without_empty_splits():
@@ -190,7 +190,8 @@ WIDE2_CASES = CONTRACT + ODD + [TestParam(16, [65000, 17, 4000, 129], B=4), Test
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", [(cuda_backend.WIDE2, 1, False), (cuda_backend.WIDE2, 2, False),
-                                    (cuda_backend.WIDE2, 2, True), (cuda_backend.WIDE2X16, 2, False)],
+                                    (cuda_backend.WIDE2, 2, True), (cuda_backend.WIDE2, 3, True),
+                                    (cuda_backend.WIDE2X16, 2, False)],
                          ids=lambda lay: f"cw{lay[0]}-comb{lay[1]}" + ("-pp" if lay[2] else ""))
 @pytest.mark.parametrize("tp", WIDE2_CASES, ids=lambda tp: f"T{tp.T}-p{tp.prefix}-H{tp.H}-B{tp.B}-s{tp.nsplit}")
 def test_wide2_matches_reference(tp, layout):
@@ -238,6 +239,17 @@ def test_both_merges(tp, combine):
     inp = _problem(tp, seed=21)
     out, lse = _run_poisoned(inp, tp.nsplit, combine=combine)
     _check(inp, out, lse)
+
+
+@pytest.mark.gpu
+def test_fp32_partials_are_rejected():
+    inp = _problem(TestParam(16, 100), seed=4)
+    out, lse = cuda_backend.alloc_outputs(inp.q)
+    part_out, part_lse = cuda_backend.alloc_partials(inp.q, 2)
+    args = (inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, pack_tree_mask(inp.tree_mask), out, lse)
+    with pytest.raises(RuntimeError, match="part_out must be bf16"):
+        build.load_extension().launch(*args, part_out.float(), part_lse, inp.sm_scale, 2, cuda_backend.DEFAULT_COL_WARPS,
+                                      cuda_backend.DEFAULT_ROW_GROUPS, True, cuda_backend.DEFAULT_COMBINE)
 
 
 @pytest.mark.gpu

@@ -29,7 +29,7 @@ def compile_ptx(arch: str, scalar_loads: bool = False) -> str:
 
 
 def split_kernel_bodies(ptx: str) -> str:
-    """The PTX of the attention (split) kernel entries only: the merge kernel reads fp32 partials
+    """The PTX of the attention (split) kernel entries only: the merge kernels read the partials
     and would otherwise count as a wide load."""
     entries = re.split(r"(?=\.visible \.entry)", ptx)
     return "\n".join(e for e in entries if e.startswith(".visible .entry") and "verify_split_kernel" in e.split("(")[0])
