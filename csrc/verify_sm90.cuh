@@ -691,6 +691,11 @@ __global__ void __launch_bounds__(THREADS, 1)
       for (int i = 0; i < steps; ++i) {
         const int tile_start = start + 2 * i * BN, slot = (i & 1) * BM;
         const bool has_b = 2 * i + 1 < ntiles;
+        if (i > 0) {  // P_b V_bL of the previous step done: stage 1 is free on this side (before S waits on stage 0)
+          wgmma_wait<0>();
+          reg_fence(o);
+          for (int g = 0; g < NGROUP; ++g) free_group(1, g);
+        }
         if (tile_start + BN > end) {
           wait_tile(full_bar, i & 1);
           zero_rows(sm + KV_OFF, end - tile_start, wtid, 128);
@@ -700,10 +705,6 @@ __global__ void __launch_bounds__(THREADS, 1)
         for (int k = 0; k < 32; ++k) s[k] = 0.f;
         issue_qk_pair<false>(s, q_s, stage0, full_bar, i & 1);
         if (has_b) bar_arrive(BAR_ISSUE, 128 * CONSUMERS);  // warpgroup 1's S queues behind this one
-        if (i > 0) {  // P_b V_bL of the previous step done: its stage is free on this side
-          wgmma_wait<1>();
-          for (int g = 0; g < NGROUP; ++g) free_group(1, g);
-        }
         wgmma_wait<0>();
         reg_fence(s);
         reg_fence(o);
@@ -782,7 +783,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         if (wtid % 4 == 0)
 #pragma unroll
           for (int h = 0; h < 2; ++h) mp1_tab[slot + rows.local[h]] = m[h];
-        bar_arrive(BAR_MAX + 1, 128 * CONSUMERS);
+        bar_sync(BAR_MAX + 1, 128 * CONSUMERS);  // (sync, not arrive: warpgroup 0 is normally there first)
         reg_fence(o);
         rescale(o, sc);
         reg_fence(o);
