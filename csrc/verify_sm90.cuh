@@ -34,8 +34,13 @@
 // swizzle mode and three operand shapes; ci/gpu/sm90_probe.cu checks them (and the TMA swizzle) on the
 // device against a host product.
 // Measured on the H200 (perf_history/kernel/verify_kernel_sm90_*_3543d28.json): STAGGERED fastest of the
-// three everywhere. At T=64 the tensor pipe is ~74% busy (ncu) but a third of that work is the
-// duplicated S: a SEESAW whose softmax chain does not serialize the warpgroups is the next step.
+// first three everywhere; at T=64 the tensor pipe is ~74% busy (ncu) but a third of that work is the
+// duplicated S. PAIR (perf_history/kernel/verify_kernel_pair_*_6094a27.json) does 0.65x that tensor work
+// and is 1-5% faster at T=64 (65k: 176.8 against 182.2 us; FlashMLA 119.6), mixed at T=16. ncu at 65k T=64:
+// tensor pipe 52% busy (86 us of 165), long-scoreboard and barrier stalls 3.1 and 2.5 per issue against
+// 1.0 and 0.6. Likely cause (not yet shown): two stages that both hold the step's tiles, so a group's
+// reload starts only when its last reader is done and the load latency is exposed; freeing stage 1
+// before the next S waits on stage 0 took 65k T=64 from 188.6 to 176.8 us (..._85df096.json).
 // ptxas: SEESAW gets an injected warpgroup.wait (C7517) at the O rescale that follows the S issue.
 #pragma once
 

@@ -71,11 +71,16 @@ SM90_MIN_TOKENS_PER_SPLIT = 128
 # pair = FlashMLA's split of the work: warpgroup 0 computes S of the even tiles, 1 of the odd ones, they
 # exchange only the per-row max before P V, and each runs P V of both tiles on its own 256 O columns (each
 # tile's P goes through its rope chunk); every KV tile is released in three chunk groups as its users finish.
+# H200, one run beside staggered and FlashMLA (perf_history/kernel/verify_kernel_pair_*_6094a27.json): at
+# T=64 pair ran 28.9 / 57.6 / 176.8 us against 29.3 / 60.3 / 182.2 for staggered at 4k / 16k / 65k
+# (FlashMLA 25.2 / 49.8 / 119.6); at T=16 16.0 / 26.4 / 57.5 against 16.8 / 26.0 / 58.1 (mixed). It does
+# 0.65x the tensor work of staggered but its tensor pipe is idle half the time (ncu at 65k T=64: 52% busy
+# against 74%; csrc/verify_sm90.cuh says why, as far as known): the default from 512 rows only.
 SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3}
 DEFAULT_SCHEDULE = "staggered"
-# Query rows per sequence (R = T * H) from which the default is pair instead: with many row tiles per KV
-# split the duplicated Q*K^T of staggered dominates (H200, 65k T=64: 1.53x the useful tensor work).
-PAIR_MIN_ROWS = 256
+# Query rows per sequence (R = T * H) from which the default is pair instead: measured faster at every T=64
+# size (512 rows at H=8); T=16 (128 rows) was mixed; 256 rows (T=32) was not measured.
+PAIR_MIN_ROWS = 512
 
 
 def pick_schedule(T: int, H: int) -> str:
