@@ -19,16 +19,28 @@
 //     factor into a 2-slot table, then signals a named barrier; the other warpgroup rescales its O
 //     half and runs P V from shared memory while the owner runs its own P V from registers. Each
 //     warpgroup computes S of every other tile, and one group's softmax overlaps the other's MMAs.
+//   PAIR (FlashMLA's split of the work): per step, warpgroup 0 computes S of tile 2i (stage 0) and
+//     warpgroup 1 S of tile 2i + 1 (stage 1), warpgroup 1's S issued behind warpgroup 0's. Only the
+//     row maxima cross before the P V issue: warpgroup 0 publishes max(m, rowmax S_2i), warpgroup 1
+//     the step's max; each P (bf16, relative to the step's max) goes through its tile's rope chunk,
+//     and each warpgroup runs P V of both tiles on its own 256 O columns. A tile arrives and is freed
+//     in three chunk groups (V columns of warpgroup 0, of warpgroup 1, the rope chunk), each streamed
+//     by its own producer lane, so the next tile's loads start as soon as that group's last reader is done.
 // Splits, partials and lse follow VerifyParams (verify_launch.h); the merge is the shared merge kernel.
 // Tiles past the sequence end: rows at and past `end` of the last tile are zeroed in shared memory
 // before use (TMA copies whole pages; a pool slot past the end may hold anything, NaN included).
-// Shared memory: Q 72 KB + 2 KV stages of 72 KB + barriers + the seesaw row table = 219 KB (of 227).
+// Shared memory: Q 72 KB + 2 KV stages of 72 KB + barriers + the row tables (seesaw, pair) = 219 KB (of 227).
 // Descriptors are built by hand (make_desc, 5 lines) instead of CuTe's: no CUTLASS dependency for one
 // swizzle mode and three operand shapes; ci/gpu/sm90_probe.cu checks them (and the TMA swizzle) on the
 // device against a host product.
 // Measured on the H200 (perf_history/kernel/verify_kernel_sm90_*_3543d28.json): STAGGERED fastest of the
-// three everywhere. At T=64 the tensor pipe is ~74% busy (ncu) but a third of that work is the
-// duplicated S: a SEESAW whose softmax chain does not serialize the warpgroups is the next step.
+// first three everywhere; at T=64 the tensor pipe is ~74% busy (ncu) but a third of that work is the
+// duplicated S. PAIR (perf_history/kernel/verify_kernel_pair_*_6094a27.json) does 0.65x that tensor work
+// and is 1-5% faster at T=64 (65k: 176.8 against 182.2 us; FlashMLA 119.6), mixed at T=16. ncu at 65k T=64:
+// tensor pipe 52% busy (86 us of 165), long-scoreboard and barrier stalls 3.1 and 2.5 per issue against
+// 1.0 and 0.6. Likely cause (not yet shown): two stages that both hold the step's tiles, so a group's
+// reload starts only when its last reader is done and the load latency is exposed; freeing stage 1
+// before the next S waits on stage 0 took 65k T=64 from 188.6 to 176.8 us (..._85df096.json).
 // ptxas: SEESAW gets an injected warpgroup.wait (C7517) at the O rescale that follows the S issue.
 #pragma once
 
@@ -60,18 +72,22 @@ constexpr int KV_OFF = TILE_BYTES;
 // A KV tile arrives in NGROUP chunk groups, each on its own full barrier: S starts on the first dims
 // while the rest of the tile is in flight.
 constexpr int NGROUP = 3, GROUP_CHUNKS = NCHUNK / NGROUP;
-constexpr int BAR_OFF = KV_OFF + STAGES * TILE_BYTES;  // full[STAGES][NGROUP], empty[STAGES], q
+// PAIR groups a tile by its users instead: V columns of warpgroup 0 (chunks 0-3), of warpgroup 1
+// (4-7), the rope chunk (8; P after S). Each group is released on its own empty barrier.
+__host__ __device__ constexpr int pair_group(int g) { return g < NGROUP ? 4 * g : NCHUNK; }  // first chunk of g
+constexpr int BAR_OFF = KV_OFF + STAGES * TILE_BYTES;  // full[STAGES][NGROUP], empty[STAGES], q, pair_empty[STAGES][NGROUP]
 constexpr int STATE_OFF = BAR_OFF + 128;         // m, l, rescale: [3][2 slots][BM] fp32
 constexpr int SMEM = STATE_OFF + 3 * 2 * BM * 4 + 1024;  // + slack to align the base to 1024 B
 static_assert(SMEM <= 227 * 1024, "over sm_90's 227 KB of shared memory per block");
-static_assert(NCHUNK % NGROUP == 0 && (STAGES * (NGROUP + 1) + 1) * 8 <= 128, "barrier layout");
+static_assert(NCHUNK % NGROUP == 0 && (STAGES * (2 * NGROUP + 1) + 1) * 8 <= 128, "barrier layout");
 // setmaxnreg: 384 threads x 168 registers at launch; the producer gives 128 of its 168 back.
 constexpr int PRODUCER_REGS = 40;
 constexpr int CONSUMER_REGS = 232;
 // Named barriers (0 is __syncthreads): 1, 2 = one consumer warpgroup; 3, 4 = P of an even / odd tile
-// ready (seesaw); 5 = both consumer warpgroups; 6, 7 = warpgroup 0 / 1 may issue S (staggered).
-constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6;
-enum Schedule { BOTH = 0, SEESAW = 1, STAGGERED = 2 };
+// ready (seesaw, pair); 5 = both consumer warpgroups; 6, 7 = warpgroup 0 / 1 may issue S (staggered);
+// pair: 8 = the row max of the even tile ready, 9 = the pair's row max ready, 10 = warpgroup 0 issued S.
+constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6, BAR_MAX = 8, BAR_ISSUE = 10;
+enum Schedule { BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3 };
 
 // --- PTX wrappers (sm_90a) --------------------------------------------------------------------------
 
@@ -259,6 +275,37 @@ __device__ __forceinline__ void issue_qk(float (&s)[32], uint32_t q_s, uint32_t 
   wgmma_commit();
 }
 
+// S k-steps of chunk group G (pair_group) once its full barrier flipped; FIRST: the group that starts S.
+template <int G, bool FIRST>
+__device__ __forceinline__ void issue_qk_group(float (&s)[32], uint64_t qd, uint64_t kd, uint32_t full_bars,
+                                               int parity) {
+  mbar_wait(full_bars + 8 * G, parity);
+  wgmma_fence();
+#pragma unroll
+  for (int ks = 4 * pair_group(G); ks < 4 * pair_group(G + 1); ++ks) {
+    const uint64_t off = (ks / 4) * (CHUNK_BYTES >> 4) + (ks % 4) * 2;  // 16-byte units
+    wgmma_qk(s, qd + off, kd + off, !FIRST || ks > 4 * pair_group(G));
+  }
+}
+
+// S of one tile for PAIR, its chunk groups in the order the stage frees them (RIGHT_FIRST: warpgroup
+// 1's V columns, the rope chunk, then warpgroup 0's columns); issued and committed, not waited.
+template <bool RIGHT_FIRST>
+__device__ __forceinline__ void issue_qk_pair(float (&s)[32], uint32_t q_s, uint32_t tile, uint32_t full_bars,
+                                              int parity) {
+  const uint64_t qd = make_desc(q_s, 16, 1024), kd = make_desc(tile, 16, 1024);
+  if constexpr (RIGHT_FIRST) {
+    issue_qk_group<1, true>(s, qd, kd, full_bars, parity);
+    issue_qk_group<2, false>(s, qd, kd, full_bars, parity);
+    issue_qk_group<0, false>(s, qd, kd, full_bars, parity);
+  } else {
+    issue_qk_group<0, true>(s, qd, kd, full_bars, parity);
+    issue_qk_group<1, false>(s, qd, kd, full_bars, parity);
+    issue_qk_group<2, false>(s, qd, kd, full_bars, parity);
+  }
+  wgmma_commit();
+}
+
 // Every chunk group of a tile landed.
 __device__ __forceinline__ void wait_tile(uint32_t full_bars, int parity) {
 #pragma unroll
@@ -284,11 +331,10 @@ __device__ __forceinline__ void issue_pv_ss(float (&o)[128], uint32_t tile, int 
   wgmma_commit();
 }
 
-// Online softmax of one tile: scale, mask (tail tiles), new row max / sum from the previous (m, l),
-// P (bf16, A-fragment order) and the rescale factor of the O accumulated so far.
-__device__ __forceinline__ void softmax_tile(const VerifyParams& p, const Rows& rows, float (&s)[32], int tile_start,
-                                             int prefix, int end, float (&m)[2], float (&l)[2], float (&scale)[2],
-                                             uint32_t (&pa)[4][4]) {
+// Scale S into the log2 domain, mask it (tail tiles only: past `end`, and tree columns the row may not
+// see) and return each row's max (reduced over the row's quad of lanes).
+__device__ __forceinline__ void mask_rowmax(const VerifyParams& p, const Rows& rows, float (&s)[32], int tile_start,
+                                            int prefix, int end, float (&mx)[2]) {
   const int lane = threadIdx.x % 32;
   const bool tail = tile_start + BN > prefix;
 #pragma unroll
@@ -310,30 +356,59 @@ __device__ __forceinline__ void softmax_tile(const VerifyParams& p, const Rows& 
     }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float mx = -INFINITY;
+    float v = -INFINITY;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-    const float m_new = fmaxf(m[h], mx);
-    const float m_use = m_new == -INFINITY ? 0.f : m_new;
-    scale[h] = exp2f(m[h] - m_use);
-    float sum = 0.f;
+    for (int j = 0; j < 8; ++j) v = fmaxf(v, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+    v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, 1));
+    mx[h] = fmaxf(v, __shfl_xor_sync(0xffffffff, v, 2));
+  }
+}
+
+// A row max that is usable as an exponent offset (-inf: the row saw nothing yet, P is 0 anyway).
+__device__ __forceinline__ float finite_max(float m) { return m == -INFINITY ? 0.f : m; }
+
+// P = exp2(S - m_use) in place; the row sums (reduced over the quad).
+__device__ __forceinline__ void exp_rows(float (&s)[32], const float (&m_use)[2], float (&sum)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float acc = 0.f;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      s[4 * j + 2 * h] = exp2f(s[4 * j + 2 * h] - m_use);
-      s[4 * j + 2 * h + 1] = exp2f(s[4 * j + 2 * h + 1] - m_use);
-      sum += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
+      s[4 * j + 2 * h] = exp2f(s[4 * j + 2 * h] - m_use[h]);
+      s[4 * j + 2 * h + 1] = exp2f(s[4 * j + 2 * h + 1] - m_use[h]);
+      acc += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
     }
-    sum += __shfl_xor_sync(0xffffffff, sum, 1);
-    sum += __shfl_xor_sync(0xffffffff, sum, 2);
-    l[h] = l[h] * scale[h] + sum;
-    m[h] = m_new;
+    acc += __shfl_xor_sync(0xffffffff, acc, 1);
+    sum[h] = acc + __shfl_xor_sync(0xffffffff, acc, 2);
   }
+}
+
+// P (fp32 accumulator order) as bf16 A fragments: pa[kk] = tokens 16 kk .. 16 kk + 15.
+__device__ __forceinline__ void pack_p(const float (&s)[32], uint32_t (&pa)[4][4]) {
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
     for (int i = 0; i < 4; ++i) pa[kk][i] = pack_bf16(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
+}
+
+// Online softmax of one tile: scale, mask (tail tiles), new row max / sum from the previous (m, l),
+// P (bf16, A-fragment order) and the rescale factor of the O accumulated so far.
+__device__ __forceinline__ void softmax_tile(const VerifyParams& p, const Rows& rows, float (&s)[32], int tile_start,
+                                             int prefix, int end, float (&m)[2], float (&l)[2], float (&scale)[2],
+                                             uint32_t (&pa)[4][4]) {
+  float mx[2], m_use[2], sum[2];
+  mask_rowmax(p, rows, s, tile_start, prefix, end, mx);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float m_new = fmaxf(m[h], mx[h]);
+    m_use[h] = finite_max(m_new);
+    scale[h] = exp2f(m[h] - m_use[h]);
+    m[h] = m_new;
+  }
+  exp_rows(s, m_use, sum);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) l[h] = l[h] * scale[h] + sum[h];
+  pack_p(s, pa);
 }
 
 __device__ __forceinline__ void rescale(float (&o)[128], const float (&scale)[2]) {
@@ -358,6 +433,23 @@ __device__ __forceinline__ void store_p(unsigned char* tile, const Rows& rows, c
     }
 }
 
+// P * sc (per row) into the tile's rope chunk, the same layout as store_p, packed on the fly from the
+// fp32 P (the A fragments of an in-flight P V stay untouched).
+__device__ __forceinline__ void store_p_scaled(unsigned char* tile, const Rows& rows, const float (&s)[32],
+                                               const float (&sc)[2]) {
+  const int q = threadIdx.x % 4;
+  unsigned char* dst = tile + P_CHUNK * CHUNK_BYTES;
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = rows.local[i & 1], unit = 2 * kk + (i >> 1);
+      const float f = sc[i & 1];
+      *reinterpret_cast<uint32_t*>(dst + r * 128 + ((unit ^ (r & 7)) << 4) + 4 * q) =
+          pack_bf16(s[8 * kk + 2 * i] * f, s[8 * kk + 2 * i + 1] * f);
+    }
+}
+
 // Zero token rows [first, BN) of a tile (all 576 dims), generic stores fenced for the async proxy.
 __device__ __forceinline__ void zero_rows(unsigned char* tile, int first, int tid, int nthreads) {
   const int units = (BN - first) * NCHUNK * 8;
@@ -372,6 +464,24 @@ __device__ __forceinline__ void release(uint32_t empty_bar) {
   if (threadIdx.x % 32 == 0) mbar_arrive(empty_bar);
 }
 
+// The TMA loads of chunks [c0, c1) of the KV tile at tile_start into dst, counted on full barrier fb.
+__device__ __forceinline__ void load_group(const VerifyParams& p, const CUtensorMap* kv_map, const int* pages,
+                                           int tile_start, int end, uint32_t dst, int c0, int c1, uint32_t fb) {
+  const int ps = p.page_size;
+  if (ps >= BN) {
+    const int row = __ldg(pages + (tile_start >> p.page_shift)) * ps + (tile_start & (ps - 1));
+    mbar_expect_tx(fb, (c1 - c0) * CHUNK_BYTES);
+    for (int k = c0; k < c1; ++k) tma_load(dst + k * CHUNK_BYTES, kv_map, k * SW, row, fb);
+  } else {  // several pages per tile: one box of ps rows per page that holds tokens before `end`
+    const int npages = min(BN / ps, (end - tile_start + ps - 1) / ps);
+    mbar_expect_tx(fb, npages * ps * 128 * (c1 - c0));
+    for (int pg = 0; pg < npages; ++pg) {
+      const int row = __ldg(pages + ((tile_start + pg * ps) >> p.page_shift)) * ps;
+      for (int k = c0; k < c1; ++k) tma_load(dst + k * CHUNK_BYTES + pg * ps * 128, kv_map, k * SW, row, fb);
+    }
+  }
+}
+
 // --- the kernel -------------------------------------------------------------------------------------
 
 template <int SCHEDULE>
@@ -384,9 +494,9 @@ __global__ void __launch_bounds__(THREADS, 1)
   unsigned char* sm = smem_raw + (((raw + 1023) & ~1023u) - raw);  // 1024-byte aligned (swizzle atoms)
   const uint32_t base = smem_u32(sm);
   const uint32_t q_s = base + Q_OFF, kv_s = base + KV_OFF;
-  // full[stage][group] at full_bar + 8 (NGROUP stage + group); empty[stage]; q
+  // full[stage][group] at full_bar + 8 (NGROUP stage + group); empty[stage]; q; PAIR's empty[stage][group]
   const uint32_t full_bar = base + BAR_OFF, empty_bar = full_bar + 8 * STAGES * NGROUP;
-  const uint32_t q_bar = empty_bar + 8 * STAGES;
+  const uint32_t q_bar = empty_bar + 8 * STAGES, pair_empty = q_bar + 8;
   float* m_tab = reinterpret_cast<float*>(sm + STATE_OFF);  // [2][BM]
   float* l_tab = m_tab + 2 * BM;
   float* sc_tab = l_tab + 2 * BM;
@@ -411,6 +521,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     for (int s = 0; s < STAGES; ++s) {
       for (int g = 0; g < NGROUP; ++g) mbar_init(full_bar + 8 * (NGROUP * s + g), 1);
       mbar_init(empty_bar + 8 * s, 4 * CONSUMERS);  // one arrival per consumer warp
+      for (int g = 0; g < NGROUP; ++g) mbar_init(pair_empty + 8 * (NGROUP * s + g), 4 * CONSUMERS);
     }
     mbar_init(q_bar, 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -421,39 +532,33 @@ __global__ void __launch_bounds__(THREADS, 1)
     // --- producer: Q (rows of the flattened [B * R, 576] q; past R: the next sequence's rows or the
     // zero fill past B * R, never written out), then the split's KV tiles ---
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
+    const int* pages = p.page_table + (size_t)b * p.max_pages;
+    if constexpr (SCHEDULE == PAIR) {  // lane 0 of warp g streams chunk group g: each group reloads once freed
+      const int g = wtid / 32;
+      if (wtid % 32 != 0 || g >= NGROUP) return;
+      if (g == 0) {
+        mbar_expect_tx(q_bar, TILE_BYTES);
+        for (int k = 0; k < NCHUNK; ++k) tma_load(q_s + k * CHUNK_BYTES, &q_map, k * SW, b * p.R + row0, q_bar);
+      }
+      for (int t = 0; t < ntiles; ++t) {
+        const int stage = t & 1;
+        if (t >= STAGES) mbar_wait(pair_empty + 8 * (NGROUP * stage + g), ((t >> 1) + 1) & 1);
+        load_group(p, &kv_map, pages, start + t * BN, end, kv_s + stage * TILE_BYTES, pair_group(g), pair_group(g + 1),
+                   full_bar + 8 * (NGROUP * stage + g));
+      }
+      return;
+    }
     if (!producer) return;
     mbar_expect_tx(q_bar, TILE_BYTES);
 #pragma unroll
     for (int k = 0; k < NCHUNK; ++k) tma_load(q_s + k * CHUNK_BYTES, &q_map, k * SW, b * p.R + row0, q_bar);
-    const int* pages = p.page_table + (size_t)b * p.max_pages;
-    const int ps = p.page_size;
     for (int t = 0; t < ntiles; ++t) {
       const int stage = t & 1;
       if (t >= STAGES) mbar_wait(empty_bar + 8 * stage, ((t >> 1) + 1) & 1);
-      const int tile_start = start + t * BN;
-      const uint32_t dst = kv_s + stage * TILE_BYTES;
-      if (ps >= BN) {
-        const int row = __ldg(pages + (tile_start >> p.page_shift)) * ps + (tile_start & (ps - 1));
 #pragma unroll
-        for (int g = 0; g < NGROUP; ++g) {
-          const uint32_t fb = full_bar + 8 * (NGROUP * stage + g);
-          mbar_expect_tx(fb, GROUP_CHUNKS * CHUNK_BYTES);
-#pragma unroll
-          for (int k = g * GROUP_CHUNKS; k < (g + 1) * GROUP_CHUNKS; ++k)
-            tma_load(dst + k * CHUNK_BYTES, &kv_map, k * SW, row, fb);
-        }
-      } else {  // several pages per tile: one box of ps rows per page that holds tokens before `end`
-        const int npages = min(BN / ps, (end - tile_start + ps - 1) / ps);
-        for (int g = 0; g < NGROUP; ++g) {
-          const uint32_t fb = full_bar + 8 * (NGROUP * stage + g);
-          mbar_expect_tx(fb, npages * ps * 128 * GROUP_CHUNKS);
-          for (int pg = 0; pg < npages; ++pg) {
-            const int row = __ldg(pages + ((tile_start + pg * ps) >> p.page_shift)) * ps;
-            for (int k = g * GROUP_CHUNKS; k < (g + 1) * GROUP_CHUNKS; ++k)
-              tma_load(dst + k * CHUNK_BYTES + pg * ps * 128, &kv_map, k * SW, row, fb);
-          }
-        }
-      }
+      for (int g = 0; g < NGROUP; ++g)
+        load_group(p, &kv_map, pages, start + t * BN, end, kv_s + stage * TILE_BYTES, g * GROUP_CHUNKS,
+                   (g + 1) * GROUP_CHUNKS, full_bar + 8 * (NGROUP * stage + g));
     }
     return;
   }
@@ -470,7 +575,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   float s[32];
   uint32_t pa[4][4];
 
-  if constexpr (SCHEDULE != SEESAW) {
+  if constexpr (SCHEDULE == BOTH || SCHEDULE == STAGGERED) {
     if (SCHEDULE == STAGGERED && w == 1) bar_arrive(BAR_SCHED, 128 * CONSUMERS);  // warpgroup 0 goes first
     for (int t = 0; t < ntiles; ++t) {
       const int stage = t & 1, tile_start = start + t * BN;
@@ -501,7 +606,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     wgmma_wait<0>();
     reg_fence(o);
     if (SCHEDULE == STAGGERED && w == 0) bar_sync(BAR_SCHED, 128 * CONSUMERS);  // warpgroup 1's last arrival
-  } else {
+  } else if constexpr (SCHEDULE == SEESAW) {
     const int last = ntiles - 1;
     for (int t = w; t < ntiles; t += 2) {  // the tiles this warpgroup owns
       const int stage = t & 1, tile_start = start + t * BN;
@@ -576,6 +681,157 @@ __global__ void __launch_bounds__(THREADS, 1)
       wgmma_wait<0>();
       reg_fence(o);
     }
+  } else {
+    // PAIR: tiles 2i (stage 0, warpgroup 0 computes S) and 2i + 1 (stage 1, warpgroup 1) per step i.
+    // Row state: both warpgroups hold the same running max m; each its own part of the row sum (the
+    // P it computed), added up at the end. Per step, with mp0 = max(m, rowmax S_a) and
+    // mp1 = max(mp0, rowmax S_b):  O_L = (O_L e^(m-mp0) + P_a V_aL) e^(mp0-mp1) + P_b V_bL,
+    // O_R = O_R e^(m-mp1) + (P_a e^(mp0-mp1)) V_aR + P_b V_bR. Only the row maxima cross between the
+    // warpgroups before the P V issue (bar 8, 9); each P goes through its tile's rope chunk (bar 3, 4).
+    float* mp0_tab = m_tab;  // [step parity][BM]
+    float* mp1_tab = l_tab;  // [step parity][BM]
+    const int steps = (ntiles + 1) / 2;
+    const uint32_t stage0 = kv_s, stage1 = kv_s + TILE_BYTES;
+    auto free_group = [&](int stage, int g) { release(pair_empty + 8 * (NGROUP * stage + g)); };
+    if (w == 0) {
+      for (int i = 0; i < steps; ++i) {
+        const int tile_start = start + 2 * i * BN, slot = (i & 1) * BM;
+        const bool has_b = 2 * i + 1 < ntiles;
+        if (i > 0) {  // P_b V_bL of the previous step done: stage 1 is free on this side (before S waits on stage 0)
+          wgmma_wait<0>();
+          reg_fence(o);
+          for (int g = 0; g < NGROUP; ++g) free_group(1, g);
+        }
+        if (tile_start + BN > end) {
+          wait_tile(full_bar, i & 1);
+          zero_rows(sm + KV_OFF, end - tile_start, wtid, 128);
+          bar_sync(BAR_WG, 128);
+        }
+#pragma unroll
+        for (int k = 0; k < 32; ++k) s[k] = 0.f;
+        issue_qk_pair<false>(s, q_s, stage0, full_bar, i & 1);
+        if (has_b) bar_arrive(BAR_ISSUE, 128 * CONSUMERS);  // warpgroup 1's S queues behind this one
+        wgmma_wait<0>();
+        reg_fence(s);
+        reg_fence(o);
+        float mx[2], mp0[2], m_use[2], sc[2], sum[2];
+        mask_rowmax(p, rows, s, tile_start, prefix, end, mx);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) mp0[h] = fmaxf(m[h], mx[h]);
+        if (wtid % 4 == 0)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) mp0_tab[slot + rows.local[h]] = mp0[h];
+        bar_arrive(BAR_MAX, 128 * CONSUMERS);
+        free_group(0, 1);  // S was this side's last use of warpgroup 1's V columns
+#pragma unroll
+        for (int h = 0; h < 2; ++h) m_use[h] = finite_max(mp0[h]), sc[h] = exp2f(m[h] - m_use[h]);
+        exp_rows(s, m_use, sum);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) l[h] = l[h] * sc[h] + sum[h];
+        pack_p(s, pa);
+        rescale(o, sc);
+        reg_fence(o);
+        issue_pv_rs(o, pa, stage0, 0);
+        bar_sync(BAR_MAX + 1, 128 * CONSUMERS);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float mp1 = mp1_tab[slot + rows.local[h]];
+          sc[h] = exp2f(mp0[h] - finite_max(mp1));
+          m[h] = mp1;
+        }
+        store_p_scaled(sm + KV_OFF, rows, s, sc);  // P_a relative to mp1, for warpgroup 1
+        fence_async_smem();
+        bar_arrive(BAR_P, 128 * CONSUMERS);
+        __syncwarp();
+        free_group(0, 2);
+        wgmma_wait<0>();
+        reg_fence(o);
+        free_group(0, 0);
+        rescale(o, sc);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) l[h] *= sc[h];
+        reg_fence(o);
+        if (has_b) {
+          bar_sync(BAR_P + 1, 128 * CONSUMERS);
+          wait_tile(full_bar + 8 * NGROUP, i & 1);  // (complete: warpgroup 1 saw it)
+          issue_pv_ss(o, stage1, 0);
+        }
+      }
+    } else {
+      for (int i = 0; i < steps; ++i) {
+        const int tile_start = start + (2 * i + 1) * BN, slot = (i & 1) * BM;
+        const bool has_b = 2 * i + 1 < ntiles;
+        float mx[2] = {-INFINITY, -INFINITY}, m_use[2], sc[2];
+        if (has_b) {
+          if (tile_start + BN > end) {
+            wait_tile(full_bar + 8 * NGROUP, i & 1);
+            zero_rows(sm + KV_OFF + TILE_BYTES, end - tile_start, wtid, 128);
+            bar_sync(BAR_WG + 1, 128);
+          }
+#pragma unroll
+          for (int k = 0; k < 32; ++k) s[k] = 0.f;
+          bar_sync(BAR_ISSUE, 128 * CONSUMERS);
+          issue_qk_pair<true>(s, q_s, stage1, full_bar + 8 * NGROUP, i & 1);
+          wgmma_wait<0>();
+          reg_fence(s);
+          mask_rowmax(p, rows, s, tile_start, prefix, end, mx);
+          free_group(1, 0);  // S was this side's last use of warpgroup 0's V columns
+        }
+        bar_sync(BAR_MAX, 128 * CONSUMERS);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float mp1 = fmaxf(mp0_tab[slot + rows.local[h]], mx[h]);
+          m_use[h] = finite_max(mp1);
+          sc[h] = exp2f(m[h] - m_use[h]);
+          m[h] = mp1;
+          l[h] *= sc[h];
+        }
+        if (wtid % 4 == 0)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) mp1_tab[slot + rows.local[h]] = m[h];
+        bar_sync(BAR_MAX + 1, 128 * CONSUMERS);  // (sync, not arrive: warpgroup 0 is normally there first)
+        reg_fence(o);
+        rescale(o, sc);
+        reg_fence(o);
+        bar_sync(BAR_P, 128 * CONSUMERS);
+        wait_tile(full_bar, i & 1);  // (complete: warpgroup 0 saw it)
+        issue_pv_ss(o, stage0, 1);
+        free_group(0, 0);  // never read on this side
+        if (has_b) {
+          float sum[2];
+          exp_rows(s, m_use, sum);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) l[h] += sum[h];
+          pack_p(s, pa);
+          store_p(sm + KV_OFF + TILE_BYTES, rows, pa);
+          fence_async_smem();
+          bar_arrive(BAR_P + 1, 128 * CONSUMERS);
+          __syncwarp();
+          free_group(1, 2);
+          issue_pv_rs(o, pa, stage1, 1);
+          wgmma_wait<1>();
+          free_group(0, 1);
+          free_group(0, 2);
+          wgmma_wait<0>();
+          reg_fence(o);
+          free_group(1, 1);
+        } else {
+          wgmma_wait<0>();
+          reg_fence(o);
+          free_group(0, 1);
+          free_group(0, 2);
+        }
+      }
+    }
+    wgmma_wait<0>();
+    reg_fence(o);
+    // The row sum is the two warpgroups' parts.
+    if (wtid % 4 == 0)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) sc_tab[w * BM + rows.local[h]] = l[h];
+    bar_sync(BAR_CONSUMERS, 128 * CONSUMERS);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) l[h] += sc_tab[(1 - w) * BM + rows.local[h]];
   }
 
   // Normalise and write this split's partial rows (bf16) and their lse (natural log). The merge may

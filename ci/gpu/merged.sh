@@ -23,9 +23,31 @@ step() { echo "=== $1 ($(now) s)"; }
 room() { (( $(now) + $1 <= DEADLINE )) || { echo "=== skipped: $(now) s used, $1 s needed, deadline $DEADLINE s"; false; }; }
 step build
 timeout ${BUILD_TIMEOUT:-200} python3 -m kdengine.ops.build --arch native > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
-step tests
-timeout ${TEST_TIMEOUT:-110} python3 -m pytest -q -m gpu tests/ops/test_cuda.py tests/ops/test_sm90.py tests/bench/test_kernel.py \
-  -p no:cacheprovider -x 2>&1 | tee "$OUT/pytest_gpu.log" | tail -6
+step "tests + sanitizers"
+(  # compute-sanitizer on small shapes of both paths, beside the tests: memcheck (one-warp merge blocks at
+   # nsplit <= 8, the grouped merge past one batch, odd T and prefixes), racecheck of each sm90 schedule in use
+  san() {
+    local tool=$1 tag=$2; shift 2
+    timeout ${SAN_TIMEOUT:-60} compute-sanitizer --tool $tool --print-limit 2 --show-backtrace no --error-exitcode 9 \
+      python3 -m kdengine.bench.kernel once "$@" > "/tmp/san_$tag.txt" 2>&1
+    echo "$tool $* rc=$?" >> "/tmp/san_$tag.txt"
+  }
+  san memcheck m1 --path mma --B 3 --T 17 --prefix 130 --nsplit 4 &
+  san memcheck m2 --path sm90_staggered --B 3 --T 17 --prefix 130 --nsplit 4 &
+  san memcheck m3 --path sm90_pair --B 2 --T 64 --prefix 700 --nsplit 4 &
+  san memcheck m4 --path mma --T 3 --H 2 --prefix 2000 --nsplit 300 &
+  wait
+  san racecheck r1 --path sm90_pair --T 3 --H 2 --prefix 140 &
+  san racecheck r2 --path sm90_staggered --T 3 --H 2 --prefix 140 &
+  san racecheck r3 --path mma --T 3 --H 2 --prefix 140 &
+  wait
+  for f in /tmp/san_*.txt; do grep -vE "^=========\s*$" "$f" | head -8; tail -1 "$f"; done
+) > "$OUT/sanitize.log" 2>&1 &
+san_pid=$!
+timeout ${TEST_TIMEOUT:-150} python3 -m pytest -q -m gpu tests/ops/test_cuda.py tests/ops/test_sm90.py tests/bench/test_kernel.py \
+  -p no:cacheprovider --maxfail=10 2>&1 | tee "$OUT/pytest_gpu.log" | grep -E "passed|failed|FAILED|Error" | head -20
+wait $san_pid
+grep -E "rc=|ERROR SUMMARY|RACECHECK SUMMARY|Hazard" "$OUT/sanitize.log" | head -30
 step kernel
 room 60 && timeout ${KERNEL_TIMEOUT:-110} python3 -m kdengine.bench.kernel measure --set peers \
   --out "$OUT/verify_kernel_peers_$sha.json" --commit "$full" 2>&1 | tee "$OUT/kernel.log" | tail -40

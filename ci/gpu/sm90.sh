@@ -53,7 +53,7 @@ fi
 smoke_ok=1
 if want smoke; then
   step smoke
-  for path in sm90_both sm90_staggered sm90_seesaw; do
+  for path in sm90_both sm90_staggered sm90_seesaw sm90_pair; do
     for args in "--T 1 --H 1 --prefix 63" "--T 16 --prefix 4000" "--T 64 --prefix 700 --B 2"; do
       timeout 25 $PY -m kdengine.bench.kernel once --path $path $args 2>&1 | tail -1 || { smoke_ok=0; status=1; }
     done
@@ -91,11 +91,11 @@ fi
 
 if want sanitize; then
   step sanitize
-  for path in sm90_both sm90_staggered sm90_seesaw; do
+  for path in sm90_both sm90_staggered sm90_seesaw sm90_pair; do
     timeout 40 compute-sanitizer --tool memcheck --error-exitcode 9 $PY -m kdengine.bench.kernel once --path $path \
       --B 3 --T 17 --prefix 130 2>&1 | tail -3 | tee -a "$LOG/memcheck.log" || status=1
   done
-  for path in sm90_both sm90_staggered sm90_seesaw; do  # seesaw: bar.arrive / bar.sync hand-offs
+  for path in sm90_both sm90_staggered sm90_seesaw sm90_pair; do  # seesaw: bar.arrive / bar.sync hand-offs
     timeout 40 compute-sanitizer --tool racecheck --error-exitcode 9 $PY -m kdengine.bench.kernel once --path $path \
       --T 3 --H 2 --prefix 140 2>&1 | tail -4 | tee -a "$LOG/racecheck.log" || status=1
   done

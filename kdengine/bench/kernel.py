@@ -32,10 +32,11 @@ from kdengine.ops.shapes import DV
 CONTEXTS = (4096, 16384, 65536)
 TREE_SIZES = (16, 64)
 NSPLITS = (16, 32, 64, 128, 256, "auto")
-SETS = ("full", "peers", "mma", "sm90", "paths", "nsplit")
+SETS = ("full", "peers", "mma", "sm90", "paths", "pair", "nsplit")
 # The sm90 path's rows: backend name -> schedule (kdengine.ops.cuda_backend.SCHEDULES). (In the first
 # record, perf_history/kernel/verify_kernel_sm90_*_ebda896.json, "cuda_sm90" was the seesaw schedule.)
-SM90_BACKENDS = {"cuda_sm90_both": "both", "cuda_sm90_staggered": "staggered", "cuda_sm90_seesaw": "seesaw"}
+SM90_BACKENDS = {"cuda_sm90_both": "both", "cuda_sm90_staggered": "staggered", "cuda_sm90_seesaw": "seesaw",
+                 "cuda_sm90_pair": "pair"}
 H = 8
 SAMPLES = 50  # = kdengine.bench.workloads.GPU_VERIFY_SAMPLES
 SCHEMA = 2
@@ -171,7 +172,8 @@ def variants(N: int, T: int, which: str = "full"):
     parallel merge) with and without ping-pong halves, the wide layout at 32 rows, the 2-warp layout
     with the serial merge, the 2-warp layout with the parallel merge and the wide layout's scalar-load
     build at the automatic NSPLIT, and triton_extend at 65k T=16. `paths`: the defaults of both cuda
-    paths (the sm90 kernel on Hopper), each also with the chunked merge, and the peers."""
+    paths (the sm90 kernel on Hopper), each also with the chunked merge, and the peers. `pair`: the sm90
+    staggered and pair schedules and the peers only."""
     base = [(default_label(), "cuda", "auto", False, None), ("triton", "triton", None, False, None),
             ("torch", "torch", None, False, None)] + [(p, p, None, False, None) for p in peers.PEERS]
     if which == "peers":  # the dispatched call (the sm90 kernel on Hopper) beside the mma.sync default
@@ -198,6 +200,9 @@ def variants(N: int, T: int, which: str = "full"):
         sm90 = [(f"{name}/sauto", name, "auto", False, None) for name in SM90_BACKENDS]
         sm90 += [(f"cuda_sm90_staggered/s{sp}", "cuda_sm90_staggered", sp, False, None) for sp in (32, 128)]
         return [base[0], *sm90, *[(p, p, None, False, None) for p in peers.PEERS]]
+    if which == "pair":  # the pair schedule against the staggered default and FlashMLA (a short device run)
+        sm90 = [(f"{name}/sauto", name, "auto", False, None) for name in ("cuda_sm90_staggered", "cuda_sm90_pair")]
+        return [*sm90, *[(p, p, None, False, None) for p in peers.PEERS]]
     short = NSPLITS[:4] + ("auto",)
     sweeps = (((16, 4, 2, True), NSPLITS), ((8, 4, 1, False), NSPLITS), ((8, 4, 1, True), NSPLITS),
               ((8, 2, 1, True), short), ((2, 4, 0, False), short))
@@ -412,7 +417,7 @@ def build_parser(prog: str = "python -m kdengine.bench.kernel") -> argparse.Argu
                         "that layout instead of the default")
     p.add_argument("--col-warps", type=int, default=None, help="the layout (cuda_backend.COL_WARPS)")
     p.add_argument("--combine", type=int, default=None, help="the merge (cuda_backend.COMBINES)")
-    p.add_argument("--path", choices=("mma", "sm90_both", "sm90_staggered", "sm90_seesaw"), default=None,
+    p.add_argument("--path", choices=("mma", *(name.removeprefix("cuda_") for name in SM90_BACKENDS)), default=None,
                    help="force the cuda split kernel: mma.sync, or the sm90 wgmma kernel with one schedule")
     p.set_defaults(func=once)
     return parser

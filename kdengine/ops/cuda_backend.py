@@ -73,8 +73,26 @@ SM90_MIN_TOKENS_PER_SPLIT = 128
 # softmax chain crosses the warpgroups every tile, and compute-sanitizer racecheck reports its
 # bar.arrive / bar.sync hand-offs of the row state (a false positive as far as the PTX barrier
 # semantics go, but not shown otherwise): it stays a launch choice, not the default.
-SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2}
+# pair = FlashMLA's split of the work: warpgroup 0 computes S of the even tiles, 1 of the odd ones, they
+# exchange only the per-row max before P V, and each runs P V of both tiles on its own 256 O columns (each
+# tile's P goes through its rope chunk); every KV tile is released in three chunk groups as its users finish.
+# H200, one run beside staggered and FlashMLA (perf_history/kernel/verify_kernel_pair_*_6094a27.json): at
+# T=64 pair ran 28.9 / 57.6 / 176.8 us against 29.3 / 60.3 / 182.2 for staggered at 4k / 16k / 65k
+# (FlashMLA 25.2 / 49.8 / 119.6); at T=16 16.0 / 26.4 / 57.5 against 16.8 / 26.0 / 58.1 (mixed). It does
+# 0.65x the tensor work of staggered but its tensor pipe is idle half the time (ncu at 65k T=64: 52% busy
+# against 74%; csrc/verify_sm90.cuh says why, as far as known): the default from 512 rows only.
+SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3}
 DEFAULT_SCHEDULE = "staggered"
+# Query rows per sequence (R = T * H) from which the default is pair instead: measured faster at every T=64
+# size (512 rows at H=8); T=16 (128 rows) was mixed; 256 rows (T=32) was not measured.
+PAIR_MIN_ROWS = 512
+
+
+def pick_schedule(T: int, H: int) -> str:
+    """The default sm90 schedule of a call with T tree tokens and H heads (host-known: graph safe)."""
+    return "pair" if T * H >= PAIR_MIN_ROWS else DEFAULT_SCHEDULE
+
+
 _REASON: dict[str, str | None] = {}
 _BLOCKS_PER_SM: dict[tuple, int] = {}
 
@@ -162,8 +180,10 @@ def resolve_path(kv_cache: torch.Tensor, path: str | None = None) -> str:
 
 
 def launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_scale, nsplit,
-                schedule=DEFAULT_SCHEDULE, combine=DEFAULT_COMBINE):
-    """The Hopper kernel + merge into caller-given out/lse."""
+                schedule=None, combine=DEFAULT_COMBINE):
+    """The Hopper kernel + merge into caller-given out/lse (schedule None: pick_schedule)."""
+    if schedule is None:
+        schedule = pick_schedule(q.shape[1], q.shape[2])
     if combine not in COMBINES:
         raise ValueError(f"combine: expected one of {COMBINES}, got {combine!r}")
     if schedule not in SCHEDULES:

@@ -95,6 +95,13 @@ def test_path_switch(monkeypatch):
         cuda_backend.resolve_path(kv)
 
 
+def test_pick_schedule_uses_pair_from_the_row_threshold():
+    rows = cuda_backend.PAIR_MIN_ROWS
+    assert cuda_backend.pick_schedule(rows // 8, 8) == "pair"
+    assert cuda_backend.pick_schedule(max(1, rows // 8 - 1), 8) == cuda_backend.DEFAULT_SCHEDULE
+    assert set(map(cuda_backend.pick_schedule, (1, 16, 64, 256), (8,) * 4)) <= set(cuda_backend.SCHEDULES)
+
+
 def test_sm90_auto_nsplit_matches_the_measured_best():
     # the counts the H200 run of 3543d28 measured best (or within noise) among 32 / 64 / 128 splits
     from kdengine.ops.schedule import auto_nsplit
@@ -133,6 +140,17 @@ def test_sm90_matches_reference(tp, schedule):
     inp = _problem(tp, seed=31)
     out, lse = _run_sm90(inp, tp.nsplit, schedule)
     _check(inp, out, lse)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("L", [40, 64, 100, 128, 150, 192, 250, 1000])
+def test_sm90_pair_every_tile_count_and_tail(L):
+    """pair splits a block's tiles into (even, odd) steps: one split of 1-16 tiles, the tail in either."""
+    _needs_sm90()
+    for tp in (TestParam(17, L - 17, H=2, nsplit=1), TestParam(17, L - 17, H=4, nsplit=1, page_size=16)):
+        inp = _problem(tp, seed=L)
+        out, lse = _run_sm90(inp, tp.nsplit, "pair")
+        _check(inp, out, lse)
 
 
 @pytest.mark.gpu
