@@ -83,14 +83,18 @@ SM90_MIN_TOKENS_PER_SPLIT = 128
 # against 74%; csrc/verify_sm90.cuh says why, as far as known): the default from 512 rows only.
 SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3}
 DEFAULT_SCHEDULE = "staggered"
-# Query rows per sequence (R = T * H) from which the default is pair instead: measured faster at every T=64
-# size (512 rows at H=8); T=16 (128 rows) was mixed; 256 rows (T=32) was not measured.
-PAIR_MIN_ROWS = 512
+# Query rows per sequence (R = T * H) from which the default is pair instead; None: never by default.
+# pair was measured 1-5% faster at every T=64 size (512 rows at H=8; merged main a28a8b2: 21.3 / 50.9 /
+# 163.2 us at 4k / 16k / 65k), but compute-sanitizer racecheck reports a hazard on its row-max table
+# (mp1_tab: warpgroup 1's write two steps later against warpgroup 0's read, which a bar.sync pair on both
+# sides orders as far as we can see) where staggered runs clean. Like seesaw, it stays opt-in
+# (schedule="pair", kernel sweep --path sm90_pair) until racecheck is clean: set 512 to make it the default.
+PAIR_MIN_ROWS: int | None = None
 
 
 def pick_schedule(T: int, H: int) -> str:
     """The default sm90 schedule of a call with T tree tokens and H heads (host-known: graph safe)."""
-    return "pair" if T * H >= PAIR_MIN_ROWS else DEFAULT_SCHEDULE
+    return "pair" if PAIR_MIN_ROWS is not None and T * H >= PAIR_MIN_ROWS else DEFAULT_SCHEDULE
 
 
 _REASON: dict[str, str | None] = {}

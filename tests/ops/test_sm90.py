@@ -95,7 +95,10 @@ def test_path_switch(monkeypatch):
         cuda_backend.resolve_path(kv)
 
 
-def test_pick_schedule_uses_pair_from_the_row_threshold():
+def test_pick_schedule_uses_pair_from_the_row_threshold(monkeypatch):
+    # pair is opt-in until racecheck is clean: the default is the default schedule at every T
+    assert {cuda_backend.pick_schedule(t, 8) for t in (1, 16, 64, 256)} == {cuda_backend.DEFAULT_SCHEDULE}
+    monkeypatch.setattr(cuda_backend, "PAIR_MIN_ROWS", 512)
     rows = cuda_backend.PAIR_MIN_ROWS
     assert cuda_backend.pick_schedule(rows // 8, 8) == "pair"
     assert cuda_backend.pick_schedule(max(1, rows // 8 - 1), 8) == cuda_backend.DEFAULT_SCHEDULE
