@@ -5,11 +5,13 @@
 # same inputs), decode at 4k/16k/65k with the cuda backend (random routing), then, while time is left, the
 # dispatched call at fixed NSPLIT beside its planner and ncu of it at 65k. Steps run in that order and one
 # starts only when DEADLINE (seconds from the start, default 330) leaves room for it, so a run cut short
-# still returns what it measured. Everything lands in $OUT as at most 8 files.
+# still returns what it measured. $OUT gets the three JSON records and logs.tgz (the device tool returns at
+# most 8 files: the logs travel in one tarball, packed on exit).
 #   here:   mkdir -p out/final && git bundle create out/final/kd.bundle HEAD && cp .whl/sgl_flash_mla-*.whl out/final/
 #   device: bash ci/gpu/merged.sh   (carry out/final)
 set -o pipefail
-OUT=${OUT:-/tmp/kdengine-out}; mkdir -p "$OUT"
+OUT=${OUT:-/tmp/kdengine-out}; LOGS=/tmp/merged-logs; rm -rf "$LOGS"; mkdir -p "$OUT" "$LOGS"
+trap 'tar czf "$OUT/logs.tgz" -C "$LOGS" . 2>/dev/null' EXIT
 SRC=$PWD; KD=/tmp/kd-final; DEADLINE=${DEADLINE:-330}
 export PYTHONUNBUFFERED=1 KDENGINE_CACHE_DIR=/tmp/kdcache TRITON_DEFAULT_FP_FUSION=1
 python3 -m pip install -q --no-index --no-deps --target /tmp/site "$SRC"/out/final/*.whl || echo "FlashMLA wheel not installed"
@@ -22,7 +24,7 @@ step() { echo "=== $1 ($(now) s)"; }
 # room NEED: true when a step that takes up to NEED seconds fits before DEADLINE
 room() { (( $(now) + $1 <= DEADLINE )) || { echo "=== skipped: $(now) s used, $1 s needed, deadline $DEADLINE s"; false; }; }
 step build
-timeout ${BUILD_TIMEOUT:-200} python3 -m kdengine.ops.build --arch native > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+timeout ${BUILD_TIMEOUT:-200} python3 -m kdengine.ops.build --arch native > "$LOGS/build.log" 2>&1 || { tail -30 "$LOGS/build.log"; exit 1; }
 step "tests + sanitizers"
 (  # compute-sanitizer on small shapes of both paths, beside the tests: memcheck (one-warp merge blocks at
    # nsplit <= 8, the grouped merge past one batch, odd T and prefixes), racecheck of each sm90 schedule in use
@@ -42,21 +44,21 @@ step "tests + sanitizers"
   san racecheck r3 --path mma --T 3 --H 2 --prefix 140 &
   wait
   for f in /tmp/san_*.txt; do grep -vE "^=========\s*$" "$f" | head -8; tail -1 "$f"; done
-) > "$OUT/sanitize.log" 2>&1 &
+) > "$LOGS/sanitize.log" 2>&1 &
 san_pid=$!
 timeout ${TEST_TIMEOUT:-150} python3 -m pytest -q -m gpu tests/ops/test_cuda.py tests/ops/test_sm90.py tests/bench/test_kernel.py \
-  -p no:cacheprovider --maxfail=10 2>&1 | tee "$OUT/pytest_gpu.log" | grep -E "passed|failed|FAILED|Error" | head -20
+  -p no:cacheprovider --maxfail=10 2>&1 | tee "$LOGS/pytest_gpu.log" | grep -E "passed|failed|FAILED|Error" | head -20
 wait $san_pid
-grep -E "rc=|ERROR SUMMARY|RACECHECK SUMMARY|Hazard" "$OUT/sanitize.log" | head -30
+grep -E "rc=|ERROR SUMMARY|RACECHECK SUMMARY|Hazard" "$LOGS/sanitize.log" | head -30
 step kernel
 room 60 && timeout ${KERNEL_TIMEOUT:-110} python3 -m kdengine.bench.kernel measure --set peers \
-  --out "$OUT/verify_kernel_peers_$sha.json" --commit "$full" 2>&1 | tee "$OUT/kernel.log" | tail -40
+  --out "$OUT/verify_kernel_peers_$sha.json" --commit "$full" 2>&1 | tee "$LOGS/kernel.log" | tail -40
 step decode
 room 60 && timeout ${DECODE_TIMEOUT:-100} python3 ci/gpu/engine_decode.py --out "$OUT/engine_run_cuda_$sha.json" \
-  --ctxs 4096 16384 65536 --routings random --backend cuda --steps 32 2>&1 | grep -v Warning | tee "$OUT/decode.log"
+  --ctxs 4096 16384 65536 --routings random --backend cuda --steps 32 2>&1 | grep -v Warning | tee "$LOGS/decode.log"
 step nsplit
 room 45 && timeout $(( DEADLINE - $(now) > 90 ? 90 : DEADLINE - $(now) )) python3 -m kdengine.bench.kernel measure --set nsplit \
-  --out "$OUT/verify_kernel_nsplit_$sha.json" --commit "$full" 2>&1 | tee "$OUT/nsplit.log" | grep -E "^ *[0-9]+ +[0-9]+ " | tail -40
+  --out "$OUT/verify_kernel_nsplit_$sha.json" --commit "$full" 2>&1 | tee "$LOGS/nsplit.log" | grep -E "^ctx" | tail -40
 step ncu
 if room 40 && command -v ncu > /dev/null; then
   for T in 16 64; do
@@ -67,6 +69,6 @@ if room 40 && command -v ncu > /dev/null; then
     echo "--- ncu, the dispatched call at 65k T=$T (split kernel, then the merge)"
     grep -E "verify_|Duration|cycles_active|Issue Slots|Achieved Active Warps|DRAM Throughput|Registers Per|Warp Cycles Per Issued" "/tmp/ncu_T$T.txt" | head -24
   done
-  tar czf "$OUT/ncu.tgz" -C /tmp ncu_T16.txt ncu_T64.txt 2>/dev/null
+  cp /tmp/ncu_T16.txt /tmp/ncu_T64.txt "$LOGS/" 2>/dev/null
 fi
 step done
