@@ -137,3 +137,18 @@ def test_perf_confirms_a_planted_slowdown_and_a_rerun_is_an_a_a_pair(tmp_path):
     assert "A/A" in rerun.stdout
     data = json.loads((tmp_path / "g.json").read_text())
     assert {b["verdict"] for b in data["benchmarks"]} <= {"unchanged", "improved", "noisy", "regressed"}
+
+
+def test_confirmation_settles_an_improvement_as_it_settles_a_regression():
+    # a first-pass "noisy" can be a change in either direction (a win inside a wide margin): the rounds stop
+    # measuring it once they confirm it either way, and never before two rounds a side
+    from ci import perf
+
+    config = gate.load_thresholds()
+    row = {"name": "w", "direction": "lower", "threshold": 0.01, "verdict": "noisy", "within_run": 0.001}
+    faster = {"base": [100.0, 100.2, 99.9], "head": [50.0, 50.1, 49.9]}
+    slower = {"base": [100.0, 100.2, 99.9], "head": [110.0, 110.1, 109.9]}
+    same = {"base": [100.0, 100.2, 99.9], "head": [100.1, 99.9, 100.0]}
+    assert perf.confirmed(row, faster, config) and perf.confirmed(row, slower, config)
+    assert not perf.confirmed(row, same, config)
+    assert not perf.confirmed(row, {"base": [100.0], "head": [50.0]}, config)
