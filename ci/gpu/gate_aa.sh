@@ -7,6 +7,8 @@
 #
 #   here:   git bundle create .whl/kdengine.bundle --all        (.whl also holds asv's and ruptures' wheels)
 #   device: RUNS="sha1 sha2 ..." bash ci/gpu/gate_aa.sh          (carry .whl)
+#   Resolve RUNS here (git rev-parse): the device's copy of the tree may carry a stale .git, where `main`
+#   named the previous commit (an A/A pair meant for an empty commit measured its parent twice).
 # Env: RUNS (commits, in order), BENCH (asv --bench regex; default verify + tree + decode suites),
 #      CONFIRM (seconds of confirmation per run, default 300), FIRST_CONFIRM (for the first run, default 0),
 #      CONFIRMS ("60 240": a budget per run, overriding both),
