@@ -406,32 +406,40 @@ __device__ __forceinline__ float block_reduce(float v, float* red) {
   return r;
 }
 
-__global__ void __launch_bounds__(COMBINE_PAR_THREADS) verify_combine_parallel_kernel(const VerifyParams p) {
+// The body of both weighted merges: one block per (row, sequence[, column chunk when CHUNKED, launched as a
+// programmatic dependent]); COLS threads of float4 columns in each of GROUPS groups over the splits. The block turns its row's NSPLIT lse values
+// into weights in shared memory (two block reductions), each group sums its columns over every GROUPS-th
+// batch of COMBINE_BATCH splits (all loads of a batch issued before their first use), and the groups' sums
+// are added in a fixed order.
+template <int COLS, int GROUPS, bool CHUNKED>
+__device__ __forceinline__ void combine_weighted(const VerifyParams& p) {
+  constexpr int NTHREADS = COLS * GROUPS;
   __shared__ float w_s[COMBINE_MAX_NSPLIT];
-  __shared__ float red[COMBINE_PAR_THREADS / 32];
-  __shared__ float4 acc_s[COMBINE_GROUPS - 1][COMBINE_THREADS];
+  __shared__ float red[NTHREADS / 32];
+  __shared__ float4 acc_s[GROUPS - 1][COLS];
+  if (CHUNKED) pdl_wait_primary();  // launched early (programmatic dependent launch): partials complete past here
   const int row = blockIdx.x, b = blockIdx.y, R = p.R;
-  const int col = threadIdx.x % COMBINE_THREADS, group = threadIdx.x / COMBINE_THREADS;
+  const int c = threadIdx.x % COLS, col = (CHUNKED ? blockIdx.z * COLS : 0) + c, group = threadIdx.x / COLS;
   const float* lse = p.part_lse + (size_t)b * p.nsplit * R + row;
   float mx = -INFINITY;
-  for (int s = threadIdx.x; s < p.nsplit; s += COMBINE_PAR_THREADS) {
+  for (int s = threadIdx.x; s < p.nsplit; s += NTHREADS) {
     const float v = lse[(size_t)s * R];
     w_s[s] = v;
     mx = fmaxf(mx, v);
   }
-  mx = block_reduce<true>(mx, red);
+  mx = block_reduce<true, NTHREADS>(mx, red);
   float sum = 0.f;
-  for (int s = threadIdx.x; s < p.nsplit; s += COMBINE_PAR_THREADS) {
+  for (int s = threadIdx.x; s < p.nsplit; s += NTHREADS) {
     const float v = w_s[s];
     const float w = (v == -INFINITY || mx == -INFINITY) ? 0.f : __expf(v - mx);
     w_s[s] = w;
     sum += w;
   }
-  sum = block_reduce<false>(sum, red);  // its barrier also publishes w_s
+  sum = block_reduce<false, NTHREADS>(sum, red);  // its barrier also publishes w_s
   const __nv_bfloat16* src = p.part_out + ((size_t)b * p.nsplit * R + row) * DV + col * 4;
   const size_t stride = (size_t)R * DV;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int s0 = group * COMBINE_BATCH; s0 < p.nsplit; s0 += COMBINE_BATCH * COMBINE_GROUPS) {
+  for (int s0 = group * COMBINE_BATCH; s0 < p.nsplit; s0 += COMBINE_BATCH * GROUPS) {
     float w[COMBINE_BATCH];
     float4 v[COMBINE_BATCH];
 #pragma unroll
@@ -446,19 +454,25 @@ __global__ void __launch_bounds__(COMBINE_PAR_THREADS) verify_combine_parallel_k
       acc.x += w[k] * v[k].x, acc.y += w[k] * v[k].y, acc.z += w[k] * v[k].z, acc.w += w[k] * v[k].w;
     }
   }
-  if (group > 0) acc_s[group - 1][col] = acc;
+  if (group > 0) acc_s[group - 1][c] = acc;
   __syncthreads();
   if (group > 0) return;
 #pragma unroll
-  for (int g = 0; g < COMBINE_GROUPS - 1; ++g) {
-    const float4 a = acc_s[g][col];
+  for (int g = 0; g < GROUPS - 1; ++g) {
+    const float4 a = acc_s[g][c];
     acc.x += a.x, acc.y += a.y, acc.z += a.z, acc.w += a.w;
   }
   const float inv = sum > 0.f ? 1.f / sum : 0.f;
   __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(p.out + ((size_t)b * R + row) * DV + col * 4);
   dst[0] = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
   dst[1] = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
-  if (col == 0) p.lse[(size_t)b * R + row] = sum > 0.f ? mx + logf(sum) : -INFINITY;
+  // the row's lse once: thread 0 of its first column block (written as each kernel had it: same machine code)
+  if (CHUNKED ? blockIdx.z == 0 && threadIdx.x == 0 : col == 0)
+    p.lse[(size_t)b * R + row] = sum > 0.f ? mx + logf(sum) : -INFINITY;
+}
+
+__global__ void __launch_bounds__(COMBINE_PAR_THREADS) verify_combine_parallel_kernel(const VerifyParams p) {
+  combine_weighted<COMBINE_THREADS, COMBINE_GROUPS, false>(p);
 }
 
 // The parallel merge over more blocks: COMBINE_COL_CHUNKS blocks per (row, sequence), each 128 of
@@ -474,59 +488,7 @@ constexpr int COMBINE_CHUNK_THREADS = COMBINE_CHUNK_COLS * COMBINE_SPLIT_GROUPS;
 static_assert(COMBINE_CHUNK_COLS == 32, "one warp per split group");
 
 __global__ void __launch_bounds__(COMBINE_CHUNK_THREADS) verify_combine_chunked_kernel(const VerifyParams p) {
-  __shared__ float w_s[COMBINE_MAX_NSPLIT];
-  __shared__ float red[COMBINE_CHUNK_THREADS / 32];
-  __shared__ float4 acc_s[COMBINE_SPLIT_GROUPS - 1][COMBINE_CHUNK_COLS];
-  pdl_wait_primary();  // launched early (programmatic dependent launch): the partials are complete past here
-  const int row = blockIdx.x, b = blockIdx.y, R = p.R;
-  const int col = blockIdx.z * COMBINE_CHUNK_COLS + threadIdx.x % 32, group = threadIdx.x / 32;
-  const float* lse = p.part_lse + (size_t)b * p.nsplit * R + row;
-  float mx = -INFINITY;
-  for (int s = threadIdx.x; s < p.nsplit; s += COMBINE_CHUNK_THREADS) {
-    const float v = lse[(size_t)s * R];
-    w_s[s] = v;
-    mx = fmaxf(mx, v);
-  }
-  mx = block_reduce<true, COMBINE_CHUNK_THREADS>(mx, red);
-  float sum = 0.f;
-  for (int s = threadIdx.x; s < p.nsplit; s += COMBINE_CHUNK_THREADS) {
-    const float v = w_s[s];
-    const float w = (v == -INFINITY || mx == -INFINITY) ? 0.f : __expf(v - mx);
-    w_s[s] = w;
-    sum += w;
-  }
-  sum = block_reduce<false, COMBINE_CHUNK_THREADS>(sum, red);  // its barrier also publishes w_s
-  const __nv_bfloat16* src = p.part_out + ((size_t)b * p.nsplit * R + row) * DV + col * 4;
-  const size_t stride = (size_t)R * DV;
-  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int s0 = group * COMBINE_BATCH; s0 < p.nsplit; s0 += COMBINE_BATCH * COMBINE_SPLIT_GROUPS) {
-    float w[COMBINE_BATCH];
-    float4 v[COMBINE_BATCH];
-#pragma unroll
-    for (int k = 0; k < COMBINE_BATCH; ++k) {  // clamped in range; weight 0 past the end
-      const int s = min(s0 + k, p.nsplit - 1);
-      w[k] = s0 + k < p.nsplit ? w_s[s] : 0.f;
-      v[k] = load_partial4(src + s * stride);
-    }
-#pragma unroll
-    for (int k = 0; k < COMBINE_BATCH; ++k) {
-      if (w[k] == 0.f) continue;  // an empty split's partial rows were never written (any bits)
-      acc.x += w[k] * v[k].x, acc.y += w[k] * v[k].y, acc.z += w[k] * v[k].z, acc.w += w[k] * v[k].w;
-    }
-  }
-  if (group > 0) acc_s[group - 1][threadIdx.x % 32] = acc;
-  __syncthreads();
-  if (group > 0) return;
-#pragma unroll
-  for (int g = 0; g < COMBINE_SPLIT_GROUPS - 1; ++g) {
-    const float4 a = acc_s[g][threadIdx.x % 32];
-    acc.x += a.x, acc.y += a.y, acc.z += a.z, acc.w += a.w;
-  }
-  const float inv = sum > 0.f ? 1.f / sum : 0.f;
-  __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(p.out + ((size_t)b * R + row) * DV + col * 4);
-  dst[0] = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
-  dst[1] = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
-  if (blockIdx.z == 0 && threadIdx.x == 0) p.lse[(size_t)b * R + row] = sum > 0.f ? mx + logf(sum) : -INFINITY;
+  combine_weighted<COMBINE_CHUNK_COLS, COMBINE_SPLIT_GROUPS, true>(p);
 }
 
 
