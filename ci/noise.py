@@ -228,12 +228,13 @@ def fit_series(x: list[float], prior: Prior | None, penalty: float = 3.0) -> Ser
     n = len(arr)
     if n == 0:
         return SeriesModel(math.nan, 0, math.nan, math.inf, 0.0, 0.0, [])
-    scale = diff_scale(arr)
     if prior and prior.sigma > 0 and n < ROBUST_MIN_DOF:
         # a short history's successive differences are as much steps as noise: there the machine's calibrated
         # run-to-run spread (the prior) sets the scale of change points, unless even the quietest quarter of
         # the differences says this benchmark is now noisier than its calibration
         scale = max(prior.sigma, diff_scale(arr, 0.25))
+    else:
+        scale = diff_scale(arr)
     starts = change_points(arr, scale, penalty)
     bounds = [0, *starts, n]
     resid = []

@@ -78,9 +78,7 @@ def launcher(name: str, inp, bits, nsplit, *, scalar_loads: bool = False, layout
     if name == "cuda_auto":  # exactly what verify/cuda runs: the backend's own path choice (auto) and NSPLIT
         from kdengine.ops import cuda_backend
 
-        path = cuda_backend.resolve_path(inp.kv_cache)
-        plan = cuda_backend.plan_nsplit_sm90 if path == "sm90" else cuda_backend.plan_nsplit
-        splits = plan(inp.q, inp.kv_cache, inp.page_table, nsplit)
+        _, splits = cuda_backend.plan(inp.q, inp.kv_cache, inp.page_table, nsplit)
         result = {}
 
         def call():

@@ -80,7 +80,7 @@ SM90_MIN_TOKENS_PER_SPLIT = 128
 # T=64 pair ran 28.9 / 57.6 / 176.8 us against 29.3 / 60.3 / 182.2 for staggered at 4k / 16k / 65k
 # (FlashMLA 25.2 / 49.8 / 119.6); at T=16 16.0 / 26.4 / 57.5 against 16.8 / 26.0 / 58.1 (mixed). It does
 # 0.65x the tensor work of staggered but its tensor pipe is idle half the time (ncu at 65k T=64: 52% busy
-# against 74%; csrc/verify_sm90.cuh says why, as far as known): the default from 512 rows only.
+# against 74%; csrc/verify_sm90.cuh says why, as far as known): opt-in, see PAIR_MIN_ROWS.
 SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3}
 DEFAULT_SCHEDULE = "staggered"
 # Query rows per sequence (R = T * H) from which the default is pair instead; None: never by default.
@@ -288,11 +288,15 @@ def plan_nsplit(q, kv_cache, page_table, nsplit, row_groups: int = DEFAULT_ROW_G
     )
 
 
+def plan(q, kv_cache, page_table, nsplit, path=None) -> tuple[str, int]:
+    """The kernel path of a call ('mma' or 'sm90', resolve_path) and its split count (that path's planner)."""
+    chosen = resolve_path(kv_cache, path)
+    planner = plan_nsplit_sm90 if chosen == "sm90" else plan_nsplit
+    return chosen, planner(q, kv_cache, page_table, nsplit)
+
+
 def run(q, kv_cache, page_table, prefix_len, mask_bits, *, sm_scale, nsplit, return_lse, path=None):
-    if resolve_path(kv_cache, path) == "sm90":
-        splits = plan_nsplit_sm90(q, kv_cache, page_table, nsplit)
-        out, lse = verify_cuda_sm90(q, kv_cache, page_table, prefix_len, mask_bits, float(sm_scale), splits)
-        return out, (lse if return_lse else None)
-    splits = plan_nsplit(q, kv_cache, page_table, nsplit)
-    out, lse = verify_cuda(q, kv_cache, page_table, prefix_len, mask_bits, float(sm_scale), splits)
+    chosen, splits = plan(q, kv_cache, page_table, nsplit, path)
+    op = verify_cuda_sm90 if chosen == "sm90" else verify_cuda
+    out, lse = op(q, kv_cache, page_table, prefix_len, mask_bits, float(sm_scale), splits)
     return out, (lse if return_lse else None)
