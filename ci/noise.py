@@ -195,14 +195,21 @@ def _cost(z: np.ndarray, starts: list[int]) -> float:
     return sum(float(np.sum((z[a:b] - z[a:b].mean(axis=0)) ** 2)) for a, b in zip(bounds, bounds[1:], strict=False))
 
 
-def diff_scale(x: np.ndarray, quantile: float = 0.5) -> float:
-    """Robust noise scale from successive differences (insensitive to level steps): the given quantile of
-    |difference|, scaled to a normal sd (the median by default)."""
+def diff_scale(x: np.ndarray) -> float:
+    """Robust noise scale from successive differences (insensitive to level steps)."""
     if len(x) < 3:
         return float(np.std(x)) if len(x) > 1 else 0.0
     d = np.abs(np.diff(x))
-    s = float(np.quantile(d, quantile)) / (math.sqrt(2) * float(stats.norm.ppf(0.5 + quantile / 2)))
+    s = 1.4826 * float(np.median(d)) / math.sqrt(2)
     return s if s > 0 else float(np.mean(d)) / math.sqrt(2)
+
+
+def quiet_scale(x: np.ndarray) -> float:
+    """The noise scale the quietest quarter of the successive differences says (>= 3 runs): the difference
+    at the lower quartile (an observed one, never interpolated toward a step: with 2-4 differences, the
+    smallest), scaled to a normal sd."""
+    d = np.abs(np.diff(x))
+    return float(np.quantile(d, 0.25, method="lower")) / (math.sqrt(2) * float(stats.norm.ppf(0.625)))
 
 
 @dataclass
@@ -231,8 +238,9 @@ def fit_series(x: list[float], prior: Prior | None, penalty: float = 3.0) -> Ser
     if prior and prior.sigma > 0 and n < ROBUST_MIN_DOF:
         # a short history's successive differences are as much steps as noise: there the machine's calibrated
         # run-to-run spread (the prior) sets the scale of change points, unless even the quietest quarter of
-        # the differences says this benchmark is now noisier than its calibration
-        scale = max(prior.sigma, diff_scale(arr, 0.25))
+        # the differences says this benchmark is now noisier than its calibration (two runs have only the
+        # one difference, which may be the step itself: the prior alone)
+        scale = max(prior.sigma, quiet_scale(arr)) if n >= 3 else prior.sigma
     else:
         scale = diff_scale(arr)
     starts = change_points(arr, scale, penalty)

@@ -440,3 +440,24 @@ def test_a_change_inside_a_wide_margin_is_noisy_in_either_direction():
     assert noise.decide(noise.Estimate(-0.004, 0.3, 2.0), 0.01, 0.001).verdict == "unchanged"
     # what confirmation rounds could resolve: inside that, unchanged either way
     assert noise.decide(noise.Estimate(-0.02, 0.3, 2.0), 0.01, 0.001, confirm_margin=0.03).verdict == "unchanged"
+
+
+def test_two_runs_with_a_step_at_base_and_a_calibrated_prior():
+    # Seen on the H200 (decode tok/s 589 -> 810, then 811): with a calibrated prior, two runs whose second
+    # opens a new level are two levels; the head at the new level is unchanged, not "14.8% better, noisy".
+    # The one difference of two runs is the step itself, so it must not stand in for the noise scale.
+    from ci import noise
+    from ci.history import Point, Run
+
+    config = gate.load_thresholds()
+    config["priors"] = {"m": {"w": noise.Prior(0.004, 2)}}
+    rng = np.random.default_rng(5)
+
+    def run(i: int, tok_s: float) -> Run:
+        s = list(tok_s * (1 + 0.003 * rng.standard_normal(20)))
+        return Run(f"{i:040x}", "m", float(i), {"w": Point(float(np.median(s)), "tok/s", "higher", s)},
+                   has_samples=True)
+
+    hist = [run(0, 589.0), run(1, 810.0)]
+    v = gate.judge("w", "m", hist[-1], run(2, 811.0), hist, config)
+    assert v.verdict == "unchanged" and [c["index"] for c in v.change_points] == [1], v.reason
