@@ -32,11 +32,12 @@ from kdengine.ops.shapes import DV
 CONTEXTS = (4096, 16384, 65536)
 TREE_SIZES = (16, 64)
 NSPLITS = (16, 32, 64, 128, 256, "auto")
-SETS = ("full", "peers", "mma", "sm90", "paths", "pair", "nsplit")
+SETS = ("full", "peers", "mma", "sm90", "paths", "pair", "nsplit", "pairload")
 # The sm90 path's rows: backend name -> schedule (kdengine.ops.cuda_backend.SCHEDULES). (In the first
 # record, perf_history/kernel/verify_kernel_sm90_*_ebda896.json, "cuda_sm90" was the seesaw schedule.)
 SM90_BACKENDS = {"cuda_sm90_both": "both", "cuda_sm90_staggered": "staggered", "cuda_sm90_seesaw": "seesaw",
-                 "cuda_sm90_pair": "pair"}
+                 "cuda_sm90_pair": "pair", "cuda_sm90_pair_v0": "pair_v0", "cuda_sm90_pair_ef": "pair_ef",
+                 "cuda_sm90_pair_el": "pair_el"}
 H = 8
 SAMPLES = 50  # = kdengine.bench.workloads.GPU_VERIFY_SAMPLES
 SCHEMA = 2
@@ -198,6 +199,10 @@ def variants(N: int, T: int, which: str = "full"):
         sm90 = [(f"{name}/sauto", name, "auto", False, None) for name in SM90_BACKENDS]
         sm90 += [(f"cuda_sm90_staggered/s{sp}", "cuda_sm90_staggered", sp, False, None) for sp in (32, 128)]
         return [base[0], *sm90, *[(p, p, None, False, None) for p in peers.PEERS]]
+    if which == "pairload":  # pair against its first loop (pair_v0), its L2-policy variants, staggered, FlashMLA
+        names = ("cuda_sm90_staggered", "cuda_sm90_pair_v0", "cuda_sm90_pair", "cuda_sm90_pair_ef", "cuda_sm90_pair_el")
+        return [*[(f"{name}/sauto", name, "auto", False, None) for name in names],
+                *[(p, p, None, False, None) for p in peers.PEERS]]
     if which == "pair":  # the pair schedule against the staggered default and FlashMLA (a short device run)
         sm90 = [(f"{name}/sauto", name, "auto", False, None) for name in ("cuda_sm90_staggered", "cuda_sm90_pair")]
         return [*sm90, *[(p, p, None, False, None) for p in peers.PEERS]]
