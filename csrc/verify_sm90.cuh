@@ -85,16 +85,18 @@ constexpr int STATE_OFF = BAR_OFF + BAR_BYTES;   // m, l, rescale: [3][2 slots][
 constexpr int SMEM = STATE_OFF + 3 * 2 * BM * 4 + 1024;  // + slack to align the base to 1024 B
 static_assert(SMEM <= 227 * 1024, "over sm_90's 227 KB of shared memory per block");
 static_assert(NCHUNK % NGROUP == 0 && (STAGES * (3 * NGROUP + 1 + NCHUNK) + 1) * 8 <= BAR_BYTES, "barrier layout");
-// setmaxnreg: 384 threads x 168 registers at launch; the producer gives 128 of its 168 back.
-constexpr int PRODUCER_REGS = 40;
+// setmaxnreg: 384 threads x 168 registers at launch; the producer gives 120 of its 168 back (48 x 128 +
+// 232 x 256 = the 64 K registers of an SM).
+constexpr int PRODUCER_REGS = 48;
 constexpr int CONSUMER_REGS = 232;
 // Named barriers (0 is __syncthreads): 1, 2 = one consumer warpgroup; 3, 4 = P of an even / odd tile
 // ready (seesaw, pair); 5 = both consumer warpgroups; 6, 7 = warpgroup 0 / 1 may issue S (staggered);
 // pair: 8 = the row max of the even tile ready, 9 = the pair's row max ready, 10 = warpgroup 0 issued S.
 constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6, BAR_MAX = 8, BAR_ISSUE = 10;
 enum Schedule { BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, PAIR_V0 = 4 };
-// L2 cache policy of the KV loads (launcher: schedule bits 4-5): none, evict_first, evict_last.
-enum CacheHint { HINT_NONE = 0, HINT_EVICT_FIRST = 1, HINT_EVICT_LAST = 2 };
+// Launcher: schedule bits 4-5 select an L2 prefetch of the KV tile PF tiles ahead (0, 2, 4) by the
+// producer (staggered and pair).
+__host__ __device__ constexpr int prefetch_tiles(int code) { return code == 1 ? 2 : code == 2 ? 4 : 0; }
 
 // --- PTX wrappers (sm_90a) --------------------------------------------------------------------------
 
@@ -124,23 +126,11 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, i
       "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(bar)
       : "memory");
 }
-// The same with an L2 cache policy (createpolicy) attached.
-__device__ __forceinline__ void tma_load_hint(uint32_t dst, const CUtensorMap* map, int col, int row, uint32_t bar,
-                                              uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3}], "
-      "[%4], %5;\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(bar), "l"(policy)
-      : "memory");
-}
-template <int HINT>
-__device__ __forceinline__ uint64_t make_policy() {
-  uint64_t policy = 0;
-  if constexpr (HINT == HINT_EVICT_FIRST)
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-  else if constexpr (HINT == HINT_EVICT_LAST)
-    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
-  return policy;
+// The same box prefetched into L2 only (no shared memory, no barrier).
+__device__ __forceinline__ void tma_prefetch_l2(const CUtensorMap* map, int col, int row) {
+  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n" ::"l"(reinterpret_cast<uint64_t>(map)),
+               "r"(col), "r"(row)
+               : "memory");
 }
 __device__ __forceinline__ void bar_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
@@ -480,11 +470,22 @@ __device__ __forceinline__ void zero_rows(unsigned char* tile, int first, int ti
   fence_async_smem();
 }
 
-// PAIR: each warpgroup holds its part of the row sums; both get the whole (sc_tab: [2][BM] scratch).
-__device__ __forceinline__ void add_row_sums(float (&l)[2], float* sc_tab, const Rows& rows, int w) {
+// A per-row value (equal across the row's quad of lanes) into a row table by the quad's first lane, then
+// __syncwarp: the named barrier that publishes it (bar.sync / bar.arrive, i.e. barrier.*.aligned) must
+// be reached by the whole warp at once. Without it the warp could reach the barrier split around the
+// branch of the store, which the aligned form leaves undefined: compute-sanitizer racecheck reported such
+// stores (pair's row-max table, then its row-sum table) against the other warpgroup's reads after the
+// barrier, wherever ptxas had made the store a branch instead of a predicated store.
+__device__ __forceinline__ void publish_rows(float* tab, const Rows& rows, const float (&v)[2]) {
   if (threadIdx.x % 4 == 0)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) sc_tab[w * BM + rows.local[h]] = l[h];
+    for (int h = 0; h < 2; ++h) tab[rows.local[h]] = v[h];
+  __syncwarp();
+}
+
+// PAIR: each warpgroup holds its part of the row sums; both get the whole (sc_tab: [2][BM] scratch).
+__device__ __forceinline__ void add_row_sums(float (&l)[2], float* sc_tab, const Rows& rows, int w) {
+  publish_rows(sc_tab + w * BM, rows, l);
   bar_sync(BAR_CONSUMERS, 128 * CONSUMERS);
 #pragma unroll
   for (int h = 0; h < 2; ++h) l[h] += sc_tab[(1 - w) * BM + rows.local[h]];
@@ -494,19 +495,32 @@ __device__ __forceinline__ void release(uint32_t empty_bar) {
   if (threadIdx.x % 32 == 0) mbar_arrive(empty_bar);
 }
 
-// The TMA loads of chunks [c0, c1) of the KV tile at tile_start into dst, counted on full barrier fb
-// (HINT != HINT_NONE: with the L2 cache policy `policy`).
-template <int HINT = HINT_NONE>
+// The pool row of the KV tile at tile_start when a page holds whole tiles (else unused): the producer
+// reads it before it waits for the stage, so the page-table read's latency hides behind that wait.
+__device__ __forceinline__ int tile_row(const VerifyParams& p, const int* pages, int tile_start) {
+  return p.page_size >= BN ? __ldg(pages + (tile_start >> p.page_shift)) * p.page_size + (tile_start & (p.page_size - 1))
+                           : 0;
+}
+
+// Chunks [c0, c1) of the KV tile at tile_start into L2 (PF > 0, pages of whole tiles, the tile before
+// `end`): the producer asks for tile t + PF when it loads tile t.
+template <int PF>
+__device__ __forceinline__ void prefetch_group(const VerifyParams& p, const CUtensorMap* kv_map, const int* pages,
+                                               int tile_start, int end, int c0, int c1) {
+  if constexpr (PF > 0) {
+    if (p.page_size < BN || tile_start >= end) return;
+    const int row = tile_row(p, pages, tile_start);
+    for (int k = c0; k < c1; ++k) tma_prefetch_l2(kv_map, k * SW, row);
+  }
+}
+
+// The TMA loads of chunks [c0, c1) of the KV tile at tile_start (pool row `row` from tile_row) into dst,
+// counted on full barrier fb.
 __device__ __forceinline__ void load_group(const VerifyParams& p, const CUtensorMap* kv_map, const int* pages,
-                                           int tile_start, int end, uint32_t dst, int c0, int c1, uint32_t fb,
-                                           uint64_t policy = 0) {
-  auto load = [&](uint32_t d, int col, int row) {
-    if constexpr (HINT == HINT_NONE) tma_load(d, kv_map, col, row, fb);
-    else tma_load_hint(d, kv_map, col, row, fb, policy);
-  };
+                                           int tile_start, int row, int end, uint32_t dst, int c0, int c1, uint32_t fb) {
+  auto load = [&](uint32_t d, int col, int row) { tma_load(d, kv_map, col, row, fb); };
   const int ps = p.page_size;
   if (ps >= BN) {
-    const int row = __ldg(pages + (tile_start >> p.page_shift)) * ps + (tile_start & (ps - 1));
     mbar_expect_tx(fb, (c1 - c0) * CHUNK_BYTES);
     for (int k = c0; k < c1; ++k) load(dst + k * CHUNK_BYTES, k * SW, row);
   } else {  // several pages per tile: one box of ps rows per page that holds tokens before `end`
@@ -521,7 +535,7 @@ __device__ __forceinline__ void load_group(const VerifyParams& p, const CUtensor
 
 // --- the kernel -------------------------------------------------------------------------------------
 
-template <int SCHEDULE, int HINT = HINT_NONE>
+template <int SCHEDULE, int PF = 0>
 __global__ void __launch_bounds__(THREADS, 1)
     verify_sm90_kernel(const VerifyParams p, const __grid_constant__ CUtensorMap kv_map,
                        const __grid_constant__ CUtensorMap q_map) {
@@ -580,13 +594,13 @@ __global__ void __launch_bounds__(THREADS, 1)
         mbar_expect_tx(q_bar, TILE_BYTES);
         for (int k = 0; k < NCHUNK; ++k) tma_load(q_s + k * CHUNK_BYTES, &q_map, k * SW, b * p.R + row0, q_bar);
       }
-      const uint64_t policy = make_policy<HINT>();
       for (int t = 0; t < ntiles; ++t) {
-        const int stage = t & 1;
+        const int stage = t & 1, row = tile_row(p, pages, start + t * BN);
         if (t >= STAGES) mbar_wait(pair_empty + 8 * (NGROUP * stage + g), ((t >> 1) + 1) & 1);
         for (int k = pair_group(g); k < pair_group(g + 1); ++k)
-          load_group<HINT>(p, &kv_map, pages, start + t * BN, end, kv_s + stage * TILE_BYTES, k, k + 1,
-                           chunk_full + 8 * (NCHUNK * stage + k), policy);
+          load_group(p, &kv_map, pages, start + t * BN, row, end, kv_s + stage * TILE_BYTES, k, k + 1,
+                     chunk_full + 8 * (NCHUNK * stage + k));
+        prefetch_group<PF>(p, &kv_map, pages, start + (t + PF) * BN, end, pair_group(g), pair_group(g + 1));
       }
       return;
     }
@@ -598,10 +612,10 @@ __global__ void __launch_bounds__(THREADS, 1)
         for (int k = 0; k < NCHUNK; ++k) tma_load(q_s + k * CHUNK_BYTES, &q_map, k * SW, b * p.R + row0, q_bar);
       }
       for (int t = 0; t < ntiles; ++t) {
-        const int stage = t & 1;
+        const int stage = t & 1, row = tile_row(p, pages, start + t * BN);
         if (t >= STAGES) mbar_wait(pair_empty + 8 * (NGROUP * stage + g), ((t >> 1) + 1) & 1);
-        load_group(p, &kv_map, pages, start + t * BN, end, kv_s + stage * TILE_BYTES, pair_group(g), pair_group(g + 1),
-                   full_bar + 8 * (NGROUP * stage + g));
+        load_group(p, &kv_map, pages, start + t * BN, row, end, kv_s + stage * TILE_BYTES, pair_group(g),
+                   pair_group(g + 1), full_bar + 8 * (NGROUP * stage + g));
       }
       return;
     }
@@ -610,12 +624,13 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
     for (int k = 0; k < NCHUNK; ++k) tma_load(q_s + k * CHUNK_BYTES, &q_map, k * SW, b * p.R + row0, q_bar);
     for (int t = 0; t < ntiles; ++t) {
-      const int stage = t & 1;
+      const int stage = t & 1, row = tile_row(p, pages, start + t * BN);
       if (t >= STAGES) mbar_wait(empty_bar + 8 * stage, ((t >> 1) + 1) & 1);
 #pragma unroll
       for (int g = 0; g < NGROUP; ++g)
-        load_group(p, &kv_map, pages, start + t * BN, end, kv_s + stage * TILE_BYTES, g * GROUP_CHUNKS,
+        load_group(p, &kv_map, pages, start + t * BN, row, end, kv_s + stage * TILE_BYTES, g * GROUP_CHUNKS,
                    (g + 1) * GROUP_CHUNKS, full_bar + 8 * (NGROUP * stage + g));
+      prefetch_group<PF>(p, &kv_map, pages, start + (t + PF) * BN, end, 0, NCHUNK);
     }
     return;
   }
@@ -701,14 +716,9 @@ __global__ void __launch_bounds__(THREADS, 1)
       bar_sync(BAR_WG + w, 128);  // every warp's S read the rope chunk before P overwrites it
       softmax_tile(p, rows, s, tile_start, prefix, end, m, l, scale, pa);
       store_p(tile_ptr + P_CHUNK * CHUNK_BYTES, rows, pa);
-      if (wtid % 4 == 0) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          m_tab[stage * BM + rows.local[h]] = m[h];
-          l_tab[stage * BM + rows.local[h]] = l[h];
-          sc_tab[stage * BM + rows.local[h]] = scale[h];
-        }
-      }
+      publish_rows(m_tab + stage * BM, rows, m);
+      publish_rows(l_tab + stage * BM, rows, l);
+      publish_rows(sc_tab + stage * BM, rows, scale);
       fence_async_smem();
       bar_arrive(BAR_P + stage, 128 * CONSUMERS);
       if (t >= 1) release(empty_bar + 8 * (stage ^ 1));
@@ -775,9 +785,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         mask_rowmax(p, rows, s, tile_start, prefix, end, mx);
 #pragma unroll
         for (int h = 0; h < 2; ++h) mp0[h] = fmaxf(m[h], mx[h]);
-        if (wtid % 4 == 0)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) mp0_tab[slot + rows.local[h]] = mp0[h];
+        publish_rows(mp0_tab + slot, rows, mp0);
         bar_arrive(BAR_MAX, 128 * CONSUMERS);
         free_group(0, 1);  // S was this side's last use of warpgroup 1's V columns
 #pragma unroll
@@ -843,9 +851,7 @@ __global__ void __launch_bounds__(THREADS, 1)
           m[h] = mp1;
           l[h] *= sc[h];
         }
-        if (wtid % 4 == 0)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) mp1_tab[slot + rows.local[h]] = m[h];
+        publish_rows(mp1_tab + slot, rows, m);
         bar_sync(BAR_MAX + 1, 128 * CONSUMERS);  // (sync, not arrive: warpgroup 0 is normally there first)
         reg_fence(o);
         rescale(o, sc);
@@ -896,10 +902,8 @@ __global__ void __launch_bounds__(THREADS, 1)
     // bar 8 / 9), and issues the next S right behind its last P V:
     //   tile a (stage 0): V 0-255 after P V_aL; V 256-511 and rope (P_a) after P V_aR;
     //   tile b (stage 1): rope after S_b; V 256-511 after P V_bR; V 0-255 after P V_bL.
-    // S_a' takes its chunks in that order (0-3, 4-8), S_b' too (8, 4-7, 0-3). Every hand-off of a value
-    // through shared memory is read after a bar.sync that no wgmma is in flight across (the reader waited
-    // its wgmma first): compute-sanitizer racecheck reported such a read after a bar.sync issued with a
-    // P V in flight (the first pair loop's mp1) although the barrier orders it.
+    // S_a' takes its chunks in that order (0-3, 4-8), S_b' too (8, 4-7, 0-3); warpgroup 1 issues P V_aR
+    // before P V_bR (S_a' comes first in the next step). Row values cross through publish_rows.
     float* mp0_tab = m_tab;  // [step parity][BM]
     float* mp1_tab = l_tab;  // [step parity][BM]
     const int steps = (ntiles + 1) / 2;
@@ -937,9 +941,7 @@ __global__ void __launch_bounds__(THREADS, 1)
           mask_rowmax(p, rows, s, tile_start, prefix, end, mx);
 #pragma unroll
           for (int h = 0; h < 2; ++h) mp0[h] = fmaxf(m[h], mx[h]);
-          if (wtid % 4 == 0)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) mp0_tab[slot + rows.local[h]] = mp0[h];
+          publish_rows(mp0_tab + slot, rows, mp0);
           bar_arrive(BAR_MAX, 128 * CONSUMERS);
 #pragma unroll
           for (int h = 0; h < 2; ++h) m_use[h] = finite_max(mp0[h]), sc[h] = exp2f(m[h] - m_use[h]);
@@ -950,9 +952,6 @@ __global__ void __launch_bounds__(THREADS, 1)
           rescale(o, sc);
           reg_fence(o);
           issue_pv_rs(o, pa, stage0, 0);
-          wgmma_wait<0>();
-          reg_fence(o);
-          free_group(0, 0);
           bar_sync(BAR_MAX + 1, 128 * CONSUMERS);
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
@@ -969,6 +968,9 @@ __global__ void __launch_bounds__(THREADS, 1)
           bar_arrive(BAR_P, 128 * CONSUMERS);
           __syncwarp();
           free_group(0, 2);
+          wgmma_wait<0>();
+          reg_fence(o);
+          free_group(0, 0);
           rescale(o, sc);
 #pragma unroll
           for (int h = 0; h < 2; ++h) l[h] *= sc[h];
@@ -1013,13 +1015,14 @@ __global__ void __launch_bounds__(THREADS, 1)
             m[h] = mp1;
             l[h] *= sc[h];
           }
-          if (wtid % 4 == 0)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) mp1_tab[slot + rows.local[h]] = m[h];
+          publish_rows(mp1_tab + slot, rows, m);
           bar_arrive(BAR_MAX + 1, 128 * CONSUMERS);
           free_group(0, 0);  // never read here; warpgroup 0's release of the previous tile a is ordered before
           rescale(o, sc);
           reg_fence(o);
+          bar_sync(BAR_P, 128 * CONSUMERS);
+          wait_chunks<4, 8>(cf0, i & 1);  // (complete: warpgroup 0 saw them)
+          issue_pv_ss(o, stage0 + P_CHUNK * CHUNK_BYTES, stage0, 1);  // first: the next S waits on stage 0
           if (has_b) {
             float sum[2];
             exp_rows(s, m_use, sum);
@@ -1030,18 +1033,18 @@ __global__ void __launch_bounds__(THREADS, 1)
             fence_async_smem();
             bar_arrive(BAR_P + 1, 128 * CONSUMERS);
             issue_pv_rs(o, pa, stage1, 1);
-          }
-          bar_sync(BAR_P, 128 * CONSUMERS);
-          wait_chunks<4, 8>(cf0, i & 1);  // (complete: warpgroup 0 saw them)
-          issue_pv_ss(o, stage0 + P_CHUNK * CHUNK_BYTES, stage0, 1);
-          if (has_b) {
             wgmma_wait<1>();
+            free_group(0, 1);
+            free_group(0, 2);
+            wgmma_wait<0>();
+            reg_fence(o);
             free_group(1, 1);
+          } else {
+            wgmma_wait<0>();
+            reg_fence(o);
+            free_group(0, 1);
+            free_group(0, 2);
           }
-          wgmma_wait<0>();
-          reg_fence(o);
-          free_group(0, 1);
-          free_group(0, 2);
         }
       }
     }

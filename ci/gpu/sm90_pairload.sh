@@ -2,7 +2,8 @@
 # One device run for the sm90 pair schedule's load/release rework: build (ptxas report and SASS counts
 # alongside), smoke calls of every pair variant (a wrong or hanging kernel gets the localising diagnostic
 # and the run ends there), then alone on the GPU the timing set `pairload` (staggered, the first pair loop
-# pair_v0, pair and its two L2-policy variants, FlashMLA at the six sizes) and ncu of pair_v0 and pair at
+# pair_v0, pair, its L2-prefetch variants and staggered with the prefetch, FlashMLA at the six sizes) and ncu
+# of pair_v0, pair and pair_pf2 at
 # 65k T=64, then at once the GPU tests of both cuda paths, compute-sanitizer memcheck of pair and racecheck
 # of pair on three shapes (pair_v0 beside it as the control). Every step is cut by `timeout`, capped so
 # that the run ends by $DEADLINE seconds (the log tarball is written in any case); everything lands in
@@ -48,7 +49,8 @@ if want smoke; then
   i=0
   for args in "sm90_pair --T 1 --H 1 --prefix 63" "sm90_pair --T 64 --prefix 700 --B 2" "sm90_pair --T 16 --prefix 4000" \
       "sm90_pair --T 33 --H 2 --prefix 900 --nsplit 1" "sm90_pair --T 17 --H 4 --prefix 150 --nsplit 1" \
-      "sm90_pair_ef --T 64 --prefix 3000" "sm90_pair_el --T 64 --prefix 3000" "sm90_pair_v0 --T 64 --prefix 700"; do
+      "sm90_pair_pf2 --T 64 --prefix 3000" "sm90_pair_pf4 --T 64 --prefix 3000 --B 2" "sm90_pair_v0 --T 64 --prefix 700" \
+      "sm90_staggered_pf2 --T 16 --prefix 3000"; do
     timeout $(cap 40) $PY -m kdengine.bench.kernel once --path $args > "$LOG/smoke$i.log" 2>&1 &
     pids[$i]=$!
     i=$((i + 1))
@@ -73,7 +75,7 @@ fi
 
 if want ncu; then
   step ncu  # the report is kept (logs.tgz); details and the raw page (stall reasons) printed from it
-  for sched in ${NCU_SCHEDULES:-pair_v0 pair}; do
+  for sched in ${NCU_SCHEDULES:-pair_v0 pair pair_pf2}; do
     rep="$LOG/ncu_${sched}_T64"
     timeout $(cap 60) ncu --clock-control none -k regex:verify_sm90 --launch-count 1 --section SpeedOfLight \
       --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \

@@ -81,10 +81,10 @@ SM90_MIN_TOKENS_PER_SPLIT = 128
 # (FlashMLA 25.2 / 49.8 / 119.6); at T=16 16.0 / 26.4 / 57.5 against 16.8 / 26.0 / 58.1 (mixed). It does
 # 0.65x the tensor work of staggered but its tensor pipe is idle half the time (ncu at 65k T=64: 52% busy
 # against 74%; csrc/verify_sm90.cuh says why, as far as known): opt-in, see PAIR_MIN_ROWS.
-# pair_v0 (the first pair loop) and pair_ef / pair_el (pair with an L2 evict_first / evict_last policy on
-# the KV loads: the schedule's bits 4-5) are kept for one A/B on the H200.
-SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "pair_v0": 4, "pair_ef": 3 | 1 << 4,
-             "pair_el": 3 | 2 << 4}
+# pair_v0 (the first pair loop) and the L2-prefetch variants (the producer prefetches the KV tile 2 / 4
+# tiles ahead: the schedule's bits 4-5) are kept for one A/B on the H200.
+SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "pair_v0": 4, "pair_pf2": 3 | 1 << 4,
+             "pair_pf4": 3 | 2 << 4, "staggered_pf2": 2 | 1 << 4}
 DEFAULT_SCHEDULE = "staggered"
 # Query rows per sequence (R = T * H) from which the default is pair instead; None: never by default.
 # pair was measured 1-5% faster at every T=64 size (512 rows at H=8; merged main a28a8b2: 21.3 / 50.9 /
