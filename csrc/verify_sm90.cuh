@@ -85,9 +85,10 @@ constexpr int STATE_OFF = BAR_OFF + BAR_BYTES;   // m, l, rescale: [3][2 slots][
 constexpr int SMEM = STATE_OFF + 3 * 2 * BM * 4 + 1024;  // + slack to align the base to 1024 B
 static_assert(SMEM <= 227 * 1024, "over sm_90's 227 KB of shared memory per block");
 static_assert(NCHUNK % NGROUP == 0 && (STAGES * (3 * NGROUP + 1 + NCHUNK) + 1) * 8 <= BAR_BYTES, "barrier layout");
-// setmaxnreg: 384 threads x 168 registers at launch; the producer gives 120 of its 168 back (48 x 128 +
-// 232 x 256 = the 64 K registers of an SM).
-constexpr int PRODUCER_REGS = 48;
+// setmaxnreg: 384 threads x 168 registers at launch; the producer gives 128 of its 168 back and the consumers
+// take them (40 x 128 + 232 x 256 = 168 x 384: setmaxnreg.inc only draws on what the block itself gave back;
+// 48 for the producer hung every launch on the H200, the consumers waiting for registers that never came).
+constexpr int PRODUCER_REGS = 40;
 constexpr int CONSUMER_REGS = 232;
 // Named barriers (0 is __syncthreads): 1, 2 = one consumer warpgroup; 3, 4 = P of an even / odd tile
 // ready (seesaw, pair); 5 = both consumer warpgroups; 6, 7 = warpgroup 0 / 1 may issue S (staggered);
@@ -510,6 +511,7 @@ __device__ __forceinline__ void prefetch_group(const VerifyParams& p, const CUte
   if constexpr (PF > 0) {
     if (p.page_size < BN || tile_start >= end) return;
     const int row = tile_row(p, pages, tile_start);
+#pragma unroll 1  // (unrolled, the producer's 40 registers spilled)
     for (int k = c0; k < c1; ++k) tma_prefetch_l2(kv_map, k * SW, row);
   }
 }
