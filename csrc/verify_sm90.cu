@@ -38,18 +38,18 @@ bool make_map(CUtensorMap* map, const __nv_bfloat16* data, long long rows, int b
                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <int SCHEDULE, int PF = 0>
+template <int SCHEDULE>
 cudaError_t launch_sm90_kernel(const VerifyParams& p, const CUtensorMap& kv_map, const CUtensorMap& q_map,
                                cudaStream_t stream) {
   static bool configured = false;
   if (!configured) {
-    const cudaError_t err = cudaFuncSetAttribute(sm90::verify_sm90_kernel<SCHEDULE, PF>,
+    const cudaError_t err = cudaFuncSetAttribute(sm90::verify_sm90_kernel<SCHEDULE>,
                                                  cudaFuncAttributeMaxDynamicSharedMemorySize, sm90::SMEM);
     if (err != cudaSuccess) return err;
     configured = true;
   }
   const dim3 grid((p.R + sm90::BM - 1) / sm90::BM, p.nsplit, p.B);
-  sm90::verify_sm90_kernel<SCHEDULE, PF><<<grid, sm90::THREADS, sm90::SMEM, stream>>>(p, kv_map, q_map);
+  sm90::verify_sm90_kernel<SCHEDULE><<<grid, sm90::THREADS, sm90::SMEM, stream>>>(p, kv_map, q_map);
   return cudaGetLastError();
 }
 
@@ -79,12 +79,7 @@ cudaError_t launch_split_sm90(const VerifyParams& p, long long pool_tokens, int 
   if (!make_map(&kv_map, p.kv, pool_tokens, p.page_size < sm90::BN ? p.page_size : sm90::BN) ||
       !make_map(&q_map, p.q, static_cast<long long>(p.B) * p.R, sm90::BM))
     return cudaErrorInvalidValue;
-  if (schedule == (sm90::PAIR | 1 << 4)) return launch_sm90_kernel<sm90::PAIR, sm90::prefetch_tiles(1)>(p, kv_map, q_map, stream);
-  if (schedule == (sm90::PAIR | 2 << 4)) return launch_sm90_kernel<sm90::PAIR, sm90::prefetch_tiles(2)>(p, kv_map, q_map, stream);
-  if (schedule == (sm90::STAGGERED | 1 << 4))
-    return launch_sm90_kernel<sm90::STAGGERED, sm90::prefetch_tiles(1)>(p, kv_map, q_map, stream);
   if (schedule == sm90::PAIR) return launch_sm90_kernel<sm90::PAIR>(p, kv_map, q_map, stream);
-  if (schedule == sm90::PAIR_V0) return launch_sm90_kernel<sm90::PAIR_V0>(p, kv_map, q_map, stream);
   if (schedule == sm90::SEESAW) return launch_sm90_kernel<sm90::SEESAW>(p, kv_map, q_map, stream);
   if (schedule == sm90::STAGGERED) return launch_sm90_kernel<sm90::STAGGERED>(p, kv_map, q_map, stream);
   return launch_sm90_kernel<sm90::BOTH>(p, kv_map, q_map, stream);

@@ -40,7 +40,13 @@
 // tensor pipe 52% busy (86 us of 165), long-scoreboard and barrier stalls 3.1 and 2.5 per issue against
 // 1.0 and 0.6. Likely cause (not yet shown): two stages that both hold the step's tiles, so a group's
 // reload starts only when its last reader is done and the load latency is exposed; freeing stage 1
-// before the next S waits on stage 0 took 65k T=64 from 188.6 to 176.8 us (..._85df096.json).
+// before the next S waits on stage 0 took 65k T=64 from 188.6 to 176.8 us (..._85df096.json). A later
+// run (verify_kernel_pairload_*_752b824.json, this PAIR as pair_v0) had it faster than STAGGERED at all
+// six sizes (65k T=64 173.5 against 181.5 us, FlashMLA 119.9); in the same run, a rework with a full
+// barrier per chunk, P of the odd tile in its own buffer and earlier per-group releases ran slower (190.4
+// us: it freed stage 0 later, and the next step starts on stage 0), and L2 evict_first / evict_last
+// policies on the KV loads changed nothing beyond noise. compute-sanitizer racecheck reports PAIR's row
+// tables handed from warpgroup 1 to 0 (not 0 to 1, in the same SASS form): cuda_backend.PAIR_MIN_ROWS.
 // ptxas: SEESAW gets an injected warpgroup.wait (C7517) at the O rescale that follows the S issue.
 #pragma once
 
@@ -75,29 +81,19 @@ constexpr int NGROUP = 3, GROUP_CHUNKS = NCHUNK / NGROUP;
 // PAIR groups a tile by its users instead: V columns of warpgroup 0 (chunks 0-3), of warpgroup 1
 // (4-7), the rope chunk (8; P after S). Each group is released on its own empty barrier.
 __host__ __device__ constexpr int pair_group(int g) { return g < NGROUP ? 4 * g : NCHUNK; }  // first chunk of g
-// PAIR: the odd tile's P (bf16, 64 x 64, K-major swizzled) for warpgroup 0's P V, apart from the tile so
-// that the tile's rope chunk is free once its S is done.
-constexpr int P_OFF = KV_OFF + STAGES * TILE_BYTES;
-// full[STAGES][NGROUP], empty[STAGES], q, pair_empty[STAGES][NGROUP], chunk_full[STAGES][NCHUNK]
-constexpr int BAR_OFF = P_OFF + CHUNK_BYTES;
-constexpr int BAR_BYTES = 384;
-constexpr int STATE_OFF = BAR_OFF + BAR_BYTES;   // m, l, rescale: [3][2 slots][BM] fp32
+constexpr int BAR_OFF = KV_OFF + STAGES * TILE_BYTES;  // full[STAGES][NGROUP], empty[STAGES], q, pair_empty[STAGES][NGROUP]
+constexpr int STATE_OFF = BAR_OFF + 128;         // m, l, rescale: [3][2 slots][BM] fp32
 constexpr int SMEM = STATE_OFF + 3 * 2 * BM * 4 + 1024;  // + slack to align the base to 1024 B
 static_assert(SMEM <= 227 * 1024, "over sm_90's 227 KB of shared memory per block");
-static_assert(NCHUNK % NGROUP == 0 && (STAGES * (3 * NGROUP + 1 + NCHUNK) + 1) * 8 <= BAR_BYTES, "barrier layout");
-// setmaxnreg: 384 threads x 168 registers at launch; the producer gives 128 of its 168 back and the consumers
-// take them (40 x 128 + 232 x 256 = 168 x 384: setmaxnreg.inc only draws on what the block itself gave back;
-// 48 for the producer hung every launch on the H200, the consumers waiting for registers that never came).
+static_assert(NCHUNK % NGROUP == 0 && (STAGES * (2 * NGROUP + 1) + 1) * 8 <= 128, "barrier layout");
+// setmaxnreg: 384 threads x 168 registers at launch; the producer gives 128 of its 168 back.
 constexpr int PRODUCER_REGS = 40;
 constexpr int CONSUMER_REGS = 232;
 // Named barriers (0 is __syncthreads): 1, 2 = one consumer warpgroup; 3, 4 = P of an even / odd tile
 // ready (seesaw, pair); 5 = both consumer warpgroups; 6, 7 = warpgroup 0 / 1 may issue S (staggered);
 // pair: 8 = the row max of the even tile ready, 9 = the pair's row max ready, 10 = warpgroup 0 issued S.
 constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6, BAR_MAX = 8, BAR_ISSUE = 10;
-enum Schedule { BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, PAIR_V0 = 4 };
-// Launcher: schedule bits 4-5 select an L2 prefetch of the KV tile PF tiles ahead (0, 2, 4) by the
-// producer (staggered and pair).
-__host__ __device__ constexpr int prefetch_tiles(int code) { return code == 1 ? 2 : code == 2 ? 4 : 0; }
+enum Schedule { BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3 };
 
 // --- PTX wrappers (sm_90a) --------------------------------------------------------------------------
 
@@ -126,12 +122,6 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, i
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(bar)
       : "memory");
-}
-// The same box prefetched into L2 only (no shared memory, no barrier).
-__device__ __forceinline__ void tma_prefetch_l2(const CUtensorMap* map, int col, int row) {
-  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n" ::"l"(reinterpret_cast<uint64_t>(map)),
-               "r"(col), "r"(row)
-               : "memory");
 }
 __device__ __forceinline__ void bar_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
@@ -294,30 +284,6 @@ __device__ __forceinline__ void issue_qk_pair(float (&s)[32], uint32_t q_s, uint
   wgmma_commit();
 }
 
-// S k-steps of chunks [C0, C1) of a tile (PAIR), each chunk once its own full barrier (chunk_bars + 8 k,
-// `parity`) flipped; FIRST: these k-steps start S (the first one overwrites the accumulator).
-template <int C0, int C1, bool FIRST>
-__device__ __forceinline__ void issue_qk_chunks(float (&s)[32], uint64_t qd, uint64_t kd, uint32_t chunk_bars,
-                                                int parity) {
-#pragma unroll
-  for (int k = C0; k < C1; ++k) {
-    mbar_wait(chunk_bars + 8 * k, parity);
-    wgmma_fence();
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const uint64_t off = k * (CHUNK_BYTES >> 4) + j * 2;  // 16-byte units
-      wgmma_qk(s, qd + off, kd + off, !FIRST || k > C0 || j > 0);
-    }
-  }
-}
-
-// Chunks [C0, C1) of a tile landed (per-chunk full barriers).
-template <int C0, int C1>
-__device__ __forceinline__ void wait_chunks(uint32_t chunk_bars, int parity) {
-#pragma unroll
-  for (int k = C0; k < C1; ++k) mbar_wait(chunk_bars + 8 * k, parity);
-}
-
 // Every chunk group of a tile landed.
 __device__ __forceinline__ void wait_tile(uint32_t full_bars, int parity) {
 #pragma unroll
@@ -333,10 +299,10 @@ __device__ __forceinline__ void issue_pv_rs(float (&o)[128], const uint32_t (&pa
   wgmma_commit();
 }
 
-// The same with P read from shared memory (p_s: a 64 x 64 chunk, the layout of store_p).
-__device__ __forceinline__ void issue_pv_ss(float (&o)[128], uint32_t p_s, uint32_t tile, int w) {
+// The same with P read from shared memory (the rope chunk of the tile, written by the owner).
+__device__ __forceinline__ void issue_pv_ss(float (&o)[128], uint32_t tile, int w) {
   const uint64_t vd = make_desc(tile + w * (V_COLS / SW) * CHUNK_BYTES, CHUNK_BYTES, 1024);
-  const uint64_t pd = make_desc(p_s, 16, 1024);
+  const uint64_t pd = make_desc(tile + P_CHUNK * CHUNK_BYTES, 16, 1024);
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < BN / 16; ++kk) wgmma_pv_ss(o, pd + kk * 2, vd + kk * (16 * 128 >> 4), 1);
@@ -432,10 +398,10 @@ __device__ __forceinline__ void rescale(float (&o)[128], const float (&scale)[2]
   }
 }
 
-// P (bf16) into a 64 x 64 chunk (a tile's rope chunk or the P buffer), 128-byte swizzled (the K-major
-// A layout of issue_pv_ss).
-__device__ __forceinline__ void store_p(unsigned char* dst, const Rows& rows, const uint32_t (&pa)[4][4]) {
+// P (bf16) into the tile's rope chunk, 128-byte swizzled (the K-major A layout of issue_pv_ss).
+__device__ __forceinline__ void store_p(unsigned char* tile, const Rows& rows, const uint32_t (&pa)[4][4]) {
   const int q = threadIdx.x % 4;
+  unsigned char* dst = tile + P_CHUNK * CHUNK_BYTES;
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
@@ -445,11 +411,12 @@ __device__ __forceinline__ void store_p(unsigned char* dst, const Rows& rows, co
     }
 }
 
-// P * sc (per row) into a chunk, the same layout as store_p, packed on the fly from the fp32 P (the A
-// fragments of an in-flight P V stay untouched).
-__device__ __forceinline__ void store_p_scaled(unsigned char* dst, const Rows& rows, const float (&s)[32],
+// P * sc (per row) into the tile's rope chunk, the same layout as store_p, packed on the fly from the
+// fp32 P (the A fragments of an in-flight P V stay untouched).
+__device__ __forceinline__ void store_p_scaled(unsigned char* tile, const Rows& rows, const float (&s)[32],
                                                const float (&sc)[2]) {
   const int q = threadIdx.x % 4;
+  unsigned char* dst = tile + P_CHUNK * CHUNK_BYTES;
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
@@ -471,73 +438,31 @@ __device__ __forceinline__ void zero_rows(unsigned char* tile, int first, int ti
   fence_async_smem();
 }
 
-// A per-row value (equal across the row's quad of lanes) into a row table by the quad's first lane, then
-// __syncwarp: the named barrier that publishes it (bar.sync / bar.arrive, i.e. barrier.*.aligned) must
-// be reached by the whole warp at once. Without it the warp could reach the barrier split around the
-// branch of the store, which the aligned form leaves undefined: compute-sanitizer racecheck reported such
-// stores (pair's row-max table, then its row-sum table) against the other warpgroup's reads after the
-// barrier, wherever ptxas had made the store a branch instead of a predicated store.
-__device__ __forceinline__ void publish_rows(float* tab, const Rows& rows, const float (&v)[2]) {
-  if (threadIdx.x % 4 == 0)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) tab[rows.local[h]] = v[h];
-  __syncwarp();
-}
-
-// PAIR: each warpgroup holds its part of the row sums; both get the whole (sc_tab: [2][BM] scratch).
-__device__ __forceinline__ void add_row_sums(float (&l)[2], float* sc_tab, const Rows& rows, int w) {
-  publish_rows(sc_tab + w * BM, rows, l);
-  bar_sync(BAR_CONSUMERS, 128 * CONSUMERS);
-#pragma unroll
-  for (int h = 0; h < 2; ++h) l[h] += sc_tab[(1 - w) * BM + rows.local[h]];
-}
-
 __device__ __forceinline__ void release(uint32_t empty_bar) {
   if (threadIdx.x % 32 == 0) mbar_arrive(empty_bar);
 }
 
-// The pool row of the KV tile at tile_start when a page holds whole tiles (else unused): the producer
-// reads it before it waits for the stage, so the page-table read's latency hides behind that wait.
-__device__ __forceinline__ int tile_row(const VerifyParams& p, const int* pages, int tile_start) {
-  return p.page_size >= BN ? __ldg(pages + (tile_start >> p.page_shift)) * p.page_size + (tile_start & (p.page_size - 1))
-                           : 0;
-}
-
-// Chunks [c0, c1) of the KV tile at tile_start into L2 (PF > 0, pages of whole tiles, the tile before
-// `end`): the producer asks for tile t + PF when it loads tile t.
-template <int PF>
-__device__ __forceinline__ void prefetch_group(const VerifyParams& p, const CUtensorMap* kv_map, const int* pages,
-                                               int tile_start, int end, int c0, int c1) {
-  if constexpr (PF > 0) {
-    if (p.page_size < BN || tile_start >= end) return;
-    const int row = tile_row(p, pages, tile_start);
-#pragma unroll 1  // (unrolled, the producer's 40 registers spilled)
-    for (int k = c0; k < c1; ++k) tma_prefetch_l2(kv_map, k * SW, row);
-  }
-}
-
-// The TMA loads of chunks [c0, c1) of the KV tile at tile_start (pool row `row` from tile_row) into dst,
-// counted on full barrier fb.
+// The TMA loads of chunks [c0, c1) of the KV tile at tile_start into dst, counted on full barrier fb.
 __device__ __forceinline__ void load_group(const VerifyParams& p, const CUtensorMap* kv_map, const int* pages,
-                                           int tile_start, int row, int end, uint32_t dst, int c0, int c1, uint32_t fb) {
-  auto load = [&](uint32_t d, int col, int row) { tma_load(d, kv_map, col, row, fb); };
+                                           int tile_start, int end, uint32_t dst, int c0, int c1, uint32_t fb) {
   const int ps = p.page_size;
   if (ps >= BN) {
+    const int row = __ldg(pages + (tile_start >> p.page_shift)) * ps + (tile_start & (ps - 1));
     mbar_expect_tx(fb, (c1 - c0) * CHUNK_BYTES);
-    for (int k = c0; k < c1; ++k) load(dst + k * CHUNK_BYTES, k * SW, row);
+    for (int k = c0; k < c1; ++k) tma_load(dst + k * CHUNK_BYTES, kv_map, k * SW, row, fb);
   } else {  // several pages per tile: one box of ps rows per page that holds tokens before `end`
     const int npages = min(BN / ps, (end - tile_start + ps - 1) / ps);
     mbar_expect_tx(fb, npages * ps * 128 * (c1 - c0));
     for (int pg = 0; pg < npages; ++pg) {
       const int row = __ldg(pages + ((tile_start + pg * ps) >> p.page_shift)) * ps;
-      for (int k = c0; k < c1; ++k) load(dst + k * CHUNK_BYTES + pg * ps * 128, k * SW, row);
+      for (int k = c0; k < c1; ++k) tma_load(dst + k * CHUNK_BYTES + pg * ps * 128, kv_map, k * SW, row, fb);
     }
   }
 }
 
 // --- the kernel -------------------------------------------------------------------------------------
 
-template <int SCHEDULE, int PF = 0>
+template <int SCHEDULE>
 __global__ void __launch_bounds__(THREADS, 1)
     verify_sm90_kernel(const VerifyParams p, const __grid_constant__ CUtensorMap kv_map,
                        const __grid_constant__ CUtensorMap q_map) {
@@ -548,10 +473,8 @@ __global__ void __launch_bounds__(THREADS, 1)
   const uint32_t base = smem_u32(sm);
   const uint32_t q_s = base + Q_OFF, kv_s = base + KV_OFF;
   // full[stage][group] at full_bar + 8 (NGROUP stage + group); empty[stage]; q; PAIR's empty[stage][group]
-  // and full[stage][chunk]
   const uint32_t full_bar = base + BAR_OFF, empty_bar = full_bar + 8 * STAGES * NGROUP;
   const uint32_t q_bar = empty_bar + 8 * STAGES, pair_empty = q_bar + 8;
-  const uint32_t chunk_full = pair_empty + 8 * STAGES * NGROUP;
   float* m_tab = reinterpret_cast<float*>(sm + STATE_OFF);  // [2][BM]
   float* l_tab = m_tab + 2 * BM;
   float* sc_tab = l_tab + 2 * BM;
@@ -577,7 +500,6 @@ __global__ void __launch_bounds__(THREADS, 1)
       for (int g = 0; g < NGROUP; ++g) mbar_init(full_bar + 8 * (NGROUP * s + g), 1);
       mbar_init(empty_bar + 8 * s, 4 * CONSUMERS);  // one arrival per consumer warp
       for (int g = 0; g < NGROUP; ++g) mbar_init(pair_empty + 8 * (NGROUP * s + g), 4 * CONSUMERS);
-      for (int k = 0; k < NCHUNK; ++k) mbar_init(chunk_full + 8 * (NCHUNK * s + k), 1);
     }
     mbar_init(q_bar, 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -589,7 +511,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     // zero fill past B * R, never written out), then the split's KV tiles ---
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
     const int* pages = p.page_table + (size_t)b * p.max_pages;
-    if constexpr (SCHEDULE == PAIR) {  // lane 0 of warp g streams chunk group g, each chunk on its own barrier
+    if constexpr (SCHEDULE == PAIR) {  // lane 0 of warp g streams chunk group g: each group reloads once freed
       const int g = wtid / 32;
       if (wtid % 32 != 0 || g >= NGROUP) return;
       if (g == 0) {
@@ -597,27 +519,10 @@ __global__ void __launch_bounds__(THREADS, 1)
         for (int k = 0; k < NCHUNK; ++k) tma_load(q_s + k * CHUNK_BYTES, &q_map, k * SW, b * p.R + row0, q_bar);
       }
       for (int t = 0; t < ntiles; ++t) {
-        const int stage = t & 1, row = tile_row(p, pages, start + t * BN);
+        const int stage = t & 1;
         if (t >= STAGES) mbar_wait(pair_empty + 8 * (NGROUP * stage + g), ((t >> 1) + 1) & 1);
-        for (int k = pair_group(g); k < pair_group(g + 1); ++k)
-          load_group(p, &kv_map, pages, start + t * BN, row, end, kv_s + stage * TILE_BYTES, k, k + 1,
-                     chunk_full + 8 * (NCHUNK * stage + k));
-        prefetch_group<PF>(p, &kv_map, pages, start + (t + PF) * BN, end, pair_group(g), pair_group(g + 1));
-      }
-      return;
-    }
-    if constexpr (SCHEDULE == PAIR_V0) {  // lane 0 of warp g streams chunk group g: each group reloads once freed
-      const int g = wtid / 32;
-      if (wtid % 32 != 0 || g >= NGROUP) return;
-      if (g == 0) {
-        mbar_expect_tx(q_bar, TILE_BYTES);
-        for (int k = 0; k < NCHUNK; ++k) tma_load(q_s + k * CHUNK_BYTES, &q_map, k * SW, b * p.R + row0, q_bar);
-      }
-      for (int t = 0; t < ntiles; ++t) {
-        const int stage = t & 1, row = tile_row(p, pages, start + t * BN);
-        if (t >= STAGES) mbar_wait(pair_empty + 8 * (NGROUP * stage + g), ((t >> 1) + 1) & 1);
-        load_group(p, &kv_map, pages, start + t * BN, row, end, kv_s + stage * TILE_BYTES, pair_group(g),
-                   pair_group(g + 1), full_bar + 8 * (NGROUP * stage + g));
+        load_group(p, &kv_map, pages, start + t * BN, end, kv_s + stage * TILE_BYTES, pair_group(g), pair_group(g + 1),
+                   full_bar + 8 * (NGROUP * stage + g));
       }
       return;
     }
@@ -626,13 +531,12 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
     for (int k = 0; k < NCHUNK; ++k) tma_load(q_s + k * CHUNK_BYTES, &q_map, k * SW, b * p.R + row0, q_bar);
     for (int t = 0; t < ntiles; ++t) {
-      const int stage = t & 1, row = tile_row(p, pages, start + t * BN);
+      const int stage = t & 1;
       if (t >= STAGES) mbar_wait(empty_bar + 8 * stage, ((t >> 1) + 1) & 1);
 #pragma unroll
       for (int g = 0; g < NGROUP; ++g)
-        load_group(p, &kv_map, pages, start + t * BN, row, end, kv_s + stage * TILE_BYTES, g * GROUP_CHUNKS,
+        load_group(p, &kv_map, pages, start + t * BN, end, kv_s + stage * TILE_BYTES, g * GROUP_CHUNKS,
                    (g + 1) * GROUP_CHUNKS, full_bar + 8 * (NGROUP * stage + g));
-      prefetch_group<PF>(p, &kv_map, pages, start + (t + PF) * BN, end, 0, NCHUNK);
     }
     return;
   }
@@ -709,7 +613,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         reg_fence(o);
         rescale(o, sc);
         reg_fence(o);
-        issue_pv_ss(o, kv_s + slot * TILE_BYTES + P_CHUNK * CHUNK_BYTES, kv_s + slot * TILE_BYTES, w);
+        issue_pv_ss(o, kv_s + slot * TILE_BYTES, w);
       }
       // S of tile t and P V of tile t - 1 done. (wait_group 1 would let P V run on under the softmax,
       // but ptxas then serializes every wgmma of the kernel: C7514.)
@@ -717,10 +621,15 @@ __global__ void __launch_bounds__(THREADS, 1)
       reg_fence(s);
       bar_sync(BAR_WG + w, 128);  // every warp's S read the rope chunk before P overwrites it
       softmax_tile(p, rows, s, tile_start, prefix, end, m, l, scale, pa);
-      store_p(tile_ptr + P_CHUNK * CHUNK_BYTES, rows, pa);
-      publish_rows(m_tab + stage * BM, rows, m);
-      publish_rows(l_tab + stage * BM, rows, l);
-      publish_rows(sc_tab + stage * BM, rows, scale);
+      store_p(tile_ptr, rows, pa);
+      if (wtid % 4 == 0) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          m_tab[stage * BM + rows.local[h]] = m[h];
+          l_tab[stage * BM + rows.local[h]] = l[h];
+          sc_tab[stage * BM + rows.local[h]] = scale[h];
+        }
+      }
       fence_async_smem();
       bar_arrive(BAR_P + stage, 128 * CONSUMERS);
       if (t >= 1) release(empty_bar + 8 * (stage ^ 1));
@@ -746,12 +655,12 @@ __global__ void __launch_bounds__(THREADS, 1)
       reg_fence(o);
       rescale(o, sc);
       reg_fence(o);
-      issue_pv_ss(o, kv_s + slot * TILE_BYTES + P_CHUNK * CHUNK_BYTES, kv_s + slot * TILE_BYTES, w);
+      issue_pv_ss(o, kv_s + slot * TILE_BYTES, w);
       wgmma_wait<0>();
       reg_fence(o);
     }
-  } else if constexpr (SCHEDULE == PAIR_V0) {
-    // PAIR_V0 (the first pair loop, kept for one A/B): tiles 2i (stage 0, warpgroup 0 computes S) and 2i + 1 (stage 1, warpgroup 1) per step i.
+  } else {
+    // PAIR: tiles 2i (stage 0, warpgroup 0 computes S) and 2i + 1 (stage 1, warpgroup 1) per step i.
     // Row state: both warpgroups hold the same running max m; each its own part of the row sum (the
     // P it computed), added up at the end. Per step, with mp0 = max(m, rowmax S_a) and
     // mp1 = max(mp0, rowmax S_b):  O_L = (O_L e^(m-mp0) + P_a V_aL) e^(mp0-mp1) + P_b V_bL,
@@ -787,7 +696,9 @@ __global__ void __launch_bounds__(THREADS, 1)
         mask_rowmax(p, rows, s, tile_start, prefix, end, mx);
 #pragma unroll
         for (int h = 0; h < 2; ++h) mp0[h] = fmaxf(m[h], mx[h]);
-        publish_rows(mp0_tab + slot, rows, mp0);
+        if (wtid % 4 == 0)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) mp0_tab[slot + rows.local[h]] = mp0[h];
         bar_arrive(BAR_MAX, 128 * CONSUMERS);
         free_group(0, 1);  // S was this side's last use of warpgroup 1's V columns
 #pragma unroll
@@ -806,7 +717,7 @@ __global__ void __launch_bounds__(THREADS, 1)
           sc[h] = exp2f(mp0[h] - finite_max(mp1));
           m[h] = mp1;
         }
-        store_p_scaled(sm + KV_OFF + P_CHUNK * CHUNK_BYTES, rows, s, sc);  // P_a relative to mp1, for warpgroup 1
+        store_p_scaled(sm + KV_OFF, rows, s, sc);  // P_a relative to mp1, for warpgroup 1
         fence_async_smem();
         bar_arrive(BAR_P, 128 * CONSUMERS);
         __syncwarp();
@@ -821,7 +732,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         if (has_b) {
           bar_sync(BAR_P + 1, 128 * CONSUMERS);
           wait_tile(full_bar + 8 * NGROUP, i & 1);  // (complete: warpgroup 1 saw it)
-          issue_pv_ss(o, stage1 + P_CHUNK * CHUNK_BYTES, stage1, 0);
+          issue_pv_ss(o, stage1, 0);
         }
       }
     } else {
@@ -853,14 +764,16 @@ __global__ void __launch_bounds__(THREADS, 1)
           m[h] = mp1;
           l[h] *= sc[h];
         }
-        publish_rows(mp1_tab + slot, rows, m);
+        if (wtid % 4 == 0)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) mp1_tab[slot + rows.local[h]] = m[h];
         bar_sync(BAR_MAX + 1, 128 * CONSUMERS);  // (sync, not arrive: warpgroup 0 is normally there first)
         reg_fence(o);
         rescale(o, sc);
         reg_fence(o);
         bar_sync(BAR_P, 128 * CONSUMERS);
         wait_tile(full_bar, i & 1);  // (complete: warpgroup 0 saw it)
-        issue_pv_ss(o, stage0 + P_CHUNK * CHUNK_BYTES, stage0, 1);
+        issue_pv_ss(o, stage0, 1);
         free_group(0, 0);  // never read on this side
         if (has_b) {
           float sum[2];
@@ -868,7 +781,7 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
           for (int h = 0; h < 2; ++h) l[h] += sum[h];
           pack_p(s, pa);
-          store_p(sm + KV_OFF + TILE_BYTES + P_CHUNK * CHUNK_BYTES, rows, pa);
+          store_p(sm + KV_OFF + TILE_BYTES, rows, pa);
           fence_async_smem();
           bar_arrive(BAR_P + 1, 128 * CONSUMERS);
           __syncwarp();
@@ -890,169 +803,13 @@ __global__ void __launch_bounds__(THREADS, 1)
     }
     wgmma_wait<0>();
     reg_fence(o);
-    add_row_sums(l, sc_tab, rows, w);
-  } else {
-    // PAIR: tiles 2i (stage 0, warpgroup 0 computes S) and 2i + 1 (stage 1, warpgroup 1) per step i.
-    // Row state: both warpgroups hold the same running max m; each its own part of the row sum (the
-    // P it computed), added up at the end. Per step, with mp0 = max(m, rowmax S_a) and
-    // mp1 = max(mp0, rowmax S_b):  O_L = (O_L e^(m-mp0) + P_a V_aL) e^(mp0-mp1) + P_b V_bL,
-    // O_R = O_R e^(m-mp1) + (P_a e^(mp0-mp1)) V_aR + P_b V_bR. Only the row maxima cross before the
-    // P V issue (bar 8: mp0, bar 9: mp1); P_a goes through tile a's rope chunk (bar 3), P_b through the
-    // P buffer (bar 4), so tile b's rope chunk is free once S_b is done.
-    // Each warpgroup frees a chunk group of a stage as soon as its own last read of it is done (groups it
-    // never reads: once the other warpgroup's release of the previous tile is ordered before, i.e. after
-    // bar 8 / 9), and issues the next S right behind its last P V:
-    //   tile a (stage 0): V 0-255 after P V_aL; V 256-511 and rope (P_a) after P V_aR;
-    //   tile b (stage 1): rope after S_b; V 256-511 after P V_bR; V 0-255 after P V_bL.
-    // S_a' takes its chunks in that order (0-3, 4-8), S_b' too (8, 4-7, 0-3); warpgroup 1 issues P V_aR
-    // before P V_bR (S_a' comes first in the next step). Row values cross through publish_rows.
-    float* mp0_tab = m_tab;  // [step parity][BM]
-    float* mp1_tab = l_tab;  // [step parity][BM]
-    const int steps = (ntiles + 1) / 2;
-    const uint32_t stage0 = kv_s, stage1 = kv_s + TILE_BYTES, p_s = base + P_OFF;
-    const uint32_t cf0 = chunk_full, cf1 = chunk_full + 8 * NCHUNK;
-    const uint64_t qd = make_desc(q_s, 16, 1024), kd0 = make_desc(stage0, 16, 1024), kd1 = make_desc(stage1, 16, 1024);
-    auto free_group = [&](int stage, int g) { release(pair_empty + 8 * (NGROUP * stage + g)); };
-    // Rows past the end of a tail tile are zeroed before its S (this warpgroup's barrier; the other one
-    // reads the tile after a later hand-off barrier).
-    auto zero_tail = [&](int t) {
-      const int tile_start = start + t * BN;
-      if (tile_start + BN <= end) return;
-      wait_chunks<0, NCHUNK>(chunk_full + 8 * NCHUNK * (t & 1), (t >> 1) & 1);
-      zero_rows(sm + KV_OFF + (t & 1) * TILE_BYTES, end - tile_start, wtid, 128);
-      bar_sync(BAR_WG + w, 128);
-    };
-    // One S issue site per warpgroup, at the top of its step, and no wgmma in flight across the loop
-    // edge: issuing the next S behind the last P V (in flight across the edge, or from a second issue
-    // site) made ptxas serialize the wgmmas (C7515) or spill ~750 bytes.
-    if (w == 0) {
-      for (int i = 0; i < steps; ++i) {
-        const bool has_b = 2 * i + 1 < ntiles;
-        zero_tail(2 * i);
-        issue_qk_chunks<0, 4, true>(s, qd, kd0, cf0, i & 1);
-        issue_qk_chunks<4, NCHUNK, false>(s, qd, kd0, cf0, i & 1);
-        wgmma_commit();
-        if (has_b) bar_arrive(BAR_ISSUE, 128 * CONSUMERS);  // warpgroup 1's S queues behind this one
-        wgmma_wait<0>();
-        reg_fence(s);
-        reg_fence(o);
-        {
-          const int tile_start = start + 2 * i * BN, slot = (i & 1) * BM;
-          free_group(0, 1);  // S_a was this side's only read of V columns 256-511
-          float mx[2], mp0[2], m_use[2], sc[2], sum[2];
-          mask_rowmax(p, rows, s, tile_start, prefix, end, mx);
+    // The row sum is the two warpgroups' parts.
+    if (wtid % 4 == 0)
 #pragma unroll
-          for (int h = 0; h < 2; ++h) mp0[h] = fmaxf(m[h], mx[h]);
-          publish_rows(mp0_tab + slot, rows, mp0);
-          bar_arrive(BAR_MAX, 128 * CONSUMERS);
+      for (int h = 0; h < 2; ++h) sc_tab[w * BM + rows.local[h]] = l[h];
+    bar_sync(BAR_CONSUMERS, 128 * CONSUMERS);
 #pragma unroll
-          for (int h = 0; h < 2; ++h) m_use[h] = finite_max(mp0[h]), sc[h] = exp2f(m[h] - m_use[h]);
-          exp_rows(s, m_use, sum);
-#pragma unroll
-          for (int h = 0; h < 2; ++h) l[h] = l[h] * sc[h] + sum[h];
-          pack_p(s, pa);
-          rescale(o, sc);
-          reg_fence(o);
-          issue_pv_rs(o, pa, stage0, 0);
-          bar_sync(BAR_MAX + 1, 128 * CONSUMERS);
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const float mp1 = mp1_tab[slot + rows.local[h]];
-            sc[h] = exp2f(mp0[h] - finite_max(mp1));
-            m[h] = mp1;
-          }
-          if (has_b) {  // never read on this side; warpgroup 1's release of the previous tile b is ordered before
-            free_group(1, 1);
-            free_group(1, 2);
-          }
-          store_p_scaled(sm + KV_OFF + P_CHUNK * CHUNK_BYTES, rows, s, sc);  // P_a relative to mp1, for warpgroup 1
-          fence_async_smem();
-          bar_arrive(BAR_P, 128 * CONSUMERS);
-          __syncwarp();
-          free_group(0, 2);
-          wgmma_wait<0>();
-          reg_fence(o);
-          free_group(0, 0);
-          rescale(o, sc);
-#pragma unroll
-          for (int h = 0; h < 2; ++h) l[h] *= sc[h];
-          reg_fence(o);
-          if (has_b) {
-            bar_sync(BAR_P + 1, 128 * CONSUMERS);
-            wait_chunks<0, 4>(cf1, i & 1);  // (complete: warpgroup 1 saw them)
-            issue_pv_ss(o, p_s, stage1, 0);
-            wgmma_wait<0>();
-            reg_fence(o);
-            free_group(1, 0);
-          }
-        }
-      }
-    } else {
-      for (int i = 0; i < steps; ++i) {
-        const bool has_b = 2 * i + 1 < ntiles;
-        if (has_b) {  // S of tile b: its rope chunk (freed first), V 256-511, V 0-255
-          zero_tail(2 * i + 1);
-          bar_sync(BAR_ISSUE, 128 * CONSUMERS);
-          issue_qk_chunks<P_CHUNK, NCHUNK, true>(s, qd, kd1, cf1, i & 1);
-          issue_qk_chunks<4, 8, false>(s, qd, kd1, cf1, i & 1);
-          issue_qk_chunks<0, 4, false>(s, qd, kd1, cf1, i & 1);
-          wgmma_commit();
-          wgmma_wait<0>();
-          reg_fence(s);
-        }
-        {
-          const int tile_start = start + (2 * i + 1) * BN, slot = (i & 1) * BM;
-          float mx[2] = {-INFINITY, -INFINITY}, m_use[2], sc[2];
-          if (has_b) {
-            free_group(1, 2);  // S_b was this side's only read of the rope chunk and V columns 0-255
-            free_group(1, 0);
-            mask_rowmax(p, rows, s, tile_start, prefix, end, mx);
-          }
-          bar_sync(BAR_MAX, 128 * CONSUMERS);
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const float mp1 = fmaxf(mp0_tab[slot + rows.local[h]], mx[h]);
-            m_use[h] = finite_max(mp1);
-            sc[h] = exp2f(m[h] - m_use[h]);
-            m[h] = mp1;
-            l[h] *= sc[h];
-          }
-          publish_rows(mp1_tab + slot, rows, m);
-          bar_arrive(BAR_MAX + 1, 128 * CONSUMERS);
-          free_group(0, 0);  // never read here; warpgroup 0's release of the previous tile a is ordered before
-          rescale(o, sc);
-          reg_fence(o);
-          bar_sync(BAR_P, 128 * CONSUMERS);
-          wait_chunks<4, 8>(cf0, i & 1);  // (complete: warpgroup 0 saw them)
-          issue_pv_ss(o, stage0 + P_CHUNK * CHUNK_BYTES, stage0, 1);  // first: the next S waits on stage 0
-          if (has_b) {
-            float sum[2];
-            exp_rows(s, m_use, sum);
-#pragma unroll
-            for (int h = 0; h < 2; ++h) l[h] += sum[h];
-            pack_p(s, pa);
-            store_p(sm + P_OFF, rows, pa);  // (warpgroup 0 waited its P V_bL of step i - 1 before bar 8)
-            fence_async_smem();
-            bar_arrive(BAR_P + 1, 128 * CONSUMERS);
-            issue_pv_rs(o, pa, stage1, 1);
-            wgmma_wait<1>();
-            free_group(0, 1);
-            free_group(0, 2);
-            wgmma_wait<0>();
-            reg_fence(o);
-            free_group(1, 1);
-          } else {
-            wgmma_wait<0>();
-            reg_fence(o);
-            free_group(0, 1);
-            free_group(0, 2);
-          }
-        }
-      }
-    }
-    wgmma_wait<0>();
-    reg_fence(o);
-    add_row_sums(l, sc_tab, rows, w);
+    for (int h = 0; h < 2; ++h) l[h] += sc_tab[(1 - w) * BM + rows.local[h]];
   }
 
   // Normalise and write this split's partial rows (bf16) and their lse (natural log). The merge may

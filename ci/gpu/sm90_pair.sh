@@ -3,7 +3,7 @@
 # report and SASS counts alongside), smoke calls of pair (a wrong or hanging kernel gets the localising
 # diagnostic and the run ends there), then alone on the GPU the timing set `pair` (staggered, pair,
 # FlashMLA at the six sizes) and ncu of staggered and pair at 65k T=64, then at once the GPU tests of both
-# cuda paths and compute-sanitizer memcheck + racecheck of pair on small shapes. Every step is cut by
+# cuda paths and compute-sanitizer memcheck + racecheck of pair on three small shapes. Every step is cut by
 # `timeout`, capped so that the run ends by $DEADLINE seconds (the log tarball is written in any case);
 # everything lands in $OUT (the JSON and one log tarball).
 #   usage: KDENGINE_COMMIT=<sha> SM90_WHL=<sgl_flash_mla wheel> DEADLINE=280 bash ci/gpu/sm90_pair.sh
@@ -84,17 +84,28 @@ t2=$!
 timeout $(cap 150) compute-sanitizer --tool memcheck --error-exitcode 9 $PY -m kdengine.bench.kernel once --path sm90_pair \
   --B 3 --T 17 --prefix 130 > "$LOG/memcheck.log" 2>&1 &
 t3=$!
-timeout $(cap 150) compute-sanitizer --tool racecheck --error-exitcode 9 $PY -m kdengine.bench.kernel once --path sm90_pair \
-  --T 3 --H 2 --prefix 300 --nsplit 1 > "$LOG/racecheck.log" 2>&1 &
-t4=$!
-timeout $(cap 150) compute-sanitizer --tool racecheck --error-exitcode 9 $PY -m kdengine.bench.kernel once \
-  --path sm90_staggered --T 3 --H 2 --prefix 300 --nsplit 1 > "$LOG/racecheck_staggered.log" 2>&1 &
-t5=$!
+# racecheck of pair where its row tables' two slots are used once (3 tiles), reused (T=64, 4 splits) and
+# with several sequences and a tail in either tile of a step; staggered beside it as the control
+race=()
+i=0
+for args in "sm90_pair --T 3 --H 2 --prefix 140" "sm90_pair --T 64 --prefix 700 --nsplit 4" "sm90_pair --B 3 --T 17 --prefix 130" \
+    "sm90_staggered --T 3 --H 2 --prefix 300 --nsplit 1"; do
+  timeout $(cap 150) compute-sanitizer --tool racecheck --error-exitcode 9 $PY -m kdengine.bench.kernel once --path $args \
+    > "$LOG/racecheck$i.log" 2>&1 &
+  race[$i]=$!
+  echo "$args" > "$LOG/racecheck$i.args"
+  i=$((i + 1))
+done
 checks_ok=1
 for pid in $t1 $t2; do wait $pid || checks_ok=0; done
 for f in pytest_sm90 pytest_cuda; do echo "--- $f"; grep -E "passed|failed|FAILED|Error" "$LOG/$f.log" | head -20; done
-for pid in $t3 $t4 $t5; do wait $pid || status=1; done
-for f in memcheck racecheck racecheck_staggered; do echo "--- $f"; tail -4 "$LOG/$f.log"; done
+wait $t3 || status=1
+echo "--- memcheck"; tail -4 "$LOG/memcheck.log"
+for j in "${!race[@]}"; do
+  wait "${race[$j]}" || status=1
+  echo "--- racecheck $(cat "$LOG/racecheck$j.args")"
+  grep -E "Race reported|and (Read|Write) access|RACECHECK SUMMARY" "$LOG/racecheck$j.log" | head -8
+done
 wait $ptxas_pid
 grep -E "registers|spill|C75" "$LOG/ptxas.txt"
 grep -oE "HGMMA[.A-Za-z0-9_]*|WARPGROUP[.A-Za-z0-9_]*|LDL|STL" "$LOG/verify_sm90.sass" | sort | uniq -c

@@ -32,12 +32,11 @@ from kdengine.ops.shapes import DV
 CONTEXTS = (4096, 16384, 65536)
 TREE_SIZES = (16, 64)
 NSPLITS = (16, 32, 64, 128, 256, "auto")
-SETS = ("full", "peers", "mma", "sm90", "paths", "pair", "nsplit", "pairload")
+SETS = ("full", "peers", "mma", "sm90", "paths", "pair", "nsplit")
 # The sm90 path's rows: backend name -> schedule (kdengine.ops.cuda_backend.SCHEDULES). (In the first
 # record, perf_history/kernel/verify_kernel_sm90_*_ebda896.json, "cuda_sm90" was the seesaw schedule.)
 SM90_BACKENDS = {"cuda_sm90_both": "both", "cuda_sm90_staggered": "staggered", "cuda_sm90_seesaw": "seesaw",
-                 "cuda_sm90_pair": "pair", "cuda_sm90_pair_v0": "pair_v0", "cuda_sm90_pair_pf2": "pair_pf2",
-                 "cuda_sm90_pair_pf4": "pair_pf4", "cuda_sm90_staggered_pf2": "staggered_pf2"}
+                 "cuda_sm90_pair": "pair"}
 H = 8
 SAMPLES = 50  # = kdengine.bench.workloads.GPU_VERIFY_SAMPLES
 SCHEMA = 2
@@ -199,11 +198,6 @@ def variants(N: int, T: int, which: str = "full"):
         sm90 = [(f"{name}/sauto", name, "auto", False, None) for name in SM90_BACKENDS]
         sm90 += [(f"cuda_sm90_staggered/s{sp}", "cuda_sm90_staggered", sp, False, None) for sp in (32, 128)]
         return [base[0], *sm90, *[(p, p, None, False, None) for p in peers.PEERS]]
-    if which == "pairload":  # pair against its first loop (pair_v0), the L2-prefetch variants, staggered, FlashMLA
-        names = ("cuda_sm90_staggered", "cuda_sm90_staggered_pf2", "cuda_sm90_pair_v0", "cuda_sm90_pair",
-                 "cuda_sm90_pair_pf2", "cuda_sm90_pair_pf4")
-        return [*[(f"{name}/sauto", name, "auto", False, None) for name in names],
-                *[(p, p, None, False, None) for p in peers.PEERS]]
     if which == "pair":  # the pair schedule against the staggered default and FlashMLA (a short device run)
         sm90 = [(f"{name}/sauto", name, "auto", False, None) for name in ("cuda_sm90_staggered", "cuda_sm90_pair")]
         return [*sm90, *[(p, p, None, False, None) for p in peers.PEERS]]

@@ -81,17 +81,18 @@ SM90_MIN_TOKENS_PER_SPLIT = 128
 # (FlashMLA 25.2 / 49.8 / 119.6); at T=16 16.0 / 26.4 / 57.5 against 16.8 / 26.0 / 58.1 (mixed). It does
 # 0.65x the tensor work of staggered but its tensor pipe is idle half the time (ncu at 65k T=64: 52% busy
 # against 74%; csrc/verify_sm90.cuh says why, as far as known): opt-in, see PAIR_MIN_ROWS.
-# pair_v0 (the first pair loop) and the L2-prefetch variants (the producer prefetches the KV tile 2 / 4
-# tiles ahead: the schedule's bits 4-5) are kept for one A/B on the H200.
-SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "pair_v0": 4, "pair_pf2": 3 | 1 << 4,
-             "pair_pf4": 3 | 2 << 4, "staggered_pf2": 2 | 1 << 4}
+SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3}
 DEFAULT_SCHEDULE = "staggered"
 # Query rows per sequence (R = T * H) from which the default is pair instead; None: never by default.
-# pair was measured 1-5% faster at every T=64 size (512 rows at H=8; merged main a28a8b2: 21.3 / 50.9 /
-# 163.2 us at 4k / 16k / 65k), but compute-sanitizer racecheck reports a hazard on its row-max table
-# (mp1_tab: warpgroup 1's write two steps later against warpgroup 0's read, which a bar.sync pair on both
-# sides orders as far as we can see) where staggered runs clean. Like seesaw, it stays opt-in
-# (schedule="pair", kernel sweep --path sm90_pair) until racecheck is clean: set 512 to make it the default.
+# pair was measured faster than staggered at all six sizes in one run (this pair code as pair_v0 in
+# perf_history/kernel/verify_kernel_pairload_*_752b824.json: 14.2 / 23.5 / 54.8 us at T=16 and 21.3 / 50.8 /
+# 173.5 at T=64 for 4k / 16k / 65k, staggered 15.2 / 24.0 / 56.0 and 22.1 / 53.1 / 181.5), so 128 rows (T=16
+# at H=8) would be the threshold. It stays opt-in while compute-sanitizer racecheck reports its hand-offs
+# from warpgroup 1 to warpgroup 0 (the row-max table mp1_tab; in one build the row-sum table too): in the
+# SASS those are a predicated STS, then BAR.ARV / BAR.SYNC of the pair's 256 threads, then the other
+# warpgroup's BAR.SYNC and LDS, the same form as the 0 -> 1 hand-off (mp0_tab) that racecheck never
+# reports (perf_history/kernel/sm90_pairload_752b824/sass_racecheck_sites.txt), so it looks like a
+# false positive, not yet shown one. Set 128 to make pair the default.
 PAIR_MIN_ROWS: int | None = None
 
 
