@@ -92,6 +92,31 @@ DEFAULT_SCHEDULE = "staggered"
 PAIR_MIN_ROWS: int | None = None
 
 
+# The cluster merge of the sm90 kernel (csrc/verify_sm90.cuh): the blocks of C consecutive splits of a row
+# tile run as one thread-block cluster and merge their rows through distributed shared memory in the
+# split kernel's epilogue; with more splits than C, combine IN_KERNEL lets the last cluster to finish each
+# row slice merge the clusters' partials (no merge kernel), combine 0-3 runs that merge kernel over them.
+# C is a power of two up to 16 (16 is a non-portable cluster size), nsplit is padded to a multiple of it.
+# SM90_CLUSTER: the largest C the default uses; 0 = no clusters (each split writes its partial, then the
+# merge kernel DEFAULT_COMBINE).
+SM90_CLUSTERS = (0, 1, 2, 4, 8, 16)
+SM90_CLUSTER = 0
+IN_KERNEL = 4
+SPLIT_ONLY = -1  # launch_sm90's combine for the split kernel alone (out / lse not written): timing only
+SM90_SLICE_COUNTERS = 1 << 16  # IN_KERNEL: B * row tiles * C at most this (csrc/verify_launch.h)
+
+
+def sm90_cluster(nsplit: int, most: int | None = None) -> int:
+    """The cluster size of an sm90 call with `nsplit` splits: the power of two >= nsplit, at most `most`
+    (None: SM90_CLUSTER); 0 when `most` is 0."""
+    most = SM90_CLUSTER if most is None else most
+    if most not in SM90_CLUSTERS:
+        raise ValueError(f"cluster: expected one of {SM90_CLUSTERS}, got {most!r}")
+    if most == 0:
+        return 0
+    return min(most, 1 << max(0, int(nsplit) - 1).bit_length())
+
+
 def pick_schedule(T: int, H: int) -> str:
     """The default sm90 schedule of a call with T tree tokens and H heads (host-known: graph safe)."""
     return "pair" if PAIR_MIN_ROWS is not None and T * H >= PAIR_MIN_ROWS else DEFAULT_SCHEDULE
@@ -184,23 +209,37 @@ def resolve_path(kv_cache: torch.Tensor, path: str | None = None) -> str:
 
 
 def launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_scale, nsplit,
-                schedule=None, combine=DEFAULT_COMBINE):
-    """The Hopper kernel + merge into caller-given out/lse (schedule None: pick_schedule)."""
+                schedule=None, combine=None, cluster=None):
+    """The Hopper kernel + merge into caller-given out/lse (schedule None: pick_schedule; cluster None:
+    sm90_cluster(nsplit); combine None: IN_KERNEL with a cluster, else DEFAULT_COMBINE; combine
+    SPLIT_ONLY: the split kernel alone, out/lse left unwritten)."""
     if schedule is None:
         schedule = pick_schedule(q.shape[1], q.shape[2])
-    if combine not in COMBINES:
-        raise ValueError(f"combine: expected one of {COMBINES}, got {combine!r}")
+    if cluster is None:
+        cluster = sm90_cluster(nsplit)
+    if cluster not in SM90_CLUSTERS:
+        raise ValueError(f"cluster: expected one of {SM90_CLUSTERS}, got {cluster!r}")
+    if cluster and nsplit % cluster:
+        raise ValueError(f"nsplit: expected a multiple of cluster {cluster}, got {nsplit}")
+    if combine is None:  # in the kernel where the slice counters suffice
+        B, T, H, _ = q.shape
+        fits = B * -(-(T * H) // SM90_ROWS) * cluster <= SM90_SLICE_COUNTERS
+        combine = IN_KERNEL if cluster and fits else DEFAULT_COMBINE
+    if combine not in (SPLIT_ONLY, *COMBINES, IN_KERNEL) or (combine == IN_KERNEL and not cluster):
+        raise ValueError(f"combine: expected one of {(SPLIT_ONLY, *COMBINES)} (or {IN_KERNEL} with a cluster), "
+                         f"got {combine!r} with cluster {cluster}")
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule: expected one of {tuple(SCHEDULES)}, got {schedule!r}")
     part_out, part_lse = alloc_partials(q, nsplit)
     build.load_extension().launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, part_out, part_lse,
-                                       sm_scale, nsplit, SCHEDULES[schedule], combine)
+                                       sm_scale, nsplit, SCHEDULES[schedule], combine, cluster)
 
 
-def plan_nsplit_sm90(q, kv_cache, page_table, nsplit) -> int:
-    """The split count of the sm90 kernel: one wave of 64-row blocks (one block per SM)."""
+def plan_nsplit_sm90(q, kv_cache, page_table, nsplit, cluster: int | None = None) -> int:
+    """The split count of the sm90 kernel: one wave of 64-row blocks (one block per SM), rounded up to a
+    multiple of its cluster size (sm90_cluster, at most `cluster`; None: SM90_CLUSTER)."""
     B, T, H, _ = q.shape
-    return resolve_nsplit(
+    n = resolve_nsplit(
         nsplit,
         backend="cuda",
         capacity=page_table.shape[1] * kv_cache.shape[1],
@@ -210,6 +249,13 @@ def plan_nsplit_sm90(q, kv_cache, page_table, nsplit) -> int:
         min_tokens=SM90_MIN_TOKENS_PER_SPLIT,
         tile_tokens=SM90_TILE_TOKENS,
     )
+    c = sm90_cluster(n, cluster)
+    return -(-n // c) * c if c else n
+
+
+def sm90_max_active_clusters(cluster: int) -> int:
+    """Clusters of `cluster` sm90 split blocks resident at once on the current device (0: cannot launch)."""
+    return int(build.load_extension().sm90_max_active_clusters(cluster))
 
 
 def alloc_outputs(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
