@@ -36,10 +36,16 @@ struct VerifyParams {
   // With cluster and nsplit > C: 1 = the last cluster to finish a row slice merges the clusters' partials
   // into out / lse (a self-resetting counter per slice: no merge kernel); 0 = the merge kernel does.
   int cluster_merge;
+  // sm90 kernel, cluster 0 only: 1 = "the grid merge": the grid is launched cooperative (every block
+  // resident at once); each block writes its partial, waits until every split of its row tile has, then
+  // merges a share of the tile's rows into out / lse (no merge kernel).
+  int grid_merge;
 };
 
 // Row-slice counters of the sm90 cluster merge: B * row tiles * C must not exceed this.
 constexpr int SM90_SLICE_COUNTERS = 1 << 16;
+// Row-tile counters of the grid merge: B * row tiles must not exceed this.
+constexpr int SM90_TILE_COUNTERS = 1 << 12;
 
 // Query rows per block follow R = T * H: 16, 32 or 64 rows (1, 2 or 4 groups of 16), at most
 // 16 * max_row_groups (smaller blocks: more of them per SM, each KV tile read by more blocks from L2).

@@ -1,6 +1,6 @@
 // Host launcher of the Hopper verify kernel (verify_sm90.cuh): the KV pool's TMA descriptor, the
 // kernel attributes, the launch (as clusters of VerifyParams::cluster blocks along the splits for the
-// cluster merge), and the cluster occupancy query. Torch-free; this translation unit also compiles alone for sm_90a to
+// cluster merge, cooperative for the grid merge), and the cluster occupancy query. Torch-free; this translation unit also compiles alone for sm_90a to
 // PTX / SASS for the CI check in tests/ops/test_sm90.py.
 #include <cudaTypedefs.h>
 
@@ -77,6 +77,14 @@ cudaError_t launch_sm90_kernel(const VerifyParams& p, const CUtensorMap& kv_map,
   const cudaError_t err = configure_sm90<SCHEDULE>();
   if (err != cudaSuccess) return err;
   const dim3 grid((p.R + sm90::BM - 1) / sm90::BM, p.nsplit, p.B);
+  if (p.grid_merge) {  // every block resident at once (cooperative), or the launch fails
+    if (p.cluster > 0 || (long long)p.B * grid.x > SM90_TILE_COUNTERS) return cudaErrorInvalidValue;
+    Sm90Launch launch(grid, 0, stream);
+    launch.attr[0].id = cudaLaunchAttributeCooperative;
+    launch.attr[0].val.cooperative = 1;
+    launch.cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&launch.cfg, sm90::verify_sm90_kernel<SCHEDULE>, p, kv_map, q_map);
+  }
   if (p.cluster <= 0) {
     sm90::verify_sm90_kernel<SCHEDULE><<<grid, sm90::THREADS, sm90::SMEM, stream>>>(p, kv_map, q_map);
     return cudaGetLastError();

@@ -27,7 +27,8 @@
 //     in three chunk groups (V columns of warpgroup 0, of warpgroup 1, the rope chunk), each streamed
 //     by its own producer lane, so the next tile's loads start as soon as that group's last reader is done.
 // Splits, partials and lse follow VerifyParams (verify_launch.h); the merge is the shared merge kernel, or
-// (VerifyParams::cluster) the cluster merge in this kernel's epilogue: see "the cluster merge" below.
+// in this kernel's epilogue: the cluster merge (VerifyParams::cluster) or the grid merge (grid_merge),
+// both described below.
 // Tiles past the sequence end: rows at and past `end` of the last tile are zeroed in shared memory
 // before use (TMA copies whole pages; a pool slot past the end may hold anything, NaN included).
 // Shared memory: Q 72 KB + 2 KV stages of 72 KB + barriers + the row tables (seesaw, pair) = 219 KB (of 227);
@@ -625,6 +626,116 @@ __device__ __forceinline__ void cluster_merge(const VerifyParams& p, unsigned ch
   cluster_wait();  // the other blocks have read this block's rows: its shared memory may go
 }
 
+// --- the grid merge (VerifyParams::grid_merge) ------------------------------------------------------
+// The grid is launched cooperative (all blocks resident at once: a wait on other blocks cannot hang).
+// Each block writes its partial rows as for the merge kernel, arrives on its row tile's counter and
+// waits until every split of the tile has arrived; then block `split` merges units
+// [split U / nsplit, (split + 1) U / nsplit) of the tile's U = rows x 64 units of 8 columns, each unit
+// by a group of G lanes (a power of two, G <= 32) that take every G-th split (log-sum-exp state per
+// lane, batches of 8 loads in flight), combined by shuffles. The last block to finish its share
+// resets both counters of the tile (arrive, done) for the next launch.
+__device__ unsigned int g_tile_counters[2 * SM90_TILE_COUNTERS];
+constexpr int GRID_BATCH = 8;
+
+__device__ __forceinline__ unsigned int ld_acquire_gpu(const unsigned int* ptr) {
+  unsigned int v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(ptr) : "memory");
+  return v;
+}
+
+// One unit's log-sum-exp state over the splits a lane took: (max, sum, weighted sum of 8 columns).
+struct Lse8 {
+  float m, sum, acc[8];
+};
+
+// a += b, both relative to their own max (natural log domain).
+__device__ __forceinline__ void lse8_add(Lse8& a, const Lse8& b) {
+  const float mx = fmaxf(a.m, b.m);
+  if (mx == -INFINITY) return;
+  const float ca = __expf(a.m - mx), cb = __expf(b.m - mx);  // a.m = -inf: 0 (its sums are 0 too)
+  a.sum = a.sum * ca + b.sum * cb;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) a.acc[i] = a.acc[i] * ca + b.acc[i] * cb;
+  a.m = mx;
+}
+
+__device__ void grid_merge(const VerifyParams& p, int b, int row0, int split, int tid) {
+  const int nsplit = p.nsplit, R = p.R;
+  unsigned int* arrive = g_tile_counters + 2 * ((size_t)b * gridDim.x + blockIdx.x);
+  __threadfence();  // this block's partial rows, before its arrival
+  bar_sync(BAR_CONSUMERS, 128 * CONSUMERS);
+  if (tid == 0) {
+    atomicAdd(arrive, 1u);
+    while (ld_acquire_gpu(arrive) < static_cast<unsigned int>(nsplit)) __nanosleep(64);
+    __threadfence();
+  }
+  bar_sync(BAR_CONSUMERS, 128 * CONSUMERS);
+  const int rows = min(BM, R - row0), units = rows * (DV / 8);
+  const int u0 = (int)((long long)split * units / nsplit), u1 = (int)((long long)(split + 1) * units / nsplit);
+  int g = 1;  // lanes per unit: the most that leave every unit of the share a group (at most a warp)
+  while (g < 32 && 2 * g * (u1 - u0) <= 128 * CONSUMERS) g *= 2;
+  const int lane_g = tid % g, per_pass = 128 * CONSUMERS / g;
+  const size_t stride = (size_t)R;  // between splits, in rows
+  for (int base = u0; base < u1; base += per_pass) {  // (uniform trip count: shuffles below)
+    const int u = base + tid / g;
+    const bool live = u < u1;
+    const int row = row0 + (live ? u : u0) / (DV / 8), cg = (live ? u : u0) % (DV / 8);
+    const float* lse = p.part_lse + (size_t)b * nsplit * R + row;
+    const __nv_bfloat16* src = p.part_out + ((size_t)b * nsplit * R + row) * DV + 8 * cg;
+    Lse8 st;
+    st.m = -INFINITY, st.sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) st.acc[i] = 0.f;
+    for (int s0 = lane_g; s0 < nsplit; s0 += GRID_BATCH * g) {
+      float ls[GRID_BATCH];
+      uint4 v[GRID_BATCH];
+#pragma unroll
+      for (int k = 0; k < GRID_BATCH; ++k) {  // every load of the batch before any use
+        const int s = s0 + k * g;
+        ls[k] = -INFINITY;
+        if (s < nsplit && live) {
+          ls[k] = __ldcg(lse + s * stride);
+          v[k] = __ldcg(reinterpret_cast<const uint4*>(src + s * stride * DV));
+        }
+      }
+      float mb = st.m;
+#pragma unroll
+      for (int k = 0; k < GRID_BATCH; ++k) mb = fmaxf(mb, ls[k]);
+      if (mb == -INFINITY) continue;
+      const float c = __expf(st.m - mb);
+      st.sum *= c;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) st.acc[i] *= c;
+#pragma unroll
+      for (int k = 0; k < GRID_BATCH; ++k) {
+        if (ls[k] == -INFINITY) continue;  // an empty split's partial row was never written (any bits)
+        const float w = __expf(ls[k] - mb);
+        st.sum += w;
+        add_weighted8(st.acc, w, v[k]);
+      }
+      st.m = mb;
+    }
+    for (int off = 1; off < g; off *= 2) {  // the group's lanes are consecutive lanes of one warp
+      Lse8 other;
+      other.m = __shfl_xor_sync(0xffffffffu, st.m, off);
+      other.sum = __shfl_xor_sync(0xffffffffu, st.sum, off);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) other.acc[i] = __shfl_xor_sync(0xffffffffu, st.acc[i], off);
+      lse8_add(st, other);
+    }
+    if (live && lane_g == 0) {
+      const float inv = st.sum > 0.f ? 1.f / st.sum : 0.f;
+      write_row8(p.out + ((size_t)b * R + row) * DV + 8 * cg, p.lse + (size_t)b * R + row, st.acc, inv,
+                 st.sum > 0.f ? (st.m + __logf(st.sum)) * 1.44269504089f : -INFINITY, cg == 0);
+    }
+  }
+  bar_sync(BAR_CONSUMERS, 128 * CONSUMERS);
+  if (tid == 0 && atomicAdd(arrive + 1, 1u) == static_cast<unsigned int>(nsplit - 1)) {
+    atomicExch(arrive, 0u);  // every block of the tile is past its wait: both counters back to zero
+    atomicExch(arrive + 1, 0u);
+  }
+}
+
 // --- the kernel -------------------------------------------------------------------------------------
 
 template <int SCHEDULE>
@@ -661,6 +772,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     }
     for (int r = tid; r < BM; r += THREADS)
       if (row0 + r < p.R) p.part_lse[part_row0 + row0 + r] = -INFINITY;
+    if (p.grid_merge && tid < 128 * CONSUMERS) grid_merge(p, b, row0, split, tid);
     return;
   }
   const int ntiles = (end - start + BN - 1) / BN;
@@ -1005,6 +1117,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     if (rows.valid[h] && w == 0 && lane % 4 == 0)
       p.part_lse[row] = l[h] > 0.f ? (m[h] + log2f(l[h])) * 0.69314718056f : -INFINITY;
   }
+  if (p.grid_merge) grid_merge(p, b, row0, split, tid);  // (above)
 #else
   __trap();  // built without sm_90a: the launcher never selects this kernel there
 #endif

@@ -3,12 +3,12 @@
 # the local arch, the cluster occupancy of the kernel (clusters of 1-16 blocks resident at once), smoke
 # calls of the fused path that localise a wrong result (one cluster with and without distributed shared
 # memory, several clusters with the merge kernel and with the in-kernel merge, clusters of 16, mostly
-# empty splits), then alone on the GPU the timing set `fuse` (the merge kernel, the split kernel alone,
-# the cluster merge at C = 4, 8, 16; set `merge`, the first two, when a smoke call failed), then at once
+# empty splits; the grid merge), then alone on the GPU the timing set `fuse` (the merge kernel, the split kernel alone,
+# the cluster merge at C = 2, 4, 8, 16, the grid merge; set `merge`, the first two, when a smoke call failed), then at once
 # the GPU tests of the sm90 path and compute-sanitizer memcheck + racecheck of the fused path on small
 # shapes. Every step is cut by `timeout`, capped so that the run ends by $DEADLINE seconds (the log
 # tarball is written in any case); everything lands in $OUT (the JSON and one log tarball).
-#   usage: KDENGINE_COMMIT=<sha> DEADLINE=200 bash ci/gpu/fuse.sh
+#   usage: KDENGINE_COMMIT=<sha> SM90_WHL=<sgl_flash_mla wheel> DEADLINE=200 bash ci/gpu/fuse.sh
 set -o pipefail
 OUT=${OUT:-/tmp/kdengine-fuse-out}
 LOG=$OUT/logs
@@ -31,6 +31,11 @@ once() { $PY -m kdengine.bench.kernel once --path sm90_staggered "$@"; }
 step info
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv | tee "$LOG/smi.txt"
 
+if [ -n "${SM90_WHL:-}" ]; then  # the FlashMLA peer
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$SM90_WHL" 2>&1 | tail -2
+  export PYTHONPATH=/tmp/site:$PYTHONPATH
+fi
+
 step build
 timeout $(cap 150) $PY -m kdengine.ops.build --arch native 2>&1 | tail -5 | tee "$LOG/build.log" || { status=1; finish; }
 
@@ -47,7 +52,9 @@ step smoke
 i=0
 for args in "--cluster 1 --nsplit 1 --T 17 --prefix 900" "--cluster 4 --nsplit 4 --T 16 --prefix 3000" \
             "--cluster 4 --nsplit 16 --combine 3 --T 16 --prefix 3000" "--cluster 4 --nsplit 16 --T 16 --prefix 3000" \
-            "--cluster 16 --T 64 --prefix 4000 --B 2" "--cluster 8 --T 1 --H 1 --prefix 63 --nsplit 64"; do
+            "--cluster 16 --T 64 --prefix 4000 --B 2" "--cluster 8 --T 1 --H 1 --prefix 63 --nsplit 64" \
+            "--cluster 0 --combine 5 --T 16 --prefix 3000" "--cluster 0 --combine 5 --T 64 --prefix 4000 --B 2" \
+            "--cluster 0 --combine 5 --T 1 --H 1 --prefix 63 --nsplit 64"; do
   timeout $(cap 60) $PY -m kdengine.bench.kernel once --path sm90_staggered $args > "$LOG/smoke$i.log" 2>&1 &
   pids[$i]=$!
   names[$i]=$args
@@ -75,8 +82,14 @@ t2=$!
 timeout $(cap 150) compute-sanitizer --tool racecheck --error-exitcode 9 $PY -m kdengine.bench.kernel once \
   --path sm90_staggered --cluster 4 --nsplit 8 --T 3 --H 2 --prefix 300 > "$LOG/racecheck.log" 2>&1 &
 t3=$!
+timeout $(cap 150) compute-sanitizer --tool memcheck --error-exitcode 9 $PY -m kdengine.bench.kernel once \
+  --path sm90_staggered --cluster 0 --combine 5 --nsplit 8 --B 3 --T 17 --prefix 130 > "$LOG/memcheck_grid.log" 2>&1 &
+t4=$!
+timeout $(cap 150) compute-sanitizer --tool racecheck --error-exitcode 9 $PY -m kdengine.bench.kernel once \
+  --path sm90_staggered --cluster 0 --combine 5 --nsplit 8 --T 3 --H 2 --prefix 300 > "$LOG/racecheck_grid.log" 2>&1 &
+t5=$!
 wait $t1 || status=1
 echo "--- pytest_sm90"; grep -E "passed|failed|FAILED|Error" "$LOG/pytest_sm90.log" | head -20
-for pid in $t2 $t3; do wait $pid || status=1; done
-for f in memcheck racecheck; do echo "--- $f"; tail -4 "$LOG/$f.log"; done
+for pid in $t2 $t3 $t4 $t5; do wait $pid || status=1; done
+for f in memcheck racecheck memcheck_grid racecheck_grid; do echo "--- $f"; tail -4 "$LOG/$f.log"; done
 finish

@@ -36,8 +36,10 @@ NSPLITS = (16, 32, 64, 128, 256, "auto")
 SETS = ("full", "peers", "mma", "sm90", "paths", "pair", "nsplit", "fuse", "merge")
 # The `fuse` set: the sm90 default schedule with the merge kernel (no cluster), the same split kernel alone
 # (no merge: the merge's in-graph share is the difference), and the cluster merge at each cluster size
-# (in the kernel; at 8 also with the merge kernel over the cluster partials). `merge`: its first two rows.
-FUSE_CLUSTERS = (4, 8, 16)
+# (in the kernel; at 8 also with the merge kernel over the cluster partials), the grid merge (cooperative
+# launch: every block of a row tile merges a share of its rows once all have written), the dispatched call
+# and the peers. `merge`: the first two.
+FUSE_CLUSTERS = (2, 4, 8, 16)
 # The sm90 path's rows: backend name -> schedule (kdengine.ops.cuda_backend.SCHEDULES). (In the first
 # record, perf_history/kernel/verify_kernel_sm90_*_ebda896.json, "cuda_sm90" was the seesaw schedule.)
 SM90_BACKENDS = {"cuda_sm90_both": "both", "cuda_sm90_staggered": "staggered", "cuda_sm90_seesaw": "seesaw",
@@ -108,6 +110,7 @@ def launcher(name: str, inp, bits, nsplit, *, scalar_loads: bool = False, layout
         opts = layout if isinstance(layout, dict) else {"combine": layout[2] if layout else None}
         cluster, combine = opts.get("cluster"), opts.get("combine")
         splits = cuda_backend.plan_nsplit_sm90(inp.q, inp.kv_cache, inp.page_table, nsplit, cluster)
+        cluster = None if cluster is None else cuda_backend.sm90_cluster(splits, cluster)  # at most the splits
         out, lse = cuda_backend.alloc_outputs(inp.q)
         args = (inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, bits, out, lse)
         call = lambda: cuda_backend.launch_sm90(*args, sm_scale=inp.sm_scale, nsplit=splits,
@@ -214,10 +217,11 @@ def variants(N: int, T: int, which: str = "full"):
                  {"cluster": 0, "combine": cuda_backend.SPLIT_ONLY})]
         if which == "merge":
             return rows
-        rows += [(f"{sched}/c{c}/sauto", sched, "auto", False, {"cluster": c, "combine": cuda_backend.IN_KERNEL})
+        rows += [(f"{sched}/c{c}/sauto", sched, "auto", False, {"cluster": c, "combine": cuda_backend.CLUSTER_MERGE})
                  for c in FUSE_CLUSTERS]
         rows += [(f"{sched}/c8/comb3/sauto", sched, "auto", False, {"cluster": 8, "combine": 3})]
-        return rows + [(DISPATCH, "cuda_auto", "auto", False, None)]
+        rows += [(f"{sched}/grid/sauto", sched, "auto", False, {"cluster": 0, "combine": cuda_backend.GRID_MERGE})]
+        return rows + [(DISPATCH, "cuda_auto", "auto", False, None), *[(p, p, None, False, None) for p in peers.PEERS]]
     if which == "pair":  # the pair schedule against the staggered default and FlashMLA (a short device run)
         sm90 = [(f"{name}/sauto", name, "auto", False, None) for name in ("cuda_sm90_staggered", "cuda_sm90_pair")]
         return [*sm90, *[(p, p, None, False, None) for p in peers.PEERS]]

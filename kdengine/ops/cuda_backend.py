@@ -12,7 +12,7 @@ import torch
 
 from kdengine import env
 from kdengine.ops import build, shapes
-from kdengine.ops.schedule import resolve_nsplit
+from kdengine.ops.schedule import resolve_nsplit, sm_count
 
 DV = shapes.DV
 # Warps per 16-row group of the split kernel (csrc/verify_kernel.cuh): 2 (BN 32, 2 stages, 255
@@ -94,16 +94,20 @@ PAIR_MIN_ROWS: int | None = None
 
 # The cluster merge of the sm90 kernel (csrc/verify_sm90.cuh): the blocks of C consecutive splits of a row
 # tile run as one thread-block cluster and merge their rows through distributed shared memory in the
-# split kernel's epilogue; with more splits than C, combine IN_KERNEL lets the last cluster to finish each
+# split kernel's epilogue; with more splits than C, combine CLUSTER_MERGE lets the last cluster to finish each
 # row slice merge the clusters' partials (no merge kernel), combine 0-3 runs that merge kernel over them.
 # C is a power of two up to 16 (16 is a non-portable cluster size), nsplit is padded to a multiple of it.
 # SM90_CLUSTER: the largest C the default uses; 0 = no clusters (each split writes its partial, then the
 # merge kernel DEFAULT_COMBINE).
 SM90_CLUSTERS = (0, 1, 2, 4, 8, 16)
 SM90_CLUSTER = 0
-IN_KERNEL = 4
+CLUSTER_MERGE = 4
+# The grid merge (combine GRID_MERGE, no cluster): the split grid is launched cooperative (every block
+# resident at once, so at most one block per SM: B * row tiles * nsplit <= SMs); each block writes its
+# partial, waits until every split of its row tile has, then merges a share of the tile's rows.
+GRID_MERGE = 5
 SPLIT_ONLY = -1  # launch_sm90's combine for the split kernel alone (out / lse not written): timing only
-SM90_SLICE_COUNTERS = 1 << 16  # IN_KERNEL: B * row tiles * C at most this (csrc/verify_launch.h)
+SM90_SLICE_COUNTERS = 1 << 16  # CLUSTER_MERGE: B * row tiles * C at most this (csrc/verify_launch.h)
 
 
 def sm90_cluster(nsplit: int, most: int | None = None) -> int:
@@ -211,8 +215,8 @@ def resolve_path(kv_cache: torch.Tensor, path: str | None = None) -> str:
 def launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_scale, nsplit,
                 schedule=None, combine=None, cluster=None):
     """The Hopper kernel + merge into caller-given out/lse (schedule None: pick_schedule; cluster None:
-    sm90_cluster(nsplit); combine None: IN_KERNEL with a cluster, else DEFAULT_COMBINE; combine
-    SPLIT_ONLY: the split kernel alone, out/lse left unwritten)."""
+    sm90_cluster(nsplit); combine None: CLUSTER_MERGE with a cluster, else DEFAULT_COMBINE; GRID_MERGE:
+    the grid merge; SPLIT_ONLY: the split kernel alone, out/lse left unwritten)."""
     if schedule is None:
         schedule = pick_schedule(q.shape[1], q.shape[2])
     if cluster is None:
@@ -224,10 +228,17 @@ def launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_
     if combine is None:  # in the kernel where the slice counters suffice
         B, T, H, _ = q.shape
         fits = B * -(-(T * H) // SM90_ROWS) * cluster <= SM90_SLICE_COUNTERS
-        combine = IN_KERNEL if cluster and fits else DEFAULT_COMBINE
-    if combine not in (SPLIT_ONLY, *COMBINES, IN_KERNEL) or (combine == IN_KERNEL and not cluster):
-        raise ValueError(f"combine: expected one of {(SPLIT_ONLY, *COMBINES)} (or {IN_KERNEL} with a cluster), "
-                         f"got {combine!r} with cluster {cluster}")
+        combine = CLUSTER_MERGE if cluster and fits else DEFAULT_COMBINE
+    if (combine not in (SPLIT_ONLY, *COMBINES, CLUSTER_MERGE, GRID_MERGE) or (combine == CLUSTER_MERGE and not cluster)
+            or (combine == GRID_MERGE and cluster)):
+        raise ValueError(f"combine: expected one of {(SPLIT_ONLY, *COMBINES)}, {CLUSTER_MERGE} with a cluster or "
+                         f"{GRID_MERGE} without, got {combine!r} with cluster {cluster}")
+    if combine == GRID_MERGE:
+        B, T, H, _ = q.shape
+        blocks, sms = B * -(-(T * H) // SM90_ROWS) * nsplit, sm_count(q.device.index)
+        if blocks > sms:
+            raise ValueError(f"nsplit: the grid merge needs every block resident (B * row tiles * nsplit <= {sms} "
+                             f"SMs), got {blocks} blocks with nsplit {nsplit}")
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule: expected one of {tuple(SCHEDULES)}, got {schedule!r}")
     part_out, part_lse = alloc_partials(q, nsplit)

@@ -123,7 +123,8 @@ def test_sm90a_build_has_the_cluster_merge():
             continue
         assert "barrier.cluster.arrive.release" in body and "barrier.cluster.wait.acquire" in body
         assert "mapa.shared::cluster.u32" in body and "ld.shared::cluster.v4.u32" in body
-        assert "atom.global.add.u32" in body and "atom.global.exch.b32" in body  # the slice counters
+        assert "atom.global.add.u32" in body and "atom.global.exch.b32" in body  # the slice / tile counters
+        assert "ld.acquire.gpu.global.u32" in body  # the grid merge's wait
 
 
 def test_sm90_cluster_size_and_nsplit_padding():
@@ -147,7 +148,11 @@ def test_sm90_cluster_arguments_are_checked():
     with pytest.raises(ValueError, match="cluster"):
         cuda_backend.launch_sm90(*args, nsplit=12, cluster=3, **kw)
     with pytest.raises(ValueError, match="combine"):
-        cuda_backend.launch_sm90(*args, nsplit=12, cluster=0, combine=cuda_backend.IN_KERNEL, **kw)
+        cuda_backend.launch_sm90(*args, nsplit=12, cluster=0, combine=cuda_backend.CLUSTER_MERGE, **kw)
+    with pytest.raises(ValueError, match="combine"):
+        cuda_backend.launch_sm90(*args, nsplit=12, cluster=4, combine=cuda_backend.GRID_MERGE, **kw)
+    with pytest.raises(ValueError, match="nsplit"):  # (a CPU tensor: the planner's 1 SM) not every block resident
+        cuda_backend.launch_sm90(*args, nsplit=12, cluster=0, combine=cuda_backend.GRID_MERGE, **kw)
 
 
 # --- GPU (sm_90) ------------------------------------------------------------------------------------
@@ -265,7 +270,7 @@ def test_sm90_cluster_merge_matches_reference(tp, cluster):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("schedule", list(cuda_backend.SCHEDULES))
-@pytest.mark.parametrize("combine", [cuda_backend.IN_KERNEL, 3])
+@pytest.mark.parametrize("combine", [cuda_backend.CLUSTER_MERGE, 3])
 def test_sm90_cluster_merge_every_schedule_and_merge(schedule, combine):
     _needs_sm90()
     for tp in (TestParam(16, [5000, 1, 777], B=3), TestParam(33, 100, page_size=16, chain=True, nsplit=5),
@@ -288,6 +293,57 @@ def test_sm90_cluster_merge_graph_replays(cluster):
     out, lse = cuda_backend.alloc_outputs(inp.q)
     run = lambda: cuda_backend.launch_sm90(inp.q, inp.kv_cache, inp.page_table, prefix_len, bits, out, lse,
                                            sm_scale=inp.sm_scale, nsplit=nsplit, cluster=cluster)
+    run()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    for lengths in ([capacity, 3], [capacity, 3], [1234, 4097], [0, capacity - 64], [0, capacity - 64]):
+        prefix_len.copy_(torch.tensor(lengths, dtype=torch.int32))
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        graph.replay()
+        inp.prefix_len = prefix_len
+        _check(inp, out, lse)
+
+
+# --- the grid merge (VerifyParams::grid_merge) ------------------------------------------------------------
+
+
+def _fits_one_wave(tp, nsplit):
+    return tp.B * -(-(tp.T * tp.H) // cuda_backend.SM90_ROWS) * nsplit <= torch.cuda.get_device_properties(0).multi_processor_count
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("schedule", ["staggered", "pair"])
+@pytest.mark.parametrize("tp", FUSED_CASES,
+                         ids=lambda tp: f"T{tp.T}-p{tp.prefix}-H{tp.H}-B{tp.B}-s{tp.nsplit}-ps{tp.page_size}")
+def test_sm90_grid_merge_matches_reference(tp, schedule):
+    """Every block of a row tile merges a share of its rows; a grid past one wave is refused, not hung."""
+    _needs_sm90()
+    inp = _problem(tp, seed=47)
+    nsplit = cuda_backend.plan_nsplit_sm90(inp.q, inp.kv_cache, inp.page_table, tp.nsplit, 0)
+    if not _fits_one_wave(tp, nsplit):
+        with pytest.raises(ValueError, match="nsplit"):
+            _run_sm90(inp, tp.nsplit, schedule, cluster=0, combine=cuda_backend.GRID_MERGE)
+        return
+    out, lse = _run_sm90(inp, tp.nsplit, schedule, cluster=0, combine=cuda_backend.GRID_MERGE)
+    _check(inp, out, lse)
+
+
+@pytest.mark.gpu
+def test_sm90_grid_merge_graph_replays():
+    """Replays of one captured call at several lengths: the tile counters are back at zero after each."""
+    _needs_sm90()
+    capacity = 8000
+    inp = _problem(TestParam(16, [capacity, capacity], B=2), seed=13)
+    bits = pack_tree_mask(inp.tree_mask)
+    prefix_len = inp.prefix_len.clone()
+    nsplit = cuda_backend.plan_nsplit_sm90(inp.q, inp.kv_cache, inp.page_table, None, 0)
+    out, lse = cuda_backend.alloc_outputs(inp.q)
+    run = lambda: cuda_backend.launch_sm90(inp.q, inp.kv_cache, inp.page_table, prefix_len, bits, out, lse,
+                                           sm_scale=inp.sm_scale, nsplit=nsplit, cluster=0,
+                                           combine=cuda_backend.GRID_MERGE)
     run()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
