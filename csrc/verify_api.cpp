@@ -78,24 +78,25 @@ void launch(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& page_ta
 // merge kernel `combine` (0-3; -1: none, the split kernel alone for timing); cluster C (1, 2, 4, 8, 16;
 // nsplit a multiple of C): clusters of C splits merge in the split kernel, and with more than one cluster
 // combine 4 = the last cluster of each row slice merges the clusters' partials, 0-3 = that merge kernel does;
-// combine 5 (cluster 0): the grid merge, a cooperative launch (fails unless every block can be resident).
+// combine 5 (cluster 0): the grid merge, a cooperative launch (fails unless every block can be resident);
+// 6: the same launched plainly, for timing the cooperative launch only.
 void launch_sm90(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& page_table,
                  const at::Tensor& prefix_len, const at::Tensor& mask_bits, at::Tensor& out, at::Tensor& lse,
                  at::Tensor& part_out, at::Tensor& part_lse, double sm_scale, int64_t nsplit, int64_t schedule,
                  int64_t combine, int64_t cluster) {
-  TORCH_CHECK(combine >= -1 && combine <= 5, "combine must be -1, 0, 1, 2, 3, 4 or 5, got ", combine);
+  TORCH_CHECK(combine >= -1 && combine <= 6, "combine must be -1, 0, 1, 2, 3, 4, 5 or 6, got ", combine);
   TORCH_CHECK(cluster == 0 || cluster == 1 || cluster == 2 || cluster == 4 || cluster == 8 || cluster == 16,
               "cluster must be 0, 1, 2, 4, 8 or 16, got ", cluster);
   TORCH_CHECK(cluster == 0 || nsplit % cluster == 0, "nsplit must be a multiple of cluster, got nsplit ", nsplit,
               " and cluster ", cluster);
   TORCH_CHECK(combine != 4 || cluster > 0, "combine 4 (the cluster merge) needs cluster > 0");
-  TORCH_CHECK(combine != 5 || cluster == 0, "combine 5 (the grid merge) needs cluster 0, got ", cluster);
+  TORCH_CHECK(combine < 5 || cluster == 0, "combine 5 / 6 (the grid merge) needs cluster 0, got ", cluster);
   const c10::cuda::CUDAGuard guard(q.device());
   kdengine::VerifyParams p =
       make_params(q, kv, page_table, prefix_len, mask_bits, out, lse, part_out, part_lse, sm_scale, nsplit);
   p.cluster = static_cast<int>(cluster);
   p.cluster_merge = combine == 4 ? 1 : 0;
-  p.grid_merge = combine == 5 ? 1 : 0;
+  p.grid_merge = combine == 5 ? 1 : (combine == 6 ? 2 : 0);
   TORCH_CHECK(!p.grid_merge || static_cast<long long>(p.B) * kdengine::sm90_row_tiles(p.R) <= kdengine::SM90_TILE_COUNTERS,
               "combine 5: B * row tiles must be at most ", kdengine::SM90_TILE_COUNTERS);
   TORCH_CHECK(!p.cluster_merge || static_cast<long long>(p.B) * kdengine::sm90_row_tiles(p.R) * cluster <=

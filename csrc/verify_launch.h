@@ -38,7 +38,8 @@ struct VerifyParams {
   int cluster_merge;
   // sm90 kernel, cluster 0 only: 1 = "the grid merge": the grid is launched cooperative (every block
   // resident at once); each block writes its partial, waits until every split of its row tile has, then
-  // merges a share of the tile's rows into out / lse (no merge kernel).
+  // merges a share of the tile's rows into out / lse (no merge kernel). 2 = the same launched plainly:
+  // for timing the cooperative launch's cost only (nothing then guarantees that every block is resident).
   int grid_merge;
 };
 

@@ -77,12 +77,12 @@ cudaError_t launch_sm90_kernel(const VerifyParams& p, const CUtensorMap& kv_map,
   const cudaError_t err = configure_sm90<SCHEDULE>();
   if (err != cudaSuccess) return err;
   const dim3 grid((p.R + sm90::BM - 1) / sm90::BM, p.nsplit, p.B);
-  if (p.grid_merge) {  // every block resident at once (cooperative), or the launch fails
+  if (p.grid_merge) {  // every block resident at once (cooperative), or the launch fails; 2: plain (timing)
     if (p.cluster > 0 || (long long)p.B * grid.x > SM90_TILE_COUNTERS) return cudaErrorInvalidValue;
     Sm90Launch launch(grid, 0, stream);
     launch.attr[0].id = cudaLaunchAttributeCooperative;
     launch.attr[0].val.cooperative = 1;
-    launch.cfg.numAttrs = 1;
+    launch.cfg.numAttrs = p.grid_merge == 1 ? 1 : 0;
     return cudaLaunchKernelEx(&launch.cfg, sm90::verify_sm90_kernel<SCHEDULE>, p, kv_map, q_map);
   }
   if (p.cluster <= 0) {

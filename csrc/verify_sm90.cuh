@@ -627,15 +627,18 @@ __device__ __forceinline__ void cluster_merge(const VerifyParams& p, unsigned ch
 }
 
 // --- the grid merge (VerifyParams::grid_merge) ------------------------------------------------------
-// The grid is launched cooperative (all blocks resident at once: a wait on other blocks cannot hang).
-// Each block writes its partial rows as for the merge kernel, arrives on its row tile's counter and
-// waits until every split of the tile has arrived; then block `split` merges units
-// [split U / nsplit, (split + 1) U / nsplit) of the tile's U = rows x 64 units of 8 columns, each unit
-// by a group of G lanes (a power of two, G <= 32) that take every G-th split (log-sum-exp state per
-// lane, batches of 8 loads in flight), combined by shuffles. The last block to finish its share
-// resets both counters of the tile (arrive, done) for the next launch.
+// The grid is launched cooperative (all blocks resident at once: a wait on other blocks cannot hang;
+// grid_merge 2 launches it plainly, for timing the guarantee's cost only). Each block writes its partial
+// rows as for the merge kernel and arrives on its row tile's barrier (a count and a generation per tile:
+// the last block to arrive resets the count and bumps the generation, the others wait for the bump, so
+// the counters are ready for the next launch, CUDA-graph replays included); then block `split` merges
+// units [split U / nsplit, (split + 1) U / nsplit) of the tile's U = rows x 64 units of 8 columns, each
+// unit by a group of G lanes (a power of two, G <= 32) that take every G-th split (log-sum-exp state per
+// lane, GRID_BATCH loads in flight), combined by shuffles.
+// H200 (perf_history/kernel/verify_kernel_fuse_*_d3f5797.json, a first form with batches of 8 and a
+// second counter for the reset): 0.7-2.0 us slower than the split kernel + merge kernel at five sizes.
 __device__ unsigned int g_tile_counters[2 * SM90_TILE_COUNTERS];
-constexpr int GRID_BATCH = 8;
+constexpr int GRID_BATCH = 16;  // 16 splits per lane at every benchmarked size: one round of loads
 
 __device__ __forceinline__ unsigned int ld_acquire_gpu(const unsigned int* ptr) {
   unsigned int v;
@@ -661,12 +664,19 @@ __device__ __forceinline__ void lse8_add(Lse8& a, const Lse8& b) {
 
 __device__ void grid_merge(const VerifyParams& p, int b, int row0, int split, int tid) {
   const int nsplit = p.nsplit, R = p.R;
-  unsigned int* arrive = g_tile_counters + 2 * ((size_t)b * gridDim.x + blockIdx.x);
-  __threadfence();  // this block's partial rows, before its arrival
-  bar_sync(BAR_CONSUMERS, 128 * CONSUMERS);
+  unsigned int* count = g_tile_counters + 2 * ((size_t)b * gridDim.x + blockIdx.x);
+  unsigned int* generation = count + 1;
+  bar_sync(BAR_CONSUMERS, 128 * CONSUMERS);  // every consumer thread's partial rows are written
   if (tid == 0) {
-    atomicAdd(arrive, 1u);
-    while (ld_acquire_gpu(arrive) < static_cast<unsigned int>(nsplit)) __nanosleep(64);
+    const unsigned int gen = ld_acquire_gpu(generation);  // (cannot move before this block arrives)
+    __threadfence();  // the block's partial rows (ordered before by the barrier), before its arrival
+    if (atomicAdd(count, 1u) == static_cast<unsigned int>(nsplit - 1)) {
+      atomicExch(count, 0u);  // every split of the tile has arrived: the count is free for the next launch
+      __threadfence();
+      atomicAdd(generation, 1u);
+    } else {
+      while (ld_acquire_gpu(generation) == gen) __nanosleep(20);
+    }
     __threadfence();
   }
   bar_sync(BAR_CONSUMERS, 128 * CONSUMERS);
@@ -728,11 +738,6 @@ __device__ void grid_merge(const VerifyParams& p, int b, int row0, int split, in
       write_row8(p.out + ((size_t)b * R + row) * DV + 8 * cg, p.lse + (size_t)b * R + row, st.acc, inv,
                  st.sum > 0.f ? (st.m + __logf(st.sum)) * 1.44269504089f : -INFINITY, cg == 0);
     }
-  }
-  bar_sync(BAR_CONSUMERS, 128 * CONSUMERS);
-  if (tid == 0 && atomicAdd(arrive + 1, 1u) == static_cast<unsigned int>(nsplit - 1)) {
-    atomicExch(arrive, 0u);  // every block of the tile is past its wait: both counters back to zero
-    atomicExch(arrive + 1, 0u);
   }
 }
 

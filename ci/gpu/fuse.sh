@@ -5,8 +5,8 @@
 # memory, several clusters with the merge kernel and with the in-kernel merge, clusters of 16, mostly
 # empty splits; the grid merge), then alone on the GPU the timing set `fuse` (the merge kernel, the split kernel alone,
 # the cluster merge at C = 2, 4, 8, 16, the grid merge; set `merge`, the first two, when a smoke call failed), then at once
-# the GPU tests of the sm90 path and compute-sanitizer memcheck + racecheck of the fused path on small
-# shapes. Every step is cut by `timeout`, capped so that the run ends by $DEADLINE seconds (the log
+# the GPU tests of the sm90 path and compute-sanitizer memcheck + racecheck of the fused paths on small
+# shapes, and ncu of the split kernel with and without the grid merge. Every step is cut by `timeout`, capped so that the run ends by $DEADLINE seconds (the log
 # tarball is written in any case); everything lands in $OUT (the JSON and one log tarball).
 #   usage: KDENGINE_COMMIT=<sha> SM90_WHL=<sgl_flash_mla wheel> DEADLINE=200 bash ci/gpu/fuse.sh
 set -o pipefail
@@ -54,7 +54,7 @@ for args in "--cluster 1 --nsplit 1 --T 17 --prefix 900" "--cluster 4 --nsplit 4
             "--cluster 4 --nsplit 16 --combine 3 --T 16 --prefix 3000" "--cluster 4 --nsplit 16 --T 16 --prefix 3000" \
             "--cluster 16 --T 64 --prefix 4000 --B 2" "--cluster 8 --T 1 --H 1 --prefix 63 --nsplit 64" \
             "--cluster 0 --combine 5 --T 16 --prefix 3000" "--cluster 0 --combine 5 --T 64 --prefix 4000 --B 2" \
-            "--cluster 0 --combine 5 --T 1 --H 1 --prefix 63 --nsplit 64"; do
+            "--cluster 0 --combine 5 --T 1 --H 1 --prefix 63 --nsplit 64" "--cluster 0 --combine 6 --T 16 --prefix 3000"; do
   timeout $(cap 60) $PY -m kdengine.bench.kernel once --path sm90_staggered $args > "$LOG/smoke$i.log" 2>&1 &
   pids[$i]=$!
   names[$i]=$args
@@ -92,4 +92,15 @@ wait $t1 || status=1
 echo "--- pytest_sm90"; grep -E "passed|failed|FAILED|Error" "$LOG/pytest_sm90.log" | head -20
 for pid in $t2 $t3 $t4 $t5; do wait $pid || status=1; done
 for f in memcheck racecheck memcheck_grid racecheck_grid; do echo "--- $f"; tail -4 "$LOG/$f.log"; done
+
+step ncu  # the split kernel's own duration, with and without the grid merge in its epilogue (4k and 65k, T=16)
+for combine in 3 5; do
+  for prefix in 4080 65520; do
+    rep="$LOG/ncu_comb${combine}_p$prefix"
+    timeout $(cap 25) ncu --clock-control none -k regex:verify_sm90 --launch-count 1 --section SpeedOfLight \
+      --section LaunchStats $PY -m kdengine.bench.kernel once --path sm90_staggered --cluster 0 --combine $combine \
+      --T 16 --prefix $prefix > "$rep.txt" 2>&1 || true
+    echo "--- ncu combine $combine prefix $prefix: $(grep -E "^ +Duration" "$rep.txt" | head -1)"
+  done
+done
 finish

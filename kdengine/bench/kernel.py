@@ -35,11 +35,12 @@ TREE_SIZES = (16, 64)
 NSPLITS = (16, 32, 64, 128, 256, "auto")
 SETS = ("full", "peers", "mma", "sm90", "paths", "pair", "nsplit", "fuse", "merge")
 # The `fuse` set: the sm90 default schedule with the merge kernel (no cluster), the same split kernel alone
-# (no merge: the merge's in-graph share is the difference), and the cluster merge at each cluster size
-# (in the kernel; at 8 also with the merge kernel over the cluster partials), the grid merge (cooperative
-# launch: every block of a row tile merges a share of its rows once all have written), the dispatched call
-# and the peers. `merge`: the first two.
-FUSE_CLUSTERS = (2, 4, 8, 16)
+# (no merge: the merge's in-graph share is the difference), the grid merge (cooperative launch: every block
+# of a row tile merges a share of its rows once all have written; and launched plainly, to time the
+# cooperative launch), the cluster merge at C = 8 and 16 (perf_history/kernel/verify_kernel_fuse_*_d3f5797.json
+# also has C = 2, 4 and C = 8 with the merge kernel over the cluster partials), the dispatched call and the
+# peers. `merge`: the first two.
+FUSE_CLUSTERS = (8, 16)
 # The sm90 path's rows: backend name -> schedule (kdengine.ops.cuda_backend.SCHEDULES). (In the first
 # record, perf_history/kernel/verify_kernel_sm90_*_ebda896.json, "cuda_sm90" was the seesaw schedule.)
 SM90_BACKENDS = {"cuda_sm90_both": "both", "cuda_sm90_staggered": "staggered", "cuda_sm90_seesaw": "seesaw",
@@ -217,10 +218,11 @@ def variants(N: int, T: int, which: str = "full"):
                  {"cluster": 0, "combine": cuda_backend.SPLIT_ONLY})]
         if which == "merge":
             return rows
+        rows += [(f"{sched}/grid/sauto", sched, "auto", False, {"cluster": 0, "combine": cuda_backend.GRID_MERGE}),
+                 (f"{sched}/grid/plain/sauto", sched, "auto", False,
+                  {"cluster": 0, "combine": cuda_backend.GRID_MERGE_PLAIN})]
         rows += [(f"{sched}/c{c}/sauto", sched, "auto", False, {"cluster": c, "combine": cuda_backend.CLUSTER_MERGE})
                  for c in FUSE_CLUSTERS]
-        rows += [(f"{sched}/c8/comb3/sauto", sched, "auto", False, {"cluster": 8, "combine": 3})]
-        rows += [(f"{sched}/grid/sauto", sched, "auto", False, {"cluster": 0, "combine": cuda_backend.GRID_MERGE})]
         return rows + [(DISPATCH, "cuda_auto", "auto", False, None), *[(p, p, None, False, None) for p in peers.PEERS]]
     if which == "pair":  # the pair schedule against the staggered default and FlashMLA (a short device run)
         sm90 = [(f"{name}/sauto", name, "auto", False, None) for name in ("cuda_sm90_staggered", "cuda_sm90_pair")]

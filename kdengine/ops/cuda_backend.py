@@ -106,6 +106,7 @@ CLUSTER_MERGE = 4
 # resident at once, so at most one block per SM: B * row tiles * nsplit <= SMs); each block writes its
 # partial, waits until every split of its row tile has, then merges a share of the tile's rows.
 GRID_MERGE = 5
+GRID_MERGE_PLAIN = 6  # the same without the cooperative launch: timing only (no guarantee against a hang)
 SPLIT_ONLY = -1  # launch_sm90's combine for the split kernel alone (out / lse not written): timing only
 SM90_SLICE_COUNTERS = 1 << 16  # CLUSTER_MERGE: B * row tiles * C at most this (csrc/verify_launch.h)
 
@@ -229,11 +230,11 @@ def launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_
         B, T, H, _ = q.shape
         fits = B * -(-(T * H) // SM90_ROWS) * cluster <= SM90_SLICE_COUNTERS
         combine = CLUSTER_MERGE if cluster and fits else DEFAULT_COMBINE
-    if (combine not in (SPLIT_ONLY, *COMBINES, CLUSTER_MERGE, GRID_MERGE) or (combine == CLUSTER_MERGE and not cluster)
-            or (combine == GRID_MERGE and cluster)):
+    if (combine not in (SPLIT_ONLY, *COMBINES, CLUSTER_MERGE, GRID_MERGE, GRID_MERGE_PLAIN)
+            or (combine == CLUSTER_MERGE and not cluster) or (combine in (GRID_MERGE, GRID_MERGE_PLAIN) and cluster)):
         raise ValueError(f"combine: expected one of {(SPLIT_ONLY, *COMBINES)}, {CLUSTER_MERGE} with a cluster or "
                          f"{GRID_MERGE} without, got {combine!r} with cluster {cluster}")
-    if combine == GRID_MERGE:
+    if combine in (GRID_MERGE, GRID_MERGE_PLAIN):
         B, T, H, _ = q.shape
         blocks, sms = B * -(-(T * H) // SM90_ROWS) * nsplit, sm_count(q.device.index)
         if blocks > sms:
