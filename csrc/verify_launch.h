@@ -44,9 +44,9 @@ struct VerifyParams {
 };
 
 // Row-slice counters of the sm90 cluster merge: B * row tiles * C must not exceed this.
-constexpr int SM90_SLICE_COUNTERS = 1 << 16;
+constexpr int SM90_SLICE_COUNTERS = 65536;
 // Row-tile counters of the grid merge: B * row tiles must not exceed this.
-constexpr int SM90_TILE_COUNTERS = 1 << 12;
+constexpr int SM90_TILE_COUNTERS = 4096;
 
 // Query rows per block follow R = T * H: 16, 32 or 64 rows (1, 2 or 4 groups of 16), at most
 // 16 * max_row_groups (smaller blocks: more of them per SM, each KV tile read by more blocks from L2).

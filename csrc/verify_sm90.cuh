@@ -468,6 +468,13 @@ __device__ __forceinline__ void load_group(const VerifyParams& p, const CUtensor
 // start from zero) merges the clusters' partials of the slice: no merge kernel. A block stays resident
 // until the other blocks of its cluster have read its rows (a second cluster barrier before exit).
 // Empty splits stage lse -inf and take part in every barrier; their rows are never read.
+// H200 (perf_history/kernel/verify_kernel_fuse_*_d3f5797.json, ..._84f1cb5.json): slower everywhere, opt-in
+// only. cudaOccupancyMaxActiveClusters: 132 / 66 / 30 / 15 / 7 clusters of C = 1 / 2 / 4 / 8 / 16, i.e.
+// 132 / 132 / 120 / 120 / 112 blocks at once, so the 128-block grids of five of the six benchmarked sizes
+// take two waves at C >= 4 (1.9-2.0x the time of split + merge kernel); at C = 2 (one wave) the last
+// cluster of a slice merges 32 rows of nsplit / 2 partials (4k T=16: 71.0 us against 15.3); at 4k T=16
+// (64 blocks, one wave at any C) C = 16 is still 4.0-4.3 us slower. compute-sanitizer racecheck reports
+// the two bar.sync-ordered hand-offs in cluster_merge (wtab, the `last` flag) as hazards (not resolved).
 constexpr int STAGE_PITCH = DV * 2 + 16;  // bytes per staged row: +16 B puts 8 rows' quads on 32 banks
 constexpr int STAGE_LSE_OFF = BM * STAGE_PITCH;    // lse2 of the staged rows [BM]
 constexpr int STAGE_W_OFF = STAGE_LSE_OFF + BM * 4;  // the slice's lse2 in each block [C][BM / C]
@@ -635,8 +642,13 @@ __device__ __forceinline__ void cluster_merge(const VerifyParams& p, unsigned ch
 // units [split U / nsplit, (split + 1) U / nsplit) of the tile's U = rows x 64 units of 8 columns, each
 // unit by a group of G lanes (a power of two, G <= 32) that take every G-th split (log-sum-exp state per
 // lane, GRID_BATCH loads in flight), combined by shuffles.
-// H200 (perf_history/kernel/verify_kernel_fuse_*_d3f5797.json, a first form with batches of 8 and a
-// second counter for the reset): 0.7-2.0 us slower than the split kernel + merge kernel at five sizes.
+// H200, against the split kernel + merge kernel in the same run: 0.5-1.8 us slower at 4k-65k T=16 and
+// 4k-16k T=64 (perf_history/kernel/verify_kernel_fuse_*_84f1cb5.json; the first form, batches of 8 and a
+// second counter for the reset, 0.7-2.0 us: ..._d3f5797.json); 65k T=64 spreads too much between runs
+// to tell (171.7-176.6 us for the unchanged path). The cooperative launch costs nothing measurable (plain
+// launch within 0.2 us). ncu (cold L2): the kernel takes 29.3 us against 20.9 without the grid merge at
+// 4k T=16, 66.0 against 57.0 at 65k: the wait and the merge cost ~8-9 us there, several times the merge's
+// work. Suspect, not shown: the three fence.sc (__threadfence, membar.gl) on the arrive / wake path.
 __device__ unsigned int g_tile_counters[2 * SM90_TILE_COUNTERS];
 constexpr int GRID_BATCH = 16;  // 16 splits per lane at every benchmarked size: one round of loads
 

@@ -98,13 +98,21 @@ PAIR_MIN_ROWS: int | None = None
 # row slice merge the clusters' partials (no merge kernel), combine 0-3 runs that merge kernel over them.
 # C is a power of two up to 16 (16 is a non-portable cluster size), nsplit is padded to a multiple of it.
 # SM90_CLUSTER: the largest C the default uses; 0 = no clusters (each split writes its partial, then the
-# merge kernel DEFAULT_COMBINE).
+# merge kernel DEFAULT_COMBINE). 0, because on the H200 the cluster merge is slower at every size
+# (perf_history/kernel/verify_kernel_fuse_*_d3f5797.json, ..._84f1cb5.json): only 120 / 120 / 112 blocks
+# fit at once in clusters of 4 / 8 / 16, so the 128-block grids take two waves (~2x), and clusters of 2
+# leave the last cluster a long merge (csrc/verify_sm90.cuh). The merge kernel's own share of a call,
+# timed as the split kernel alone (combine SPLIT_ONLY) against split + merge in the same CUDA graph and
+# flush: 3.0-3.1 / 3.6-3.9 / 5.2-5.6 / 3.8-4.3 / 4.8-5.3 us at 4k T16 / 4k T64 / 16k T16 / 16k T64 /
+# 65k T16 in three runs (65k T64: within its run-to-run spread; kernel sweep set `fuse`).
 SM90_CLUSTERS = (0, 1, 2, 4, 8, 16)
 SM90_CLUSTER = 0
 CLUSTER_MERGE = 4
 # The grid merge (combine GRID_MERGE, no cluster): the split grid is launched cooperative (every block
 # resident at once, so at most one block per SM: B * row tiles * nsplit <= SMs); each block writes its
-# partial, waits until every split of its row tile has, then merges a share of the tile's rows.
+# partial, waits until every split of its row tile has, then merges a share of the tile's rows. Opt-in:
+# on the H200 0.5-1.8 us slower than split + merge kernel at five sizes (..._84f1cb5.json; why: open,
+# csrc/verify_sm90.cuh).
 GRID_MERGE = 5
 GRID_MERGE_PLAIN = 6  # the same without the cooperative launch: timing only (no guarantee against a hang)
 SPLIT_ONLY = -1  # launch_sm90's combine for the split kernel alone (out / lse not written): timing only

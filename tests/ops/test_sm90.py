@@ -4,7 +4,10 @@ CPU (nvcc): the sm_90a build holds wgmma for both products (S = Q K^T m64n64k16,
 TMA tile loads (cp.async.bulk.tensor) on mbarriers, setmaxnreg, and no register spills; other arches
 get a stub without any of it. The path switch (argument, KDENGINE_CUDA_PATH, fallback) on the CPU.
 GPU (sm_90 only): the same reference checks as tests/ops/test_cuda.py, outputs poisoned first, for
-every schedule of the two consumer warpgroups (both compute S / staggered / seesaw: they alternate).
+every schedule of the two consumer warpgroups (both compute S / staggered / seesaw: they alternate), and
+for the merges inside the split kernel (the cluster merge at C = 1-16, with its in-kernel or kernel merge
+of the cluster partials; the grid merge), each also replayed from a CUDA graph several times in a row (a
+counter left non-zero would show).
 """
 
 from __future__ import annotations
