@@ -49,7 +49,9 @@
 // barrier per chunk, P of the odd tile in its own buffer and earlier per-group releases ran slower (190.4
 // us: it freed stage 0 later, and the next step starts on stage 0), and L2 evict_first / evict_last
 // policies on the KV loads changed nothing beyond noise. compute-sanitizer racecheck reports PAIR's row
-// tables handed from warpgroup 1 to 0 (not 0 to 1, in the same SASS form): cuda_backend.PAIR_MIN_ROWS.
+// tables handed from warpgroup 1 to 0 (not 0 to 1, in the same SASS form), also with those hand-offs moved
+// onto mbarriers (pair_v0_mb, ..._fbbfd73.json, where this PAIR read 172.5 against STAGGERED's 169.1 us at
+// 65k T=64: within the 3-5% between runs): cuda_backend.PAIR_MIN_ROWS.
 // ptxas: SEESAW gets an injected warpgroup.wait (C7517) at the O rescale that follows the S issue.
 #pragma once
 
@@ -654,7 +656,9 @@ __device__ __forceinline__ void cluster_merge(const VerifyParams& p, unsigned ch
 // to tell (171.7-176.6 us for the unchanged path). The cooperative launch costs nothing measurable (plain
 // launch within 0.2 us). ncu (cold L2): the kernel takes 29.3 us against 20.9 without the grid merge at
 // 4k T=16, 66.0 against 57.0 at 65k: the wait and the merge cost ~8-9 us there, several times the merge's
-// work. Suspect, not shown: the three fence.sc (__threadfence, membar.gl) on the arrive / wake path.
+// work. Not the three fence.sc (__threadfence, membar.gl) on the arrive / wake path: release / acquire
+// operations there (branch fuse-acqrel, ..._9e3c5b6.json) measured the same (29.3 / 66.0 us); the wait for
+// the row tile's slowest split is the remaining suspect.
 __device__ unsigned int g_tile_counters[2 * SM90_TILE_COUNTERS];
 constexpr int GRID_BATCH = 16;  // 16 splits per lane at every benchmarked size: one round of loads
 

@@ -92,7 +92,8 @@ DEFAULT_SCHEDULE = "staggered"
 # SASS those are a predicated STS, then BAR.ARV / BAR.SYNC of the pair's 256 threads, then the other
 # warpgroup's BAR.SYNC and LDS, the same form as the 0 -> 1 hand-off (mp0_tab) that racecheck never
 # reports (perf_history/kernel/sm90_pairload_752b824/sass_racecheck_sites.txt), so it looks like a
-# false positive, not yet shown one. Set 128 to make pair the default.
+# false positive, not yet shown one; moving those hand-offs onto mbarriers did not change the reports
+# (pair_v0_mb, ..._fbbfd73.json). Set 128 to make pair the default.
 PAIR_MIN_ROWS: int | None = None
 
 
