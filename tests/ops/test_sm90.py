@@ -283,19 +283,17 @@ def test_sm90_cluster_merge_every_schedule_and_merge(schedule, combine):
         _check(inp, out, lse)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("cluster", [4, 16])
-def test_sm90_cluster_merge_graph_replays(cluster):
-    """Replays of one captured call at several lengths: the slice counters are back at zero after each."""
-    _needs_sm90()
+def _check_graph_replays(seed, nsplit, **launch):
+    """One call captured in a CUDA graph, replayed at several lengths with poisoned outputs: each replay
+    matches the reference (counters a replay left non-zero would break the next)."""
     capacity = 8000
-    inp = _problem(TestParam(16, [capacity, capacity], B=2), seed=11)
+    inp = _problem(TestParam(16, [capacity, capacity], B=2), seed=seed)
     bits = pack_tree_mask(inp.tree_mask)
     prefix_len = inp.prefix_len.clone()
-    nsplit = cuda_backend.plan_nsplit_sm90(inp.q, inp.kv_cache, inp.page_table, 32, cluster)
+    nsplit = cuda_backend.plan_nsplit_sm90(inp.q, inp.kv_cache, inp.page_table, nsplit, launch["cluster"])
     out, lse = cuda_backend.alloc_outputs(inp.q)
     run = lambda: cuda_backend.launch_sm90(inp.q, inp.kv_cache, inp.page_table, prefix_len, bits, out, lse,
-                                           sm_scale=inp.sm_scale, nsplit=nsplit, cluster=cluster)
+                                           sm_scale=inp.sm_scale, nsplit=nsplit, **launch)
     run()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -308,6 +306,14 @@ def test_sm90_cluster_merge_graph_replays(cluster):
         graph.replay()
         inp.prefix_len = prefix_len
         _check(inp, out, lse)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cluster", [4, 16])
+def test_sm90_cluster_merge_graph_replays(cluster):
+    """Replays of one captured call at several lengths: the slice counters are back at zero after each."""
+    _needs_sm90()
+    _check_graph_replays(11, 32, cluster=cluster)
 
 
 # --- the grid merge (VerifyParams::grid_merge) ------------------------------------------------------------
@@ -338,24 +344,4 @@ def test_sm90_grid_merge_matches_reference(tp, schedule):
 def test_sm90_grid_merge_graph_replays():
     """Replays of one captured call at several lengths: the tile counters are back at zero after each."""
     _needs_sm90()
-    capacity = 8000
-    inp = _problem(TestParam(16, [capacity, capacity], B=2), seed=13)
-    bits = pack_tree_mask(inp.tree_mask)
-    prefix_len = inp.prefix_len.clone()
-    nsplit = cuda_backend.plan_nsplit_sm90(inp.q, inp.kv_cache, inp.page_table, None, 0)
-    out, lse = cuda_backend.alloc_outputs(inp.q)
-    run = lambda: cuda_backend.launch_sm90(inp.q, inp.kv_cache, inp.page_table, prefix_len, bits, out, lse,
-                                           sm_scale=inp.sm_scale, nsplit=nsplit, cluster=0,
-                                           combine=cuda_backend.GRID_MERGE)
-    run()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        run()
-    for lengths in ([capacity, 3], [capacity, 3], [1234, 4097], [0, capacity - 64], [0, capacity - 64]):
-        prefix_len.copy_(torch.tensor(lengths, dtype=torch.int32))
-        out.fill_(float("nan"))
-        lse.fill_(float("nan"))
-        graph.replay()
-        inp.prefix_len = prefix_len
-        _check(inp, out, lse)
+    _check_graph_replays(13, None, cluster=0, combine=cuda_backend.GRID_MERGE)
