@@ -74,35 +74,16 @@ void launch(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& page_ta
   TORCH_CHECK(err == cudaSuccess, "kdengine verify launch failed: ", cudaGetErrorString(err));
 }
 
-// The Hopper (sm_90a, wgmma + TMA) split kernel + merge. cluster 0: each split writes its partial, then the
-// merge kernel `combine` (0-3; -1: none, the split kernel alone for timing); cluster C (1, 2, 4, 8, 16;
-// nsplit a multiple of C): clusters of C splits merge in the split kernel, and with more than one cluster
-// combine 4 = the last cluster of each row slice merges the clusters' partials, 0-3 = that merge kernel does;
-// combine 5 (cluster 0): the grid merge, a cooperative launch (fails unless every block can be resident);
-// 6: the same launched plainly, for timing the cooperative launch only.
+// The Hopper (sm_90a, wgmma + TMA) split kernel, then the merge kernel `combine` (0-3; -1: none, the
+// split kernel alone: out / lse not written, for timing the merge's share only).
 void launch_sm90(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& page_table,
                  const at::Tensor& prefix_len, const at::Tensor& mask_bits, at::Tensor& out, at::Tensor& lse,
                  at::Tensor& part_out, at::Tensor& part_lse, double sm_scale, int64_t nsplit, int64_t schedule,
-                 int64_t combine, int64_t cluster) {
-  TORCH_CHECK(combine >= -1 && combine <= 6, "combine must be -1, 0, 1, 2, 3, 4, 5 or 6, got ", combine);
-  TORCH_CHECK(cluster == 0 || cluster == 1 || cluster == 2 || cluster == 4 || cluster == 8 || cluster == 16,
-              "cluster must be 0, 1, 2, 4, 8 or 16, got ", cluster);
-  TORCH_CHECK(cluster == 0 || nsplit % cluster == 0, "nsplit must be a multiple of cluster, got nsplit ", nsplit,
-              " and cluster ", cluster);
-  TORCH_CHECK(combine != 4 || cluster > 0, "combine 4 (the cluster merge) needs cluster > 0");
-  TORCH_CHECK(combine < 5 || cluster == 0, "combine 5 / 6 (the grid merge) needs cluster 0, got ", cluster);
+                 int64_t combine) {
+  TORCH_CHECK(combine >= -1 && combine <= 3, "combine must be -1, 0, 1, 2 or 3, got ", combine);
   const c10::cuda::CUDAGuard guard(q.device());
   kdengine::VerifyParams p =
       make_params(q, kv, page_table, prefix_len, mask_bits, out, lse, part_out, part_lse, sm_scale, nsplit);
-  p.cluster = static_cast<int>(cluster);
-  p.cluster_merge = combine == 4 ? 1 : 0;
-  p.grid_merge = combine == 5 ? 1 : (combine == 6 ? 2 : 0);
-  TORCH_CHECK(!p.grid_merge || static_cast<long long>(p.B) * kdengine::sm90_row_tiles(p.R) <= kdengine::SM90_TILE_COUNTERS,
-              "combine 5: B * row tiles must be at most ", kdengine::SM90_TILE_COUNTERS);
-  TORCH_CHECK(!p.cluster_merge || static_cast<long long>(p.B) * kdengine::sm90_row_tiles(p.R) * cluster <=
-                                      kdengine::SM90_SLICE_COUNTERS,
-              "combine 4: B * row tiles * cluster must be at most ", kdengine::SM90_SLICE_COUNTERS, ", got B ", p.B,
-              ", ", kdengine::sm90_row_tiles(p.R), " row tiles, cluster ", cluster);
   const char* reason = kdengine::sm90_unsupported(p);
   TORCH_CHECK(reason == nullptr, "kdengine verify sm90 path: ", reason ? reason : "");
   const cudaError_t err = kdengine::launch_verify_sm90(p, kv.size(0) * kv.size(1), static_cast<int>(schedule), static_cast<int>(combine),
@@ -131,9 +112,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("launch_sm90", &launch_sm90, "Hopper wgmma split kernel + log-sum-exp merge into out/lse");
   m.def("sm90_unsupported", &sm90_unsupported, "why the sm90 path cannot run here ('' when it can)");
   m.def("sm90_row_tiles", &kdengine::sm90_row_tiles, "64-row tiles per (sequence, split) of the sm90 kernel");
-  m.def("sm90_max_active_clusters", &kdengine::sm90_max_active_clusters,
-        "clusters of C sm90 split blocks resident at once on the current device (0: C cannot launch)");
-  m.attr("SM90_SLICE_COUNTERS") = kdengine::SM90_SLICE_COUNTERS;
   // The shape contract (verify_launch.h), checked against kdengine/ops/shapes.py on load.
   m.attr("D_QK") = kdengine::D_QK;
   m.attr("DV") = kdengine::DV;

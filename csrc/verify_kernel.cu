@@ -134,12 +134,8 @@ cudaError_t launch_verify(const VerifyParams& p, int col_warps, int max_row_grou
 cudaError_t launch_verify_sm90(const VerifyParams& p, long long pool_tokens, int schedule, int combine,
                                cudaStream_t stream) {
   const cudaError_t err = launch_split_sm90(p, pool_tokens, schedule, stream);
-  if (err != cudaSuccess || combine < 0 || p.grid_merge) return err;
-  if (p.cluster <= 0) return launch_combine(p, combine, stream);
-  if (p.nsplit == p.cluster || p.cluster_merge) return cudaSuccess;  // merged in the split kernel
-  VerifyParams clusters = p;  // the merge of the nsplit / C cluster partials
-  clusters.nsplit = p.nsplit / p.cluster;
-  return launch_combine(clusters, combine, stream);
+  if (err != cudaSuccess || combine < 0) return err;
+  return launch_combine(p, combine, stream);
 }
 
 }  // namespace kdengine

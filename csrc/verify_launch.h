@@ -28,25 +28,7 @@ struct VerifyParams {
   int B, T, H, R, W;
   int page_size, page_shift, max_pages, nsplit;
   float scale_log2;  // sm_scale * log2(e)
-  // sm90 kernel only (verify_sm90.cuh, "the cluster merge"): 0 = every split writes its partial for the
-  // merge kernel; C >= 1 = thread-block clusters of C splits (nsplit a multiple of C) merge their rows
-  // through distributed shared memory and write one partial per cluster ([B, nsplit / C, R] in part_out /
-  // part_lse), or out / lse directly when one cluster holds every split.
-  int cluster;
-  // With cluster and nsplit > C: 1 = the last cluster to finish a row slice merges the clusters' partials
-  // into out / lse (a self-resetting counter per slice: no merge kernel); 0 = the merge kernel does.
-  int cluster_merge;
-  // sm90 kernel, cluster 0 only: 1 = "the grid merge": the grid is launched cooperative (every block
-  // resident at once); each block writes its partial, waits until every split of its row tile has, then
-  // merges a share of the tile's rows into out / lse (no merge kernel). 2 = the same launched plainly:
-  // for timing the cooperative launch's cost only (nothing then guarantees that every block is resident).
-  int grid_merge;
 };
-
-// Row-slice counters of the sm90 cluster merge: B * row tiles * C must not exceed this.
-constexpr int SM90_SLICE_COUNTERS = 65536;
-// Row-tile counters of the grid merge: B * row tiles must not exceed this.
-constexpr int SM90_TILE_COUNTERS = 4096;
 
 // Query rows per block follow R = T * H: 16, 32 or 64 rows (1, 2 or 4 groups of 16), at most
 // 16 * max_row_groups (smaller blocks: more of them per SM, each KV tile read by more blocks from L2).
@@ -76,11 +58,7 @@ const char* sm90_unsupported(const VerifyParams& p);
 // S + softmax per tile and share P), 2 = as 0 with the warpgroups' S issue ordered (staggered), 3 = pair
 // (each computes S of every other tile, only the row max crosses before P V, both run P V of every tile).
 cudaError_t launch_split_sm90(const VerifyParams& p, long long pool_tokens, int schedule, cudaStream_t stream);
-// Clusters of `cluster` sm90 split blocks (along the splits) that can be resident at once on the current
-// device (cudaOccupancyMaxActiveClusters; 0 where a cluster of that size cannot launch).
-int sm90_max_active_clusters(int cluster);
-// The sm90 split kernel then the merge (the same merge kernels as launch_verify; combine as there, over the
-// nsplit / C cluster partials when p.cluster = C, none when one cluster holds every split or p.cluster_merge;
+// The sm90 split kernel then the merge (the same merge kernels as launch_verify, combine as there;
 // combine -1: the split kernel alone, out / lse not written: for timing the merge's share only).
 cudaError_t launch_verify_sm90(const VerifyParams& p, long long pool_tokens, int schedule, int combine,
                                cudaStream_t stream);

@@ -1,6 +1,5 @@
 // Host launcher of the Hopper verify kernel (verify_sm90.cuh): the KV pool's TMA descriptor, the
-// kernel attributes, the launch (as clusters of VerifyParams::cluster blocks along the splits for the
-// cluster merge, cooperative for the grid merge), and the cluster occupancy query. Torch-free; this translation unit also compiles alone for sm_90a to
+// kernel attributes and the launch. Torch-free; this translation unit also compiles alone for sm_90a to
 // PTX / SASS for the CI check in tests/ops/test_sm90.py.
 #include <cudaTypedefs.h>
 
@@ -39,37 +38,16 @@ bool make_map(CUtensorMap* map, const __nv_bfloat16* data, long long rows, int b
                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// The kernel's attributes, set once per schedule: its shared memory, and clusters of 16 (non-portable).
+// The kernel's shared memory, set once per schedule.
 template <int SCHEDULE>
 cudaError_t configure_sm90() {
   static bool configured = false;
   if (configured) return cudaSuccess;
-  cudaError_t err = cudaFuncSetAttribute(sm90::verify_sm90_kernel<SCHEDULE>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, sm90::SMEM);
-  if (err == cudaSuccess)
-    err = cudaFuncSetAttribute(sm90::verify_sm90_kernel<SCHEDULE>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  const cudaError_t err = cudaFuncSetAttribute(sm90::verify_sm90_kernel<SCHEDULE>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, sm90::SMEM);
   configured = err == cudaSuccess;
   return err;
 }
-
-// The launch configuration of one call: grid (row tiles, nsplit, B); with p.cluster = C, clusters of
-// (1, C, 1) blocks (C consecutive splits of one row tile and sequence).
-struct Sm90Launch {
-  cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute attr[1];
-  Sm90Launch(dim3 grid, int cluster, cudaStream_t stream) {
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(sm90::THREADS);
-    cfg.dynamicSmemBytes = sm90::SMEM;
-    cfg.stream = stream;
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 1;
-    attr[0].val.clusterDim.y = cluster;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = cluster > 0 ? 1 : 0;
-  }
-};
 
 template <int SCHEDULE>
 cudaError_t launch_sm90_kernel(const VerifyParams& p, const CUtensorMap& kv_map, const CUtensorMap& q_map,
@@ -77,23 +55,8 @@ cudaError_t launch_sm90_kernel(const VerifyParams& p, const CUtensorMap& kv_map,
   const cudaError_t err = configure_sm90<SCHEDULE>();
   if (err != cudaSuccess) return err;
   const dim3 grid((p.R + sm90::BM - 1) / sm90::BM, p.nsplit, p.B);
-  if (p.grid_merge) {  // every block resident at once (cooperative), or the launch fails; 2: plain (timing)
-    if (p.cluster > 0 || (long long)p.B * grid.x > SM90_TILE_COUNTERS) return cudaErrorInvalidValue;
-    Sm90Launch launch(grid, 0, stream);
-    launch.attr[0].id = cudaLaunchAttributeCooperative;
-    launch.attr[0].val.cooperative = 1;
-    launch.cfg.numAttrs = p.grid_merge == 1 ? 1 : 0;
-    return cudaLaunchKernelEx(&launch.cfg, sm90::verify_sm90_kernel<SCHEDULE>, p, kv_map, q_map);
-  }
-  if (p.cluster <= 0) {
-    sm90::verify_sm90_kernel<SCHEDULE><<<grid, sm90::THREADS, sm90::SMEM, stream>>>(p, kv_map, q_map);
-    return cudaGetLastError();
-  }
-  if (p.cluster > sm90::MAX_CLUSTER || sm90::BM % p.cluster != 0 || p.nsplit % p.cluster != 0 ||
-      (p.cluster_merge && (long long)p.B * grid.x * p.cluster > SM90_SLICE_COUNTERS))
-    return cudaErrorInvalidValue;
-  Sm90Launch launch(grid, p.cluster, stream);
-  return cudaLaunchKernelEx(&launch.cfg, sm90::verify_sm90_kernel<SCHEDULE>, p, kv_map, q_map);
+  sm90::verify_sm90_kernel<SCHEDULE><<<grid, sm90::THREADS, sm90::SMEM, stream>>>(p, kv_map, q_map);
+  return cudaGetLastError();
 }
 
 }  // namespace
@@ -114,17 +77,6 @@ const char* sm90_unsupported(const VerifyParams& p) {
     return "the extension holds no sm_90a code";
   if (encode_tiled() == nullptr) return "cuTensorMapEncodeTiled is not available from the driver";
   return nullptr;
-}
-
-int sm90_max_active_clusters(int cluster) {
-  if (cluster < 1 || cluster > sm90::MAX_CLUSTER || configure_sm90<sm90::STAGGERED>() != cudaSuccess) return 0;
-  Sm90Launch launch(dim3(1, cluster, 1), cluster, nullptr);
-  int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, sm90::verify_sm90_kernel<sm90::STAGGERED>, &launch.cfg) != cudaSuccess) {
-    cudaGetLastError();  // (clear it: a size the device cannot launch is an answer, 0, not an error)
-    return 0;
-  }
-  return clusters;
 }
 
 cudaError_t launch_split_sm90(const VerifyParams& p, long long pool_tokens, int schedule, cudaStream_t stream) {

@@ -26,13 +26,18 @@
 //     and each warpgroup runs P V of both tiles on its own 256 O columns. A tile arrives and is freed
 //     in three chunk groups (V columns of warpgroup 0, of warpgroup 1, the rope chunk), each streamed
 //     by its own producer lane, so the next tile's loads start as soon as that group's last reader is done.
-// Splits, partials and lse follow VerifyParams (verify_launch.h); the merge is the shared merge kernel, or
-// in this kernel's epilogue: the cluster merge (VerifyParams::cluster) or the grid merge (grid_merge),
-// both described below.
+// Splits, partials and lse follow VerifyParams (verify_launch.h); the merge is the shared merge kernel
+// (a programmatic dependent launch). Two merges fused into this kernel were built, tested and measured
+// slower on the H200, and removed: a cluster merge through distributed shared memory (at one 220 KB block
+// per SM only 120 / 120 / 112 blocks are resident in clusters of 4 / 8 / 16, so 128-block grids take two
+// waves: 65k T=16 109-112 us against 55.8) and a cooperative grid merge (each block waits for its row
+// tile's splits, then merges a share of the rows: 0.5-1.8 us slower than split + merge kernel at five
+// sizes; its wait + merge cost 8-9 us inside the kernel under ncu, with __threadfence or with
+// release / acquire alike). Evidence: perf_history/kernel/verify_kernel_fuse_*_{d3f5797,84f1cb5,9e3c5b6}.json;
+// the code: git history before this note (branches fuse, fuse-acqrel).
 // Tiles past the sequence end: rows at and past `end` of the last tile are zeroed in shared memory
 // before use (TMA copies whole pages; a pool slot past the end may hold anything, NaN included).
-// Shared memory: Q 72 KB + 2 KV stages of 72 KB + barriers + the row tables (seesaw, pair) = 219 KB (of 227);
-// the cluster merge stages its rows in the Q tile once the main loop is done.
+// Shared memory: Q 72 KB + 2 KV stages of 72 KB + barriers + the row tables (seesaw, pair) = 219 KB (of 227).
 // Descriptors are built by hand (make_desc, 5 lines) instead of CuTe's: no CUTLASS dependency for one
 // swizzle mode and three operand shapes; ci/gpu/sm90_probe.cu checks them (and the TMA swizzle) on the
 // device against a host product.
@@ -465,304 +470,6 @@ __device__ __forceinline__ void load_group(const VerifyParams& p, const CUtensor
   }
 }
 
-// --- the cluster merge (VerifyParams::cluster = C) --------------------------------------------------
-// The blocks of one row tile and C consecutive splits run as one thread-block cluster. After its main
-// loop each block stages its normalised O rows (bf16) and their lse (log2 domain) in its own shared
-// memory (in the Q tile, free by then); after a cluster barrier, block rank c merges rows
-// [c BM / C, (c + 1) BM / C) of all C blocks through distributed shared memory (mapa +
-// ld.shared::cluster, 16-byte loads) and writes them to out / lse (one cluster holds every split) or to
-// its cluster's partial. With more clusters than one and cluster_merge, the last cluster to finish a
-// row slice (a counter per (sequence, row tile, slice), reset by that last block so CUDA-graph replays
-// start from zero) merges the clusters' partials of the slice: no merge kernel. A block stays resident
-// until the other blocks of its cluster have read its rows (a second cluster barrier before exit).
-// Empty splits stage lse -inf and take part in every barrier; their rows are never read.
-// H200 (perf_history/kernel/verify_kernel_fuse_*_d3f5797.json, ..._84f1cb5.json): slower everywhere, opt-in
-// only. cudaOccupancyMaxActiveClusters: 132 / 66 / 30 / 15 / 7 clusters of C = 1 / 2 / 4 / 8 / 16, i.e.
-// 132 / 132 / 120 / 120 / 112 blocks at once, so the 128-block grids of five of the six benchmarked sizes
-// take two waves at C >= 4 (1.9-2.0x the time of split + merge kernel); at C = 2 (one wave) the last
-// cluster of a slice merges 32 rows of nsplit / 2 partials (4k T=16: 71.0 us against 15.3); at 4k T=16
-// (64 blocks, one wave at any C) C = 16 is still 4.0-4.3 us slower. compute-sanitizer racecheck reports
-// the two bar.sync-ordered hand-offs in cluster_merge (wtab, the `last` flag) as hazards (not resolved).
-constexpr int STAGE_PITCH = DV * 2 + 16;  // bytes per staged row: +16 B puts 8 rows' quads on 32 banks
-constexpr int STAGE_LSE_OFF = BM * STAGE_PITCH;    // lse2 of the staged rows [BM]
-constexpr int STAGE_W_OFF = STAGE_LSE_OFF + BM * 4;  // the slice's lse2 in each block [C][BM / C]
-constexpr int STAGE_FLAG_OFF = STAGE_W_OFF + BM * 4;  // this block merges the clusters' partials
-static_assert(STAGE_FLAG_OFF + 16 <= TILE_BYTES && Q_OFF == 0, "the staging area lies in the Q tile");
-constexpr int MAX_CLUSTER = 16;  // 16: non-portable (cudaFuncAttributeNonPortableClusterSizeAllowed)
-__device__ unsigned int g_slice_counters[SM90_SLICE_COUNTERS];
-
-__device__ __forceinline__ uint32_t cluster_ctarank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release;\n" ::: "memory"); }
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory"); }
-// The address of shared::cta location `addr` in block `rank` of the cluster.
-__device__ __forceinline__ uint32_t map_rank(uint32_t addr, uint32_t rank) {
-  uint32_t r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
-  return r;
-}
-__device__ __forceinline__ float ld_cluster_f32(uint32_t addr) {
-  float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(addr) : "memory");
-  return v;
-}
-__device__ __forceinline__ uint4 ld_cluster_v4(uint32_t addr) {
-  uint4 v;
-  asm volatile("ld.shared::cluster.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "r"(addr)
-               : "memory");
-  return v;
-}
-
-// acc += w * (8 bf16 of v).
-__device__ __forceinline__ void add_weighted8(float (&acc)[8], float w, uint4 v) {
-  const uint32_t h[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    acc[2 * j] += w * bf16_lo(h[j]);
-    acc[2 * j + 1] += w * bf16_hi(h[j]);
-  }
-}
-
-// 8 columns acc * inv as bf16 (one 16-byte store) and, from the column group 0, the row's lse (natural log).
-__device__ __forceinline__ void write_row8(__nv_bfloat16* dst, float* lse_dst, const float (&acc)[8], float inv,
-                                          float lse2, bool first) {
-  uint4 v;
-  v.x = pack_bf16(acc[0] * inv, acc[1] * inv), v.y = pack_bf16(acc[2] * inv, acc[3] * inv);
-  v.z = pack_bf16(acc[4] * inv, acc[5] * inv), v.w = pack_bf16(acc[6] * inv, acc[7] * inv);
-  *reinterpret_cast<uint4*>(dst) = v;
-  if (first) *lse_dst = lse2 * 0.69314718056f;
-}
-
-// A consumer thread's normalised O rows (bf16) and, from warpgroup 0, their lse (log2 domain; -inf for a
-// row that saw nothing) into the staging area of its own block.
-__device__ __forceinline__ void stage_rows(unsigned char* sm, const Rows& rows, const float (&o)[128],
-                                           const float (&m)[2], const float (&l)[2], int w) {
-  const int q = threadIdx.x % 4;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
-    unsigned char* dst = sm + rows.local[h] * STAGE_PITCH + (w * V_COLS + 2 * q) * 2;
-#pragma unroll
-    for (int j = 0; j < 32; ++j)
-      *reinterpret_cast<uint32_t*>(dst + 16 * j) = pack_bf16(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
-    if (w == 0 && q == 0)
-      reinterpret_cast<float*>(sm + STAGE_LSE_OFF)[rows.local[h]] = l[h] > 0.f ? m[h] + log2f(l[h]) : -INFINITY;
-  }
-}
-
-// The last cluster to finish slice `c` of a row tile: the clusters' partials of its rows, merged into out / lse.
-__device__ __forceinline__ void merge_cluster_partials(const VerifyParams& p, int b, int row0, int r0, int rpb,
-                                                       int ncl, int tid) {
-  const int R = p.R;
-  for (int u = tid; u < rpb * (DV / 8); u += 128 * CONSUMERS) {
-    const int row = row0 + r0 + u / (DV / 8), cg = u % (DV / 8);
-    if (row >= R) continue;
-    const float* lse = p.part_lse + (size_t)b * ncl * R + row;
-    const __nv_bfloat16* src = p.part_out + ((size_t)b * ncl * R + row) * DV + 8 * cg;
-    float mx = -INFINITY;
-    for (int k = 0; k < ncl; ++k) mx = fmaxf(mx, __ldcg(lse + (size_t)k * R));
-    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}, total = 0.f;
-    if (mx != -INFINITY)
-      for (int k = 0; k < ncl; ++k) {
-        const float lk = __ldcg(lse + (size_t)k * R);
-        if (lk == -INFINITY) continue;  // a cluster of empty splits: its partial row holds any bits
-        const float wk = __expf(lk - mx);
-        total += wk;
-        add_weighted8(acc, wk, __ldcg(reinterpret_cast<const uint4*>(src + (size_t)k * R * DV)));
-      }
-    const float inv = total > 0.f ? 1.f / total : 0.f;
-    write_row8(p.out + ((size_t)b * R + row) * DV + 8 * cg, p.lse + (size_t)b * R + row, acc, inv,
-               total > 0.f ? (mx + __logf(total)) * 1.44269504089f : -INFINITY, cg == 0);
-  }
-}
-
-// The cluster merge of a block whose rows are staged, by its 256 consumer threads (threads 0-255; the
-// other threads of the block may have exited: barrier.cluster counts them as arrived).
-__device__ __forceinline__ void cluster_merge(const VerifyParams& p, unsigned char* sm, int b, int row0, int tid) {
-  const int C = p.cluster, rpb = BM / C, ncl = p.nsplit / C;
-  const uint32_t c = cluster_ctarank(), stage = smem_u32(sm);
-  const int r0 = c * rpb;  // the slice of rows this block merges
-  float* wtab = reinterpret_cast<float*>(sm + STAGE_W_OFF);  // [C][rpb]
-  cluster_arrive();  // (release) this block's rows are staged
-  cluster_wait();    // (acquire) so are the other blocks'
-  if (tid < BM) wtab[tid] = ld_cluster_f32(map_rank(stage + STAGE_LSE_OFF + 4 * (r0 + tid % rpb), tid / rpb));
-  bar_sync(BAR_CONSUMERS, 128 * CONSUMERS);
-  // units of 8 columns: rpb rows x 64; a warp reads 512 contiguous bytes of one row from each block
-  const int R = p.R, cl = blockIdx.y / C;
-  for (int u = tid; u < rpb * (DV / 8); u += 128 * CONSUMERS) {
-    const int rl = u / (DV / 8), cg = u % (DV / 8), row = row0 + r0 + rl;
-    float wk[MAX_CLUSTER], mx = -INFINITY, total = 0.f;
-#pragma unroll
-    for (int k = 0; k < MAX_CLUSTER; ++k)
-      if (k < C) mx = fmaxf(mx, wtab[k * rpb + rl]);
-    uint4 v[MAX_CLUSTER];
-#pragma unroll
-    for (int k = 0; k < MAX_CLUSTER; ++k) {  // every load before any use
-      const float lk = k < C ? wtab[k * rpb + rl] : -INFINITY;
-      wk[k] = lk == -INFINITY ? 0.f : exp2f(lk - mx);  // an empty split's rows: never read (any bits)
-      total += wk[k];
-      if (wk[k] > 0.f) v[k] = ld_cluster_v4(map_rank(stage + (r0 + rl) * STAGE_PITCH + 16 * cg, k));
-    }
-    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-    for (int k = 0; k < MAX_CLUSTER; ++k)
-      if (wk[k] > 0.f) add_weighted8(acc, wk[k], v[k]);
-    if (row >= R) continue;
-    const float inv = total > 0.f ? 1.f / total : 0.f, lse2 = total > 0.f ? mx + log2f(total) : -INFINITY;
-    if (ncl == 1) {
-      write_row8(p.out + ((size_t)b * R + row) * DV + 8 * cg, p.lse + (size_t)b * R + row, acc, inv, lse2, cg == 0);
-    } else {
-      const size_t prow = ((size_t)b * ncl + cl) * R + row;
-      write_row8(p.part_out + prow * DV + 8 * cg, p.part_lse + prow, acc, inv, lse2, cg == 0);
-    }
-  }
-  cluster_arrive();  // this block's reads of the others' rows are done (it waits below, before exit)
-  if (ncl > 1 && p.cluster_merge) {
-    __threadfence();  // this block's partial rows, before its arrival on the slice counter
-    bar_sync(BAR_CONSUMERS, 128 * CONSUMERS);
-    int* last = reinterpret_cast<int*>(sm + STAGE_FLAG_OFF);
-    if (tid == 0) {
-      unsigned int* counter = g_slice_counters + ((size_t)b * gridDim.x + blockIdx.x) * C + c;
-      const bool is_last = atomicAdd(counter, 1u) == static_cast<unsigned int>(ncl - 1);
-      if (is_last) atomicExch(counter, 0u);  // every cluster has arrived: ready for the next launch
-      *last = is_last;
-    }
-    bar_sync(BAR_CONSUMERS, 128 * CONSUMERS);
-    if (*last) {
-      __threadfence();
-      merge_cluster_partials(p, b, row0, r0, rpb, ncl, tid);
-    }
-  }
-  cluster_wait();  // the other blocks have read this block's rows: its shared memory may go
-}
-
-// --- the grid merge (VerifyParams::grid_merge) ------------------------------------------------------
-// The grid is launched cooperative (all blocks resident at once: a wait on other blocks cannot hang;
-// grid_merge 2 launches it plainly, for timing the guarantee's cost only). Each block writes its partial
-// rows as for the merge kernel and arrives on its row tile's barrier (a count and a generation per tile:
-// the last block to arrive resets the count and bumps the generation, the others wait for the bump, so
-// the counters are ready for the next launch, CUDA-graph replays included); then block `split` merges
-// units [split U / nsplit, (split + 1) U / nsplit) of the tile's U = rows x 64 units of 8 columns, each
-// unit by a group of G lanes (a power of two, G <= 32) that take every G-th split (log-sum-exp state per
-// lane, GRID_BATCH loads in flight), combined by shuffles.
-// H200, against the split kernel + merge kernel in the same run: 0.5-1.8 us slower at 4k-65k T=16 and
-// 4k-16k T=64 (perf_history/kernel/verify_kernel_fuse_*_84f1cb5.json; the first form, batches of 8 and a
-// second counter for the reset, 0.7-2.0 us: ..._d3f5797.json); 65k T=64 spreads too much between runs
-// to tell (171.7-176.6 us for the unchanged path). The cooperative launch costs nothing measurable (plain
-// launch within 0.2 us). ncu (cold L2): the kernel takes 29.3 us against 20.9 without the grid merge at
-// 4k T=16, 66.0 against 57.0 at 65k: the wait and the merge cost ~8-9 us there, several times the merge's
-// work. Not the three fence.sc (__threadfence, membar.gl) on the arrive / wake path: release / acquire
-// operations there (branch fuse-acqrel, ..._9e3c5b6.json) measured the same (29.3 / 66.0 us); the wait for
-// the row tile's slowest split is the remaining suspect.
-__device__ unsigned int g_tile_counters[2 * SM90_TILE_COUNTERS];
-constexpr int GRID_BATCH = 16;  // 16 splits per lane at every benchmarked size: one round of loads
-
-__device__ __forceinline__ unsigned int ld_acquire_gpu(const unsigned int* ptr) {
-  unsigned int v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(ptr) : "memory");
-  return v;
-}
-
-// One unit's log-sum-exp state over the splits a lane took: (max, sum, weighted sum of 8 columns).
-struct Lse8 {
-  float m, sum, acc[8];
-};
-
-// a += b, both relative to their own max (natural log domain).
-__device__ __forceinline__ void lse8_add(Lse8& a, const Lse8& b) {
-  const float mx = fmaxf(a.m, b.m);
-  if (mx == -INFINITY) return;
-  const float ca = __expf(a.m - mx), cb = __expf(b.m - mx);  // a.m = -inf: 0 (its sums are 0 too)
-  a.sum = a.sum * ca + b.sum * cb;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) a.acc[i] = a.acc[i] * ca + b.acc[i] * cb;
-  a.m = mx;
-}
-
-__device__ void grid_merge(const VerifyParams& p, int b, int row0, int split, int tid) {
-  const int nsplit = p.nsplit, R = p.R;
-  unsigned int* count = g_tile_counters + 2 * ((size_t)b * gridDim.x + blockIdx.x);
-  unsigned int* generation = count + 1;
-  bar_sync(BAR_CONSUMERS, 128 * CONSUMERS);  // every consumer thread's partial rows are written
-  if (tid == 0) {
-    const unsigned int gen = ld_acquire_gpu(generation);  // (cannot move before this block arrives)
-    __threadfence();  // the block's partial rows (ordered before by the barrier), before its arrival
-    if (atomicAdd(count, 1u) == static_cast<unsigned int>(nsplit - 1)) {
-      atomicExch(count, 0u);  // every split of the tile has arrived: the count is free for the next launch
-      __threadfence();
-      atomicAdd(generation, 1u);
-    } else {
-      while (ld_acquire_gpu(generation) == gen) __nanosleep(20);
-    }
-    __threadfence();
-  }
-  bar_sync(BAR_CONSUMERS, 128 * CONSUMERS);
-  const int rows = min(BM, R - row0), units = rows * (DV / 8);
-  const int u0 = (int)((long long)split * units / nsplit), u1 = (int)((long long)(split + 1) * units / nsplit);
-  int g = 1;  // lanes per unit: the most that leave every unit of the share a group (at most a warp)
-  while (g < 32 && 2 * g * (u1 - u0) <= 128 * CONSUMERS) g *= 2;
-  const int lane_g = tid % g, per_pass = 128 * CONSUMERS / g;
-  const size_t stride = (size_t)R;  // between splits, in rows
-  for (int base = u0; base < u1; base += per_pass) {  // (uniform trip count: shuffles below)
-    const int u = base + tid / g;
-    const bool live = u < u1;
-    const int row = row0 + (live ? u : u0) / (DV / 8), cg = (live ? u : u0) % (DV / 8);
-    const float* lse = p.part_lse + (size_t)b * nsplit * R + row;
-    const __nv_bfloat16* src = p.part_out + ((size_t)b * nsplit * R + row) * DV + 8 * cg;
-    Lse8 st;
-    st.m = -INFINITY, st.sum = 0.f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) st.acc[i] = 0.f;
-    for (int s0 = lane_g; s0 < nsplit; s0 += GRID_BATCH * g) {
-      float ls[GRID_BATCH];
-      uint4 v[GRID_BATCH];
-#pragma unroll
-      for (int k = 0; k < GRID_BATCH; ++k) {  // every load of the batch before any use
-        const int s = s0 + k * g;
-        ls[k] = -INFINITY;
-        if (s < nsplit && live) {
-          ls[k] = __ldcg(lse + s * stride);
-          v[k] = __ldcg(reinterpret_cast<const uint4*>(src + s * stride * DV));
-        }
-      }
-      float mb = st.m;
-#pragma unroll
-      for (int k = 0; k < GRID_BATCH; ++k) mb = fmaxf(mb, ls[k]);
-      if (mb == -INFINITY) continue;
-      const float c = __expf(st.m - mb);
-      st.sum *= c;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) st.acc[i] *= c;
-#pragma unroll
-      for (int k = 0; k < GRID_BATCH; ++k) {
-        if (ls[k] == -INFINITY) continue;  // an empty split's partial row was never written (any bits)
-        const float w = __expf(ls[k] - mb);
-        st.sum += w;
-        add_weighted8(st.acc, w, v[k]);
-      }
-      st.m = mb;
-    }
-    for (int off = 1; off < g; off *= 2) {  // the group's lanes are consecutive lanes of one warp
-      Lse8 other;
-      other.m = __shfl_xor_sync(0xffffffffu, st.m, off);
-      other.sum = __shfl_xor_sync(0xffffffffu, st.sum, off);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) other.acc[i] = __shfl_xor_sync(0xffffffffu, st.acc[i], off);
-      lse8_add(st, other);
-    }
-    if (live && lane_g == 0) {
-      const float inv = st.sum > 0.f ? 1.f / st.sum : 0.f;
-      write_row8(p.out + ((size_t)b * R + row) * DV + 8 * cg, p.lse + (size_t)b * R + row, st.acc, inv,
-                 st.sum > 0.f ? (st.m + __logf(st.sum)) * 1.44269504089f : -INFINITY, cg == 0);
-    }
-  }
-}
-
 // --- the kernel -------------------------------------------------------------------------------------
 
 template <int SCHEDULE>
@@ -791,15 +498,8 @@ __global__ void __launch_bounds__(THREADS, 1)
   const int start = split * chunk, end = min(L, start + chunk);
   const size_t part_row0 = ((size_t)b * p.nsplit + split) * p.R;
   if (start >= end) {  // an empty split: weight 0 in the merge
-    if (p.cluster > 0) {  // it still takes part in the cluster merge (its rows: lse -inf)
-      if (tid >= 128 * CONSUMERS) return;
-      if (tid < BM) reinterpret_cast<float*>(sm + STAGE_LSE_OFF)[tid] = -INFINITY;
-      cluster_merge(p, sm, b, row0, tid);
-      return;
-    }
     for (int r = tid; r < BM; r += THREADS)
       if (row0 + r < p.R) p.part_lse[part_row0 + row0 + r] = -INFINITY;
-    if (p.grid_merge && tid < 128 * CONSUMERS) grid_merge(p, b, row0, split, tid);
     return;
   }
   const int ntiles = (end - start + BN - 1) / BN;
@@ -1125,12 +825,6 @@ __global__ void __launch_bounds__(THREADS, 1)
   // Normalise and write this split's partial rows (bf16) and their lse (natural log). The merge may
   // launch now (programmatic dependent launch; it waits for this grid to complete before any read).
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-  if (p.cluster > 0) {  // the cluster merge (above): rows staged in shared memory, merged across the cluster
-    bar_sync(BAR_CONSUMERS, 128 * CONSUMERS);  // both warpgroups' last wgmma has read Q and the KV stages
-    stage_rows(sm, rows, o, m, l, w);
-    cluster_merge(p, sm, b, row0, tid);
-    return;
-  }
   const int lane = tid % 32;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -1144,7 +838,6 @@ __global__ void __launch_bounds__(THREADS, 1)
     if (rows.valid[h] && w == 0 && lane % 4 == 0)
       p.part_lse[row] = l[h] > 0.f ? (m[h] + log2f(l[h])) * 0.69314718056f : -INFINITY;
   }
-  if (p.grid_merge) grid_merge(p, b, row0, split, tid);  // (above)
 #else
   __trap();  // built without sm_90a: the launcher never selects this kernel there
 #endif

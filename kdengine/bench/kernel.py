@@ -7,7 +7,7 @@ asv section, through render_doc; never written by hand).
     python -m kdengine.bench.kernel measure --out perf_history/kernel/<name>.json [--set full|peers]
     python -m kdengine.bench.kernel render perf_history/kernel/*.json [--out FILE]   (the table; stdout)
     python -m kdengine.bench.kernel once --T 16 --prefix 300     (one checked call: sanitizers, ncu)
-    python -m kdengine.bench.kernel measure --set fuse ...       (the sm90 merge: kernel, none, in clusters)
+    python -m kdengine.bench.kernel measure --set merge ...      (the sm90 merge's share: with / without it)
 
 Workloads: per layer, one rank, H=8, B=1, page_size 64, context N = prefix + T tokens; the same inputs
 and the same timing as the suite's verify/<backend>/ctx<N>/T<T> (so the default cuda row and
@@ -33,14 +33,10 @@ from kdengine.ops.shapes import DV
 CONTEXTS = (4096, 16384, 65536)
 TREE_SIZES = (16, 64)
 NSPLITS = (16, 32, 64, 128, 256, "auto")
-SETS = ("full", "peers", "mma", "sm90", "paths", "pair", "nsplit", "fuse", "merge")
-# The `fuse` set: the sm90 default schedule with the merge kernel (no cluster), the same split kernel alone
-# (no merge: the merge's in-graph share is the difference), the grid merge (cooperative launch: every block
-# of a row tile merges a share of its rows once all have written; and launched plainly, to time the
-# cooperative launch), the cluster merge at C = 8 and 16 (perf_history/kernel/verify_kernel_fuse_*_d3f5797.json
-# also has C = 2, 4 and C = 8 with the merge kernel over the cluster partials), the dispatched call and the
-# peers. `merge`: the first two.
-FUSE_CLUSTERS = (8, 16)
+SETS = ("full", "peers", "mma", "sm90", "paths", "pair", "nsplit", "merge")
+# The `merge` set: the sm90 default schedule with the merge kernel, and the same split kernel alone (no
+# merge: the merge's in-graph share is the difference). Records of the set `fuse` (..._fuse_*.json) also
+# time the fused merges that were removed (csrc/verify_sm90.cuh header).
 # The sm90 path's rows: backend name -> schedule (kdengine.ops.cuda_backend.SCHEDULES). (In the first
 # record, perf_history/kernel/verify_kernel_sm90_*_ebda896.json, "cuda_sm90" was the seesaw schedule.)
 SM90_BACKENDS = {"cuda_sm90_both": "both", "cuda_sm90_staggered": "staggered", "cuda_sm90_seesaw": "seesaw",
@@ -107,15 +103,14 @@ def launcher(name: str, inp, bits, nsplit, *, scalar_loads: bool = False, layout
     if name in SM90_BACKENDS:  # the Hopper wgmma path, one schedule of its two consumer warpgroups
         from kdengine.ops import cuda_backend
 
-        # layout: a dict {"cluster": C, "combine": c} (launch_sm90's), or an mma layout of which only the merge applies
+        # layout: a dict {"combine": c} (launch_sm90's), or an mma layout of which only the merge applies
         opts = layout if isinstance(layout, dict) else {"combine": layout[2] if layout else None}
-        cluster, combine = opts.get("cluster"), opts.get("combine")
-        splits = cuda_backend.plan_nsplit_sm90(inp.q, inp.kv_cache, inp.page_table, nsplit, cluster)
-        cluster = None if cluster is None else cuda_backend.sm90_cluster(splits, cluster)  # at most the splits
+        combine = opts.get("combine")
+        splits = cuda_backend.plan_nsplit_sm90(inp.q, inp.kv_cache, inp.page_table, nsplit)
         out, lse = cuda_backend.alloc_outputs(inp.q)
         args = (inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, bits, out, lse)
         call = lambda: cuda_backend.launch_sm90(*args, sm_scale=inp.sm_scale, nsplit=splits,
-                                                schedule=SM90_BACKENDS[name], combine=combine, cluster=cluster)
+                                                schedule=SM90_BACKENDS[name], combine=combine)
         return call, splits, lambda: out
     result = {}
     if name == "torch":
@@ -209,21 +204,12 @@ def variants(N: int, T: int, which: str = "full"):
         sm90 = [(f"{name}/sauto", name, "auto", False, None) for name in SM90_BACKENDS]
         sm90 += [(f"cuda_sm90_staggered/s{sp}", "cuda_sm90_staggered", sp, False, None) for sp in (32, 128)]
         return [base[0], *sm90, *[(p, p, None, False, None) for p in peers.PEERS]]
-    if which in ("fuse", "merge"):  # the merge: a kernel after the split kernel, absent (timing only), or fused
+    if which == "merge":  # the merge kernel after the split kernel, and absent (timing only)
         from kdengine.ops import cuda_backend
 
         sched = f"cuda_sm90_{cuda_backend.DEFAULT_SCHEDULE}"
-        rows = [(f"{sched}/c0/sauto", sched, "auto", False, {"cluster": 0}),
-                (f"{sched}/c0/splitonly/sauto", sched, "auto", False,
-                 {"cluster": 0, "combine": cuda_backend.SPLIT_ONLY})]
-        if which == "merge":
-            return rows
-        rows += [(f"{sched}/grid/sauto", sched, "auto", False, {"cluster": 0, "combine": cuda_backend.GRID_MERGE}),
-                 (f"{sched}/grid/plain/sauto", sched, "auto", False,
-                  {"cluster": 0, "combine": cuda_backend.GRID_MERGE_PLAIN})]
-        rows += [(f"{sched}/c{c}/sauto", sched, "auto", False, {"cluster": c, "combine": cuda_backend.CLUSTER_MERGE})
-                 for c in FUSE_CLUSTERS]
-        return rows + [(DISPATCH, "cuda_auto", "auto", False, None), *[(p, p, None, False, None) for p in peers.PEERS]]
+        return [(f"{sched}/c0/sauto", sched, "auto", False, {}),
+                (f"{sched}/c0/splitonly/sauto", sched, "auto", False, {"combine": cuda_backend.SPLIT_ONLY})]
     if which == "pair":  # the pair schedule against the staggered default and FlashMLA (a short device run)
         sm90 = [(f"{name}/sauto", name, "auto", False, None) for name in ("cuda_sm90_staggered", "cuda_sm90_pair")]
         return [*sm90, *[(p, p, None, False, None) for p in peers.PEERS]]
@@ -301,11 +287,6 @@ def measure(args) -> int:
                      f"per CUDA-graph replay between CUDA events, L2 flushed before each of {SAMPLES} samples; "
                      "seconds per launch, median",
            "fingerprint": start, "clocks_end": None, "ceilings": asdict(ceil), "cases": []}
-    if args.set == "fuse" and hopper():  # can clusters of C blocks of the sm90 kernel be resident at once?
-        from kdengine.ops import cuda_backend
-
-        doc["sm90_max_active_clusters"] = {c: cuda_backend.sm90_max_active_clusters(c) for c in (1, 2, 4, 8, 16)}
-        print(f"sm90 max active clusters (C: clusters): {doc['sm90_max_active_clusters']}", flush=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     for N in contexts:
         for T in TREE_SIZES:
@@ -399,8 +380,8 @@ def once(args) -> int:
     from kdengine.ops.verify import verify_attention
 
     inp = make_verify_inputs(B=args.B, T=args.T, H=args.H, prefix=args.prefix, seed=1, device="cuda")
-    if args.path is not None:  # the mma.sync default or the sm90 kernel, forced (sm90: --cluster, --combine)
-        sm90 = None if args.path == "mma" else {"cluster": args.cluster, "combine": args.combine}
+    if args.path is not None:  # the mma.sync default or the sm90 kernel, forced (sm90: --combine)
+        sm90 = None if args.path == "mma" else {"combine": args.combine}
         call, _, result = launcher("cuda" if args.path == "mma" else f"cuda_{args.path}",
                                    inp, pack_tree_mask(inp.tree_mask), args.nsplit, layout=sm90)
         call()
@@ -449,9 +430,6 @@ def build_parser(prog: str = "python -m kdengine.bench.kernel") -> argparse.Argu
     p.add_argument("--combine", type=int, default=None, help="the merge (cuda_backend.COMBINES)")
     p.add_argument("--path", choices=("mma", *(name.removeprefix("cuda_") for name in SM90_BACKENDS)), default=None,
                    help="force the cuda split kernel: mma.sync, or the sm90 wgmma kernel with one schedule")
-    p.add_argument("--cluster", type=int, default=None,
-                   help="with an sm90 --path: the cluster merge's largest cluster size (0: the merge kernel; "
-                        "cuda_backend.SM90_CLUSTERS)")
     p.set_defaults(func=once)
     return parser
 

@@ -12,7 +12,7 @@ import torch
 
 from kdengine import env
 from kdengine.ops import build, shapes
-from kdengine.ops.schedule import resolve_nsplit, sm_count
+from kdengine.ops.schedule import resolve_nsplit
 
 DV = shapes.DV
 # Warps per 16-row group of the split kernel (csrc/verify_kernel.cuh): 2 (BN 32, 2 stages, 255
@@ -97,42 +97,13 @@ DEFAULT_SCHEDULE = "staggered"
 PAIR_MIN_ROWS: int | None = None
 
 
-# The cluster merge of the sm90 kernel (csrc/verify_sm90.cuh): the blocks of C consecutive splits of a row
-# tile run as one thread-block cluster and merge their rows through distributed shared memory in the
-# split kernel's epilogue; with more splits than C, combine CLUSTER_MERGE lets the last cluster to finish each
-# row slice merge the clusters' partials (no merge kernel), combine 0-3 runs that merge kernel over them.
-# C is a power of two up to 16 (16 is a non-portable cluster size), nsplit is padded to a multiple of it.
-# SM90_CLUSTER: the largest C the default uses; 0 = no clusters (each split writes its partial, then the
-# merge kernel DEFAULT_COMBINE). 0, because on the H200 the cluster merge is slower at every size
-# (perf_history/kernel/verify_kernel_fuse_*_d3f5797.json, ..._84f1cb5.json): only 120 / 120 / 112 blocks
-# fit at once in clusters of 4 / 8 / 16, so the 128-block grids take two waves (~2x), and clusters of 2
-# leave the last cluster a long merge (csrc/verify_sm90.cuh). The merge kernel's own share of a call,
-# timed as the split kernel alone (combine SPLIT_ONLY) against split + merge in the same CUDA graph and
-# flush: 3.0-3.1 / 3.6-3.9 / 5.2-5.6 / 3.8-4.3 / 4.8-5.3 us at 4k T16 / 4k T64 / 16k T16 / 16k T64 /
-# 65k T16 in three runs (65k T64: within its run-to-run spread; kernel sweep set `fuse`).
-SM90_CLUSTERS = (0, 1, 2, 4, 8, 16)
-SM90_CLUSTER = 0
-CLUSTER_MERGE = 4
-# The grid merge (combine GRID_MERGE, no cluster): the split grid is launched cooperative (every block
-# resident at once, so at most one block per SM: B * row tiles * nsplit <= SMs); each block writes its
-# partial, waits until every split of its row tile has, then merges a share of the tile's rows. Opt-in:
-# on the H200 0.5-1.8 us slower than split + merge kernel at five sizes (..._84f1cb5.json; why: open,
-# csrc/verify_sm90.cuh).
-GRID_MERGE = 5
-GRID_MERGE_PLAIN = 6  # the same without the cooperative launch: timing only (no guarantee against a hang)
+# The merge of the sm90 kernel is the merge kernel DEFAULT_COMBINE (a programmatic dependent launch). Its
+# own share of a call, timed as the split kernel alone (combine SPLIT_ONLY) against split + merge in the
+# same CUDA graph and flush: 3.0-3.1 / 3.6-3.9 / 5.2-5.6 / 3.8-4.3 / 4.8-5.3 us at 4k T16 / 4k T64 / 16k T16 /
+# 16k T64 / 65k T16 in three runs on the H200 (65k T64: within its run-to-run spread; kernel sweep set
+# `fuse`). Two merges fused into the split kernel (clusters through distributed shared memory, a
+# cooperative grid merge) were slower and are gone (csrc/verify_sm90.cuh header).
 SPLIT_ONLY = -1  # launch_sm90's combine for the split kernel alone (out / lse not written): timing only
-SM90_SLICE_COUNTERS = 1 << 16  # CLUSTER_MERGE: B * row tiles * C at most this (csrc/verify_launch.h)
-
-
-def sm90_cluster(nsplit: int, most: int | None = None) -> int:
-    """The cluster size of an sm90 call with `nsplit` splits: the power of two >= nsplit, at most `most`
-    (None: SM90_CLUSTER); 0 when `most` is 0."""
-    most = SM90_CLUSTER if most is None else most
-    if most not in SM90_CLUSTERS:
-        raise ValueError(f"cluster: expected one of {SM90_CLUSTERS}, got {most!r}")
-    if most == 0:
-        return 0
-    return min(most, 1 << max(0, int(nsplit) - 1).bit_length())
 
 
 def pick_schedule(T: int, H: int) -> str:
@@ -227,44 +198,26 @@ def resolve_path(kv_cache: torch.Tensor, path: str | None = None) -> str:
 
 
 def launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_scale, nsplit,
-                schedule=None, combine=None, cluster=None):
-    """The Hopper kernel + merge into caller-given out/lse (schedule None: pick_schedule; cluster None:
-    sm90_cluster(nsplit); combine None: CLUSTER_MERGE with a cluster, else DEFAULT_COMBINE; GRID_MERGE:
-    the grid merge; SPLIT_ONLY: the split kernel alone, out/lse left unwritten)."""
+                schedule=None, combine=None):
+    """The Hopper kernel + merge into caller-given out/lse (schedule None: pick_schedule; combine None:
+    DEFAULT_COMBINE; SPLIT_ONLY: the split kernel alone, out/lse left unwritten)."""
     if schedule is None:
         schedule = pick_schedule(q.shape[1], q.shape[2])
-    if cluster is None:
-        cluster = sm90_cluster(nsplit)
-    if cluster not in SM90_CLUSTERS:
-        raise ValueError(f"cluster: expected one of {SM90_CLUSTERS}, got {cluster!r}")
-    if cluster and nsplit % cluster:
-        raise ValueError(f"nsplit: expected a multiple of cluster {cluster}, got {nsplit}")
-    if combine is None:  # in the kernel where the slice counters suffice
-        B, T, H, _ = q.shape
-        fits = B * -(-(T * H) // SM90_ROWS) * cluster <= SM90_SLICE_COUNTERS
-        combine = CLUSTER_MERGE if cluster and fits else DEFAULT_COMBINE
-    if (combine not in (SPLIT_ONLY, *COMBINES, CLUSTER_MERGE, GRID_MERGE, GRID_MERGE_PLAIN)
-            or (combine == CLUSTER_MERGE and not cluster) or (combine in (GRID_MERGE, GRID_MERGE_PLAIN) and cluster)):
-        raise ValueError(f"combine: expected one of {(SPLIT_ONLY, *COMBINES)}, {CLUSTER_MERGE} with a cluster or "
-                         f"{GRID_MERGE} without, got {combine!r} with cluster {cluster}")
-    if combine in (GRID_MERGE, GRID_MERGE_PLAIN):
-        B, T, H, _ = q.shape
-        blocks, sms = B * -(-(T * H) // SM90_ROWS) * nsplit, sm_count(q.device.index)
-        if blocks > sms:
-            raise ValueError(f"nsplit: the grid merge needs every block resident (B * row tiles * nsplit <= {sms} "
-                             f"SMs), got {blocks} blocks with nsplit {nsplit}")
+    if combine is None:
+        combine = DEFAULT_COMBINE
+    if combine not in (SPLIT_ONLY, *COMBINES):
+        raise ValueError(f"combine: expected one of {(SPLIT_ONLY, *COMBINES)}, got {combine!r}")
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule: expected one of {tuple(SCHEDULES)}, got {schedule!r}")
     part_out, part_lse = alloc_partials(q, nsplit)
     build.load_extension().launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, part_out, part_lse,
-                                       sm_scale, nsplit, SCHEDULES[schedule], combine, cluster)
+                                       sm_scale, nsplit, SCHEDULES[schedule], combine)
 
 
-def plan_nsplit_sm90(q, kv_cache, page_table, nsplit, cluster: int | None = None) -> int:
-    """The split count of the sm90 kernel: one wave of 64-row blocks (one block per SM), rounded up to a
-    multiple of its cluster size (sm90_cluster, at most `cluster`; None: SM90_CLUSTER)."""
+def plan_nsplit_sm90(q, kv_cache, page_table, nsplit) -> int:
+    """The split count of the sm90 kernel: one wave of 64-row blocks (one block per SM)."""
     B, T, H, _ = q.shape
-    n = resolve_nsplit(
+    return resolve_nsplit(
         nsplit,
         backend="cuda",
         capacity=page_table.shape[1] * kv_cache.shape[1],
@@ -274,13 +227,6 @@ def plan_nsplit_sm90(q, kv_cache, page_table, nsplit, cluster: int | None = None
         min_tokens=SM90_MIN_TOKENS_PER_SPLIT,
         tile_tokens=SM90_TILE_TOKENS,
     )
-    c = sm90_cluster(n, cluster)
-    return -(-n // c) * c if c else n
-
-
-def sm90_max_active_clusters(cluster: int) -> int:
-    """Clusters of `cluster` sm90 split blocks resident at once on the current device (0: cannot launch)."""
-    return int(build.load_extension().sm90_max_active_clusters(cluster))
 
 
 def alloc_outputs(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

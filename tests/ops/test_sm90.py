@@ -4,10 +4,8 @@ CPU (nvcc): the sm_90a build holds wgmma for both products (S = Q K^T m64n64k16,
 TMA tile loads (cp.async.bulk.tensor) on mbarriers, setmaxnreg, and no register spills; other arches
 get a stub without any of it. The path switch (argument, KDENGINE_CUDA_PATH, fallback) on the CPU.
 GPU (sm_90 only): the same reference checks as tests/ops/test_cuda.py, outputs poisoned first, for
-every schedule of the two consumer warpgroups (both compute S / staggered / seesaw: they alternate), and
-for the merges inside the split kernel (the cluster merge at C = 1-16, with its in-kernel or kernel merge
-of the cluster partials; the grid merge), each also replayed from a CUDA graph several times in a row (a
-counter left non-zero would show).
+every schedule of the consumer warpgroups (both compute S / staggered / seesaw: they alternate / pair),
+and the dispatched call replayed from a CUDA graph at several lengths.
 """
 
 from __future__ import annotations
@@ -118,44 +116,14 @@ def test_sm90_auto_nsplit_matches_the_measured_best():
     assert [plan(c, T) for c in (4096, 16384, 65536) for T in (16, 64)] == [32, 16, 64, 16, 64, 16]
 
 
-@pytest.mark.nvcc
-def test_sm90a_build_has_the_cluster_merge():
-    bodies = kernel_bodies(compile_ptx("90a"))
-    for name, body in bodies.items():
-        if "verify_sm90_kernel" not in name:
-            continue
-        assert "barrier.cluster.arrive.release" in body and "barrier.cluster.wait.acquire" in body
-        assert "mapa.shared::cluster.u32" in body and "ld.shared::cluster.v4.u32" in body
-        assert "atom.global.add.u32" in body and "atom.global.exch.b32" in body  # the slice / tile counters
-        assert "ld.acquire.gpu.global.u32" in body  # the grid merge's wait
-
-
-def test_sm90_cluster_size_and_nsplit_padding():
-    assert [cuda_backend.sm90_cluster(n, 8) for n in (1, 2, 3, 5, 8, 9, 64)] == [1, 2, 4, 8, 8, 8, 8]
-    assert cuda_backend.sm90_cluster(64, 16) == 16 and cuda_backend.sm90_cluster(64, 0) == 0
-    with pytest.raises(ValueError, match="cluster"):
-        cuda_backend.sm90_cluster(8, 3)
+def test_sm90_launch_arguments_are_checked():
     q = torch.zeros(1, 16, 8, 576, dtype=torch.bfloat16)
-    kv = torch.zeros(80, 64, 576, dtype=torch.bfloat16)
-    pt = torch.zeros(1, 80, dtype=torch.int32)
-    for forced, cluster, want in ((7, 8, 8), (9, 8, 16), (3, 16, 4), (1, 16, 1), (7, 0, 7), (40, 16, 48)):
-        assert cuda_backend.plan_nsplit_sm90(q, kv, pt, forced, cluster) == want
-
-
-def test_sm90_cluster_arguments_are_checked():
-    q = torch.zeros(1, 16, 8, 576, dtype=torch.bfloat16)
-    kw = dict(sm_scale=0.1, schedule="staggered")
     args = (q, None, None, None, None, None, None)
-    with pytest.raises(ValueError, match="nsplit"):
-        cuda_backend.launch_sm90(*args, nsplit=12, cluster=8, **kw)
-    with pytest.raises(ValueError, match="cluster"):
-        cuda_backend.launch_sm90(*args, nsplit=12, cluster=3, **kw)
-    with pytest.raises(ValueError, match="combine"):
-        cuda_backend.launch_sm90(*args, nsplit=12, cluster=0, combine=cuda_backend.CLUSTER_MERGE, **kw)
-    with pytest.raises(ValueError, match="combine"):
-        cuda_backend.launch_sm90(*args, nsplit=12, cluster=4, combine=cuda_backend.GRID_MERGE, **kw)
-    with pytest.raises(ValueError, match="nsplit"):  # (a CPU tensor: the planner's 1 SM) not every block resident
-        cuda_backend.launch_sm90(*args, nsplit=12, cluster=0, combine=cuda_backend.GRID_MERGE, **kw)
+    for combine in (4, 5, -2):  # (4 and 5 were the removed fused merges)
+        with pytest.raises(ValueError, match="combine"):
+            cuda_backend.launch_sm90(*args, sm_scale=0.1, nsplit=12, schedule="staggered", combine=combine)
+    with pytest.raises(ValueError, match="schedule"):
+        cuda_backend.launch_sm90(*args, sm_scale=0.1, nsplit=12, schedule="fused")
 
 
 # --- GPU (sm_90) ------------------------------------------------------------------------------------
@@ -166,16 +134,14 @@ def _needs_sm90():
         pytest.skip("the sm90 kernel runs on sm_90 only")
 
 
-def _run_sm90(inp, nsplit, schedule, cluster=None, combine=None):
+def _run_sm90(inp, nsplit, schedule, combine=None):
     B, T, H, _ = inp.q.shape
     bits = pack_tree_mask(inp.tree_mask)
-    splits = cuda_backend.plan_nsplit_sm90(inp.q, inp.kv_cache, inp.page_table, nsplit, cluster)
+    splits = cuda_backend.plan_nsplit_sm90(inp.q, inp.kv_cache, inp.page_table, nsplit)
     out = torch.full((B, T, H, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
     lse = torch.full((B, T, H), float("nan"), dtype=torch.float32, device="cuda")
     cuda_backend.launch_sm90(inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, bits, out, lse,
-                             sm_scale=inp.sm_scale, nsplit=splits, schedule=schedule,
-                             cluster=None if cluster is None else cuda_backend.sm90_cluster(splits, cluster),
-                             combine=combine)
+                             sm_scale=inp.sm_scale, nsplit=splits, schedule=schedule, combine=combine)
     return out, lse
 
 
@@ -241,107 +207,3 @@ def test_sm90_through_verify_attention_and_graphs(monkeypatch):
         graph.replay()
         inp.prefix_len = prefix_len
         _check(inp, out, lse)
-
-
-# --- the cluster merge (VerifyParams::cluster) --------------------------------------------------------
-
-
-@pytest.mark.gpu
-def test_sm90_clusters_can_launch():
-    _needs_sm90()
-    got = {c: cuda_backend.sm90_max_active_clusters(c) for c in (1, 2, 4, 8, 16)}
-    assert all(got[c] >= 1 for c in (1, 2, 4, 8)), got  # portable sizes launch on every sm_90 part
-    assert build.load_extension().SM90_SLICE_COUNTERS == cuda_backend.SM90_SLICE_COUNTERS
-
-
-FUSED_CASES = CONTRACT + ODD + [TestParam(16, [3000, 129, 64, 4000], B=4, H=16), TestParam(16, 3000, nsplit=40)]
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("cluster", [1, 2, 4, 8, 16])
-@pytest.mark.parametrize("tp", FUSED_CASES,
-                         ids=lambda tp: f"T{tp.T}-p{tp.prefix}-H{tp.H}-B{tp.B}-s{tp.nsplit}-ps{tp.page_size}")
-def test_sm90_cluster_merge_matches_reference(tp, cluster):
-    """Every split count (padded to the cluster), one or many clusters, empty splits, B > 1, R % 64 != 0."""
-    _needs_sm90()
-    if cluster == 16 and cuda_backend.sm90_max_active_clusters(16) == 0:
-        pytest.skip("clusters of 16 cannot launch on this device")
-    inp = _problem(tp, seed=41)
-    out, lse = _run_sm90(inp, tp.nsplit, cuda_backend.DEFAULT_SCHEDULE, cluster=cluster)
-    _check(inp, out, lse)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("schedule", list(cuda_backend.SCHEDULES))
-@pytest.mark.parametrize("combine", [cuda_backend.CLUSTER_MERGE, 3])
-def test_sm90_cluster_merge_every_schedule_and_merge(schedule, combine):
-    _needs_sm90()
-    for tp in (TestParam(16, [5000, 1, 777], B=3), TestParam(33, 100, page_size=16, chain=True, nsplit=5),
-               TestParam(64, 4000, nsplit=32)):
-        inp = _problem(tp, seed=43)
-        out, lse = _run_sm90(inp, tp.nsplit, schedule, cluster=4, combine=combine)
-        _check(inp, out, lse)
-
-
-def _check_graph_replays(seed, nsplit, **launch):
-    """One call captured in a CUDA graph, replayed at several lengths with poisoned outputs: each replay
-    matches the reference (counters a replay left non-zero would break the next)."""
-    capacity = 8000
-    inp = _problem(TestParam(16, [capacity, capacity], B=2), seed=seed)
-    bits = pack_tree_mask(inp.tree_mask)
-    prefix_len = inp.prefix_len.clone()
-    nsplit = cuda_backend.plan_nsplit_sm90(inp.q, inp.kv_cache, inp.page_table, nsplit, launch["cluster"])
-    out, lse = cuda_backend.alloc_outputs(inp.q)
-    run = lambda: cuda_backend.launch_sm90(inp.q, inp.kv_cache, inp.page_table, prefix_len, bits, out, lse,
-                                           sm_scale=inp.sm_scale, nsplit=nsplit, **launch)
-    run()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        run()
-    for lengths in ([capacity, 3], [capacity, 3], [1234, 4097], [0, capacity - 64], [0, capacity - 64]):
-        prefix_len.copy_(torch.tensor(lengths, dtype=torch.int32))
-        out.fill_(float("nan"))
-        lse.fill_(float("nan"))
-        graph.replay()
-        inp.prefix_len = prefix_len
-        _check(inp, out, lse)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("cluster", [4, 16])
-def test_sm90_cluster_merge_graph_replays(cluster):
-    """Replays of one captured call at several lengths: the slice counters are back at zero after each."""
-    _needs_sm90()
-    _check_graph_replays(11, 32, cluster=cluster)
-
-
-# --- the grid merge (VerifyParams::grid_merge) ------------------------------------------------------------
-
-
-def _fits_one_wave(tp, nsplit):
-    return tp.B * -(-(tp.T * tp.H) // cuda_backend.SM90_ROWS) * nsplit <= torch.cuda.get_device_properties(0).multi_processor_count
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("schedule", ["staggered", "pair"])
-@pytest.mark.parametrize("tp", FUSED_CASES,
-                         ids=lambda tp: f"T{tp.T}-p{tp.prefix}-H{tp.H}-B{tp.B}-s{tp.nsplit}-ps{tp.page_size}")
-def test_sm90_grid_merge_matches_reference(tp, schedule):
-    """Every block of a row tile merges a share of its rows; a grid past one wave is refused, not hung."""
-    _needs_sm90()
-    inp = _problem(tp, seed=47)
-    nsplit = cuda_backend.plan_nsplit_sm90(inp.q, inp.kv_cache, inp.page_table, tp.nsplit, 0)
-    if not _fits_one_wave(tp, nsplit):
-        with pytest.raises(ValueError, match="nsplit"):
-            _run_sm90(inp, tp.nsplit, schedule, cluster=0, combine=cuda_backend.GRID_MERGE)
-        return
-    out, lse = _run_sm90(inp, tp.nsplit, schedule, cluster=0, combine=cuda_backend.GRID_MERGE)
-    _check(inp, out, lse)
-
-
-@pytest.mark.gpu
-def test_sm90_grid_merge_graph_replays():
-    """Replays of one captured call at several lengths: the tile counters are back at zero after each."""
-    _needs_sm90()
-    _check_graph_replays(13, None, cluster=0, combine=cuda_backend.GRID_MERGE)
