@@ -11,6 +11,10 @@
 //   4  as 1, looped 8 times over a 2-slot table by step parity, one side signalling with bar.arrive
 //      (PAIR's row-max form: writer bar.arrive 9, reader bar.sync 9; slots reused two steps later)
 //   5  as 0, but the hand-off is barrier 0 of the whole block (__syncthreads)
+// H200 result (perf_history/kernel/racecheck_repro_9bb22a7/): racecheck reports nothing on any of the six,
+// so the pair schedule's reports are not about this hand-off form, the exited producer threads, setmaxnreg
+// or bar.arrive as the release; what the kernel adds around it (wgmma in flight, TMA writes to the same
+// block's shared memory, dynamic shared memory) is the next suspect to add here one at a time.
 // Build: nvcc -std=c++17 -O3 -lineinfo -gencode=arch=compute_90a,code=sm_90a ci/gpu/racecheck_repro.cu -o repro
 // Run:   compute-sanitizer --tool racecheck ./repro <variant>   (prints the check sum; rc 0 when it matches)
 #include <cstdio>
