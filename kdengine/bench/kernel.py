@@ -33,7 +33,7 @@ from kdengine.ops.shapes import DV
 CONTEXTS = (4096, 16384, 65536)
 TREE_SIZES = (16, 64)
 NSPLITS = (16, 32, 64, 128, 256, "auto")
-SETS = ("full", "peers", "mma", "sm90", "paths", "pair", "nsplit", "fuse", "merge")
+SETS = ("full", "peers", "mma", "sm90", "paths", "pair", "half", "nsplit", "fuse", "merge")
 # The `fuse` set: the sm90 default schedule with the merge kernel (no cluster), the same split kernel alone
 # (no merge: the merge's in-graph share is the difference), the grid merge (cooperative launch: every block
 # of a row tile merges a share of its rows once all have written; and launched plainly, to time the
@@ -44,7 +44,7 @@ FUSE_CLUSTERS = (8, 16)
 # The sm90 path's rows: backend name -> schedule (kdengine.ops.cuda_backend.SCHEDULES). (In the first
 # record, perf_history/kernel/verify_kernel_sm90_*_ebda896.json, "cuda_sm90" was the seesaw schedule.)
 SM90_BACKENDS = {"cuda_sm90_both": "both", "cuda_sm90_staggered": "staggered", "cuda_sm90_seesaw": "seesaw",
-                 "cuda_sm90_pair": "pair"}
+                 "cuda_sm90_pair": "pair", "cuda_sm90_half": "half"}
 H = 8
 SAMPLES = 50  # = kdengine.bench.workloads.GPU_VERIFY_SAMPLES
 SCHEMA = 2
@@ -182,7 +182,8 @@ def variants(N: int, T: int, which: str = "full"):
     with the serial merge, the 2-warp layout with the parallel merge and the wide layout's scalar-load
     build at the automatic NSPLIT, and triton_extend at 65k T=16. `paths`: the defaults of both cuda
     paths (the sm90 kernel on Hopper), each also with the chunked merge, and the peers. `pair`: the sm90
-    staggered and pair schedules and the peers only."""
+    staggered and pair schedules and the peers only. `half`: staggered, half, staggered again (the A/A
+    control: its spread against the first bounds what a difference means) and the peers."""
     base = [(default_label(), "cuda", "auto", False, None), ("triton", "triton", None, False, None),
             ("torch", "torch", None, False, None)] + [(p, p, None, False, None) for p in peers.PEERS]
     if which == "peers":  # the dispatched call (the sm90 kernel on Hopper) beside the mma.sync default
@@ -227,6 +228,10 @@ def variants(N: int, T: int, which: str = "full"):
     if which == "pair":  # the pair schedule against the staggered default and FlashMLA (a short device run)
         sm90 = [(f"{name}/sauto", name, "auto", False, None) for name in ("cuda_sm90_staggered", "cuda_sm90_pair")]
         return [*sm90, *[(p, p, None, False, None) for p in peers.PEERS]]
+    if which == "half":  # the half schedule against staggered, staggered again (the A/A control), FlashMLA
+        sm90 = [(f"{name}/sauto", name, "auto", False, None) for name in ("cuda_sm90_staggered", "cuda_sm90_half")]
+        aa = ("cuda_sm90_staggered/aa/sauto", "cuda_sm90_staggered", "auto", False, None)
+        return [*sm90, aa, *[(p, p, None, False, None) for p in peers.PEERS]]
     short = NSPLITS[:4] + ("auto",)
     sweeps = (((16, 4, 2, True), NSPLITS), ((8, 4, 1, False), NSPLITS), ((8, 4, 1, True), NSPLITS),
               ((8, 2, 1, True), short), ((2, 4, 0, False), short))
