@@ -105,7 +105,7 @@ constexpr int CONSUMER_REGS = 232;
 // pair: 8 = the row max of the even tile ready, 9 = the pair's row max ready, 10 = warpgroup 0 issued S.
 // half: 8 = both warpgroups' row maxima of a tile published, 3 = both halves of its P written.
 constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6, BAR_MAX = 8, BAR_ISSUE = 10;
-enum Schedule { BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4 };
+enum Schedule { BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, HALF_V0 = 5, STAGGERED_ER = 6 };
 constexpr int HALF_N = BN / CONSUMERS;  // HALF: tokens of a tile per warpgroup in S
 constexpr float LAZY_LOG2 = 8.f;        // HALF: a row's max moves only when a score passes it by 2^8
 
@@ -907,23 +907,31 @@ __global__ void __launch_bounds__(THREADS, 1)
   float s[32];
   uint32_t pa[4][4];
 
-  if constexpr (SCHEDULE == BOTH || SCHEDULE == STAGGERED) {
-    if (SCHEDULE == STAGGERED && w == 1) bar_arrive(BAR_SCHED, 128 * CONSUMERS);  // warpgroup 0 goes first
+  if constexpr (SCHEDULE == BOTH || SCHEDULE == STAGGERED || SCHEDULE == STAGGERED_ER) {
+    // STAGGERED_ER (a probe): P V of tile t - 1 waited and its stage released before S of tile t is
+    // issued, instead of after: the release no longer waits for tile t to land.
+    constexpr bool stagger = SCHEDULE != BOTH, early = SCHEDULE == STAGGERED_ER;
+    if (stagger && w == 1) bar_arrive(BAR_SCHED, 128 * CONSUMERS);  // warpgroup 0 goes first
     for (int t = 0; t < ntiles; ++t) {
       const int stage = t & 1, tile_start = start + t * BN;
       const uint32_t tile = kv_s + stage * TILE_BYTES;
       const uint32_t fb = full_bar + 8 * NGROUP * stage;
+      if (early && t > 0) {
+        wgmma_wait<0>();  // P V of tile t - 1 done: its stage is free for this warp
+        reg_fence(o);
+        release(empty_bar + 8 * (stage ^ 1));
+      }
       if (tile_start + BN > end) {
         wait_tile(fb, (t >> 1) & 1);
         zero_rows(sm + KV_OFF + stage * TILE_BYTES, end - tile_start, tid, 128 * CONSUMERS);
         bar_sync(BAR_CONSUMERS, 128 * CONSUMERS);
       }
-      if (SCHEDULE == STAGGERED) bar_sync(BAR_SCHED + w, 128 * CONSUMERS);
+      if (stagger) bar_sync(BAR_SCHED + w, 128 * CONSUMERS);
 #pragma unroll
       for (int i = 0; i < 32; ++i) s[i] = 0.f;
       issue_qk(s, q_s, tile, fb, (t >> 1) & 1);
-      if (SCHEDULE == STAGGERED) bar_arrive(BAR_SCHED + 1 - w, 128 * CONSUMERS);
-      if (t > 0) {
+      if (stagger) bar_arrive(BAR_SCHED + 1 - w, 128 * CONSUMERS);
+      if (!early && t > 0) {
         wgmma_wait<1>();  // P V of tile t - 1 done: its stage is free for this warp
         release(empty_bar + 8 * (stage ^ 1));
       }
@@ -937,7 +945,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     }
     wgmma_wait<0>();
     reg_fence(o);
-    if (SCHEDULE == STAGGERED && w == 0) bar_sync(BAR_SCHED, 128 * CONSUMERS);  // warpgroup 1's last arrival
+    if (stagger && w == 0) bar_sync(BAR_SCHED, 128 * CONSUMERS);  // warpgroup 1's last arrival
   } else if constexpr (SCHEDULE == SEESAW) {
     const int last = ntiles - 1;
     for (int t = w; t < ntiles; t += 2) {  // the tiles this warpgroup owns
@@ -1013,14 +1021,16 @@ __global__ void __launch_bounds__(THREADS, 1)
       wgmma_wait<0>();
       reg_fence(o);
     }
-  } else if constexpr (SCHEDULE == HALF) {
+  } else if constexpr (SCHEDULE == HALF || SCHEDULE == HALF_V0) {
     // HALF: warpgroup w computes S of tokens [32 w, 32 w + 32) of every tile (m64n32k16). Per tile: the
     // rows' max over its tokens into mx_tab[tile parity][w], both warpgroups meet (bar 8), each takes the
     // other's and moves the shared running max lazily (both compute the same m); P of its tokens (bf16)
     // goes over the tile's rope chunk (both S of the tile are complete after bar 8) and into P V from
     // registers, the other warpgroup's half from shared memory after bar 3. Issue order per tile t:
     // [P V(t), own tokens], bar 3, [P V(t), other tokens], [S(t + 1)]: the tensor pipe holds P V(t) while
-    // S(t + 1) waits for its tile; wait_group 1 (P V(t) done) frees stage t before S(t + 1) is waited.
+    // S(t + 1) waits for its tile. HALF waits for P V(t) and frees stage t before it issues S(t + 1), so
+    // the next load (tile t + 2) starts without waiting for tile t + 1 to land; HALF_V0 (the first form)
+    // issues S(t + 1) first and frees stage t after (wait_group 1), i.e. once tile t + 1 has landed.
     // Every hand-off between the warpgroups is a bar.sync of both (no bar.arrive); mx_tab is written for
     // tile t + 2 only after bar 8 of tile t + 1, which the reader of tile t passes after its read.
     float sh[16];
@@ -1083,10 +1093,17 @@ __global__ void __launch_bounds__(THREADS, 1)
     for (int t = 0; t + 1 < ntiles; ++t) {
       const int stage = t & 1;
       issue_pv(t);
-      issue_s(t + 1);
-      wgmma_wait<1>();  // P V of tile t done (S of tile t + 1 may still run): stage t is free for this warp
-      reg_fence(o);
-      release(empty_bar + 8 * stage);
+      if constexpr (SCHEDULE == HALF) {
+        wgmma_wait<0>();  // P V of tile t done: stage t is free for this warp
+        reg_fence(o);
+        release(empty_bar + 8 * stage);
+        issue_s(t + 1);
+      } else {
+        issue_s(t + 1);
+        wgmma_wait<1>();  // P V of tile t done (S of tile t + 1 may still run): stage t is free for this warp
+        reg_fence(o);
+        release(empty_bar + 8 * stage);
+      }
       wgmma_wait<0>();
       reg_fence(sh);
       softmax(t + 1);

@@ -2,13 +2,13 @@
 # One device run for the sm90 kernel's half schedule (the tokens of each KV tile split between the two
 # consumer warpgroups): build for the local arch (ptxas report and SASS counts alongside), smoke calls of
 # half on odd shapes (a wrong or hanging kernel gets the localising diagnostic and the run ends there),
-# then alone on the GPU the timing set `half` (staggered, half, staggered again as the A/A control,
-# FlashMLA at the six sizes) and ncu of staggered and half at 65k T=16 and T=64 (tensor pipe, issue
-# slots, warps active, stalls per issue, DRAM), then at once the GPU tests of tests/ops/test_sm90.py and
-# compute-sanitizer memcheck + racecheck of half on three small shapes. Every step is cut by `timeout`,
-# capped so that the run ends by $DEADLINE seconds (the log tarball is written in any case); everything
-# lands in $OUT (the JSON and one log tarball).
-#   usage: KDENGINE_COMMIT=<sha> SM90_WHL=<sgl_flash_mla wheel> DEADLINE=250 bash ci/gpu/sm90_half.sh
+# then alone on the GPU the timing set `half` (staggered, half, half_v0, staggered_er, staggered again as
+# the A/A control, FlashMLA at the six sizes) and ncu of staggered and half at 65k T=16 and T=64 (tensor
+# pipe, issue slots, warps active, stalls per issue, DRAM), then at once the GPU tests of
+# tests/ops/test_sm90.py and compute-sanitizer memcheck + racecheck of half on three small shapes. Every
+# step is cut by `timeout`, capped so that the run ends by $DEADLINE seconds (the log tarball is written
+# in any case); everything lands in $OUT (the JSON and one log tarball).
+#   usage: KDENGINE_COMMIT=<sha> SM90_WHL=<sgl_flash_mla wheel> DEADLINE=240 bash ci/gpu/sm90_half.sh
 set -o pipefail
 OUT=${OUT:-/tmp/kdengine-half-out}
 LOG=$OUT/logs
@@ -17,7 +17,7 @@ export PYTHONUNBUFFERED=1
 export KDENGINE_CACHE_DIR=${KDENGINE_CACHE_DIR:-/tmp/kdengine-cache}
 PY=${PYTHON:-python3}
 status=0
-DEADLINE=${DEADLINE:-250}
+DEADLINE=${DEADLINE:-240}
 cap() { local left=$((DEADLINE - SECONDS)); echo $(( left < $1 ? (left > 5 ? left : 5) : $1 )); }  # step limit
 step() { echo "=== $1 ($(date -u +%T), ${SECONDS}s)"; }
 finish() {

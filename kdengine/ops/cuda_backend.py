@@ -86,7 +86,11 @@ SM90_MIN_TOKENS_PER_SPLIT = 128
 # (lazy: it moves only when a score passes it by 2^8) and their bf16 P through the tile's rope chunk, and
 # each runs P V of all 64 tokens on its own 256 O columns (own half from registers, the other's from
 # shared memory). Every hand-off is a bar.sync of both warpgroups. Opt-in, see HALF_MIN_ROWS.
-SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4}
+# Probes of when a KV stage is freed (csrc/verify_sm90.cuh): half frees a tile's stage once its P V is done,
+# before the next tile's S is issued; half_v0 (its first form) and staggered free it only after the next
+# S was issued, i.e. once the next tile has landed (so each load waits for the one before); staggered_er
+# is staggered with half's order.
+SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4, "half_v0": 5, "staggered_er": 6}
 DEFAULT_SCHEDULE = "staggered"
 # Query rows per sequence (R = T * H) from which the default is pair instead; None: never by default.
 # pair was measured faster than staggered at all six sizes in one run (this pair code as pair_v0 in
