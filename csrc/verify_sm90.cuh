@@ -105,7 +105,7 @@ constexpr int CONSUMER_REGS = 232;
 // pair: 8 = the row max of the even tile ready, 9 = the pair's row max ready, 10 = warpgroup 0 issued S.
 // half: 8 = both warpgroups' row maxima of a tile published, 3 = both halves of its P written.
 constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6, BAR_MAX = 8, BAR_ISSUE = 10;
-enum Schedule { BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, HALF_V0 = 5, STAGGERED_ER = 6 };
+enum Schedule { BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, HALF_V0 = 5, STAGGERED_ER = 6, HALF_FA3 = 7 };
 constexpr int HALF_N = BN / CONSUMERS;  // HALF: tokens of a tile per warpgroup in S
 constexpr float LAZY_LOG2 = 8.f;        // HALF: a row's max moves only when a score passes it by 2^8
 
@@ -1021,7 +1021,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       wgmma_wait<0>();
       reg_fence(o);
     }
-  } else if constexpr (SCHEDULE == HALF || SCHEDULE == HALF_V0) {
+  } else if constexpr (SCHEDULE == HALF || SCHEDULE == HALF_V0 || SCHEDULE == HALF_FA3) {
     // HALF: warpgroup w computes S of tokens [32 w, 32 w + 32) of every tile (m64n32k16). Per tile: the
     // rows' max over its tokens into mx_tab[tile parity][w], both warpgroups meet (bar 8), each takes the
     // other's and moves the shared running max lazily (both compute the same m); P of its tokens (bf16)
@@ -1049,10 +1049,13 @@ __global__ void __launch_bounds__(THREADS, 1)
       for (int i = 0; i < 16; ++i) sh[i] = 0.f;
       issue_qk(sh, q_s, kv_s + stage * TILE_BYTES + k_rows, fb, (t >> 1) & 1);
     };
-    // The softmax of tile t (S(t) complete in sh): P(t) in sh (fp32) and ph (bf16 A fragments), O rescaled.
-    auto softmax = [&](int t) {
+    // The softmax of tile t (S(t) complete in sh), in two parts: the rows' max (exchanged) and the moved
+    // running max (m_use, `scale`), then P(t) in sh (fp32) and l. The caller rescales O and packs P into
+    // ph once no P V is in flight.
+    float m_use[2];
+    auto softmax_max = [&](int t) {
       const int stage = t & 1;
-      float mx[2], m_use[2], sum[2];
+      float mx[2];
       mask_rowmax(p, rows, sh, start + t * BN + w * HALF_N, prefix, end, mx);
       if (wtid % 4 == 0)
 #pragma unroll
@@ -1067,13 +1070,17 @@ __global__ void __launch_bounds__(THREADS, 1)
         scale[h] = move ? exp2f(m[h] - m_use[h]) : 1.f;  // exactly 1: rescale skips
         m[h] = m_new;
       }
+    };
+    auto softmax_exp = [&]() {
+      float sum[2];
       exp_rows(sh, m_use, sum);
 #pragma unroll
       for (int h = 0; h < 2; ++h) l[h] = l[h] * scale[h] + sum[h];  // this warpgroup's tokens only
+    };
+    auto rescale_o = [&]() {
       reg_fence(o);
       rescale(o, scale);
       reg_fence(o);
-      pack_p(sh, ph);
     };
     auto issue_pv = [&](int t) {
       const int stage = t & 1;
@@ -1089,8 +1096,42 @@ __global__ void __launch_bounds__(THREADS, 1)
     issue_s(0);
     wgmma_wait<0>();
     reg_fence(sh);
-    softmax(0);
-    for (int t = 0; t + 1 < ntiles; ++t) {
+    softmax_max(0);
+    softmax_exp();  // (O is still 0: no rescale)
+    pack_p(sh, ph);
+    if constexpr (SCHEDULE == HALF_FA3) {
+      // HALF_FA3 (a probe): S(t + 1) issued before P V(t), so the row max of tile t + 1 and its exchange
+      // run while P V(t) is on the tensor pipe; then P V(t) is waited, stage t freed (its next load has the
+      // exponentials, the P hand-off and S(t + 1)'s place in the queue to land: less than in HALF), and
+      // P(t + 1) goes out at the end of the step. (With the exponentials before the wait too, ptxas put
+      // the wait before them anyway.)
+      store_p_half(sm + KV_OFF, rows, ph, w);
+      fence_async_smem();
+      bar_sync(BAR_P, 128 * CONSUMERS);
+      for (int t = 0; t + 1 < ntiles; ++t) {
+        const int stage = t & 1;
+        const uint32_t tile = kv_s + stage * TILE_BYTES;
+        issue_s(t + 1);
+        issue_pv_rs(o, ph, tile, w, 2 * w);
+        issue_pv_ss<2>(o, tile, w, 2 * (1 - w));
+        wgmma_wait<2>();  // S(t + 1) done (P V(t) may still run)
+        reg_fence(sh);
+        softmax_max(t + 1);
+        wgmma_wait<0>();  // P V(t) done: stage t is free for this warp, O and ph may be touched
+        reg_fence(o);
+        release(empty_bar + 8 * stage);
+        softmax_exp();
+        rescale_o();
+        pack_p(sh, ph);
+        store_p_half(sm + KV_OFF + (stage ^ 1) * TILE_BYTES, rows, ph, w);
+        fence_async_smem();
+        bar_sync(BAR_P, 128 * CONSUMERS);
+      }
+      const uint32_t tile = kv_s + ((ntiles - 1) & 1) * TILE_BYTES;
+      issue_pv_rs(o, ph, tile, w, 2 * w);
+      issue_pv_ss<2>(o, tile, w, 2 * (1 - w));
+    }
+    for (int t = 0; SCHEDULE != HALF_FA3 && t + 1 < ntiles; ++t) {
       const int stage = t & 1;
       issue_pv(t);
       if constexpr (SCHEDULE == HALF) {
@@ -1106,9 +1147,12 @@ __global__ void __launch_bounds__(THREADS, 1)
       }
       wgmma_wait<0>();
       reg_fence(sh);
-      softmax(t + 1);
+      softmax_max(t + 1);
+      softmax_exp();
+      rescale_o();
+      pack_p(sh, ph);
     }
-    issue_pv(ntiles - 1);
+    if constexpr (SCHEDULE != HALF_FA3) issue_pv(ntiles - 1);
     wgmma_wait<0>();
     reg_fence(o);
     // The row sum is the two warpgroups' parts.

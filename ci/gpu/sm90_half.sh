@@ -9,6 +9,7 @@
 # step is cut by `timeout`, capped so that the run ends by $DEADLINE seconds (the log tarball is written
 # in any case); everything lands in $OUT (the JSON and one log tarball).
 #   usage: KDENGINE_COMMIT=<sha> SM90_WHL=<sgl_flash_mla wheel> DEADLINE=240 bash ci/gpu/sm90_half.sh
+#   NCU="schedule:T ..." picks the ncu runs (65k context), SAN="path ..." the sanitized sm90 paths.
 set -o pipefail
 OUT=${OUT:-/tmp/kdengine-half-out}
 LOG=$OUT/logs
@@ -18,6 +19,8 @@ export KDENGINE_CACHE_DIR=${KDENGINE_CACHE_DIR:-/tmp/kdengine-cache}
 PY=${PYTHON:-python3}
 status=0
 DEADLINE=${DEADLINE:-240}
+NCU=${NCU:-"staggered:64 half:64 staggered:16 half:16"}
+SAN=${SAN:-"sm90_half"}
 cap() { local left=$((DEADLINE - SECONDS)); echo $(( left < $1 ? (left > 5 ? left : 5) : $1 )); }  # step limit
 step() { echo "=== $1 ($(date -u +%T), ${SECONDS}s)"; }
 finish() {
@@ -71,32 +74,37 @@ timeout $(cap 100) $PY -m kdengine.bench.kernel measure --set half --out "$OUT/v
   --commit "${KDENGINE_COMMIT:-}" 2>&1 | tee "$LOG/bench.log" | grep -E "ctx|ceiling" || status=1
 
 step ncu  # one launch of the split kernel each (cold L2), reports kept in logs.tgz
-for T in 64 16; do
-  for sched in staggered half; do
-    rep="$LOG/ncu_${sched}_T$T"
-    timeout $(cap 40) ncu --clock-control none -k regex:verify_sm90 --launch-count 1 --section SpeedOfLight \
-      --metrics "$NCU_METRICS" --export "$rep" --force-overwrite \
-      $PY -m kdengine.bench.kernel once --path sm90_$sched --T $T --prefix $((65536 - T)) > "$rep.log" 2>&1 || true
-    ncu --import "$rep.ncu-rep" --page raw > "$rep.raw.txt" 2>&1
-    ncu --import "$rep.ncu-rep" > "$rep.txt" 2>&1
-    echo "--- ncu sm90_$sched 65k T=$T"
-    grep -E "Duration|DRAM Throughput|L2 Cache Throughput|Compute \(SM\)" "$rep.txt" | head -5
-    grep -E "tensor_op_hmma|issue_active|warps_active|dram__throughput|bank_conflicts" "$rep.raw.txt" | head -6
-    grep -E "issue_stalled_[a-z_]+_per_issue_active.ratio" "$rep.raw.txt" | awk '$NF + 0 >= 0.05' | head -16
-  done
+for spec in $NCU; do
+  IFS=: read -r sched T <<< "$spec"
+  rep="$LOG/ncu_${sched}_T$T"
+  timeout $(cap 40) ncu --clock-control none -k regex:verify_sm90 --launch-count 1 --section SpeedOfLight \
+    --metrics "$NCU_METRICS" --export "$rep" --force-overwrite \
+    $PY -m kdengine.bench.kernel once --path sm90_$sched --T $T --prefix $((65536 - T)) > "$rep.log" 2>&1 || true
+  ncu --import "$rep.ncu-rep" --page raw > "$rep.raw.txt" 2>&1
+  ncu --import "$rep.ncu-rep" > "$rep.txt" 2>&1
+  echo "--- ncu sm90_$sched 65k T=$T"
+  grep -E "Duration|DRAM Throughput|L2 Cache Throughput|Compute \(SM\)" "$rep.txt" | head -5
+  grep -E "(sm__pipe_tensor_op_hmma_cycles_active|smsp__issue_active|sm__warps_active|dram__throughput)\.avg|bank_conflicts_pipe_lsu_mem_shared.sum" \
+    "$rep.raw.txt"
+  grep -E "issue_stalled_[a-z_]+_per_issue_active.ratio" "$rep.raw.txt" | awk '$NF + 0 >= 0.05' | head -16
 done
 
 step checks  # correctness, all at once: the sm90 GPU tests, memcheck and racecheck of half
 timeout $(cap 170) $PY -m pytest -q -m gpu tests/ops/test_sm90.py -p no:cacheprovider > "$LOG/pytest_sm90.log" 2>&1 &
 t1=$!
 # three shapes: 5 tiles in one split (both mx_tab slots reused), T=64 over 4 splits (a tail in the last
-# tile), three sequences with T=17 (tails in either token half); staggered once as the control
+# tile), three sequences with T=17 (tails in either token half)
 san=()
 i=0
-for spec in "memcheck sm90_half --T 3 --H 2 --prefix 300 --nsplit 1" "memcheck sm90_half --T 64 --prefix 700 --nsplit 4" \
-    "memcheck sm90_half --B 3 --T 17 --prefix 130" "racecheck sm90_half --T 3 --H 2 --prefix 300 --nsplit 1" \
-    "racecheck sm90_half --T 64 --prefix 700 --nsplit 4" "racecheck sm90_half --B 3 --T 17 --prefix 130" \
-    "racecheck sm90_staggered --T 3 --H 2 --prefix 300 --nsplit 1"; do
+specs=()
+for path in $SAN; do
+  for tool in memcheck racecheck; do
+    for args in "--T 3 --H 2 --prefix 300 --nsplit 1" "--T 64 --prefix 700 --nsplit 4" "--B 3 --T 17 --prefix 130"; do
+      specs+=("$tool $path $args")
+    done
+  done
+done
+for spec in "${specs[@]}"; do
   read -r tool path args <<< "$spec"
   timeout $(cap 150) compute-sanitizer --tool $tool --error-exitcode 9 $PY -m kdengine.bench.kernel once --path $path $args \
     > "$LOG/san$i.log" 2>&1 &

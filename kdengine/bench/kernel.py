@@ -45,7 +45,7 @@ FUSE_CLUSTERS = (8, 16)
 # record, perf_history/kernel/verify_kernel_sm90_*_ebda896.json, "cuda_sm90" was the seesaw schedule.)
 SM90_BACKENDS = {"cuda_sm90_both": "both", "cuda_sm90_staggered": "staggered", "cuda_sm90_seesaw": "seesaw",
                  "cuda_sm90_pair": "pair", "cuda_sm90_half": "half", "cuda_sm90_half_v0": "half_v0",
-                 "cuda_sm90_staggered_er": "staggered_er"}
+                 "cuda_sm90_staggered_er": "staggered_er", "cuda_sm90_half_fa3": "half_fa3"}
 H = 8
 SAMPLES = 50  # = kdengine.bench.workloads.GPU_VERIFY_SAMPLES
 SCHEMA = 2
@@ -184,8 +184,9 @@ def variants(N: int, T: int, which: str = "full"):
     build at the automatic NSPLIT, and triton_extend at 65k T=16. `paths`: the defaults of both cuda
     paths (the sm90 kernel on Hopper), each also with the chunked merge, and the peers. `pair`: the sm90
     staggered and pair schedules and the peers only. `half`: staggered, half, its first form (half_v0),
-    staggered with half's stage release (staggered_er), staggered again (the A/A control: its spread
-    against the first bounds what a difference means) and the peers."""
+    staggered with half's stage release (staggered_er), half with the next S before P V (half_fa3),
+    staggered again (the A/A control: its spread against the first bounds what a difference means) and
+    the peers."""
     base = [(default_label(), "cuda", "auto", False, None), ("triton", "triton", None, False, None),
             ("torch", "torch", None, False, None)] + [(p, p, None, False, None) for p in peers.PEERS]
     if which == "peers":  # the dispatched call (the sm90 kernel on Hopper) beside the mma.sync default
@@ -232,7 +233,8 @@ def variants(N: int, T: int, which: str = "full"):
         return [*sm90, *[(p, p, None, False, None) for p in peers.PEERS]]
     if which == "half":  # the half schedule against staggered, staggered again (the A/A control), FlashMLA
         sm90 = [(f"{name}/sauto", name, "auto", False, None)
-                for name in ("cuda_sm90_staggered", "cuda_sm90_half", "cuda_sm90_half_v0", "cuda_sm90_staggered_er")]
+                for name in ("cuda_sm90_staggered", "cuda_sm90_half", "cuda_sm90_half_v0", "cuda_sm90_staggered_er",
+                             "cuda_sm90_half_fa3")]
         aa = ("cuda_sm90_staggered/aa/sauto", "cuda_sm90_staggered", "auto", False, None)
         return [*sm90, aa, *[(p, p, None, False, None) for p in peers.PEERS]]
     short = NSPLITS[:4] + ("auto",)

@@ -89,8 +89,10 @@ SM90_MIN_TOKENS_PER_SPLIT = 128
 # Probes of when a KV stage is freed (csrc/verify_sm90.cuh): half frees a tile's stage once its P V is done,
 # before the next tile's S is issued; half_v0 (its first form) and staggered free it only after the next
 # S was issued, i.e. once the next tile has landed (so each load waits for the one before); staggered_er
-# is staggered with half's order.
-SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4, "half_v0": 5, "staggered_er": 6}
+# is staggered with half's order. half_fa3 issues the next tile's S before this tile's P V, so the next
+# row max and its exchange run while P V is on the tensor pipe (FlashAttention-3's in-warpgroup overlap).
+SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4, "half_v0": 5, "staggered_er": 6,
+             "half_fa3": 7}
 DEFAULT_SCHEDULE = "staggered"
 # Query rows per sequence (R = T * H) from which the default is pair instead; None: never by default.
 # pair was measured faster than staggered at all six sizes in one run (this pair code as pair_v0 in

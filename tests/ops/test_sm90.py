@@ -42,7 +42,7 @@ def ptxas_report() -> str:
     return done.stdout + done.stderr
 
 
-HALF_KERNELS = tuple(f"verify_sm90_kernelILi{cuda_backend.SCHEDULES[s]}E" for s in ("half", "half_v0"))  # (mangled)
+HALF_KERNELS = tuple(f"verify_sm90_kernelILi{cuda_backend.SCHEDULES[s]}E" for s in ("half", "half_v0", "half_fa3"))
 
 
 def kernel_bodies(ptx: str) -> dict[str, str]:
@@ -214,7 +214,7 @@ def test_sm90_matches_reference(tp, schedule):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("schedule", ["pair", "half", "half_v0"])
+@pytest.mark.parametrize("schedule", ["pair", "half", "half_v0", "half_fa3"])
 @pytest.mark.parametrize("L", [40, 64, 100, 128, 150, 192, 250, 1000])
 def test_sm90_pair_every_tile_count_and_tail(L, schedule):
     """pair splits a block's tiles into (even, odd) steps, half peels the last tile's P V: one split of 1-16
