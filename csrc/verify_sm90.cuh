@@ -31,7 +31,7 @@
 //     in STAGGERED). The rows' maxima cross through a table (by tile parity) and a bar.sync of both, the
 //     running max moves lazily (only when a score passes it by 2^8; both warpgroups compute the same m),
 //     each P half (bf16) goes over the tile's rope chunk, and each warpgroup runs P V of all 64 tokens on
-//     its own 256 O columns: its own half from registers, the other's from shared memory.
+//     its own 256 O columns: its own half from registers, the other's from shared memory. Opt-in (below).
 // Splits, partials and lse follow VerifyParams (verify_launch.h); the merge is the shared merge kernel, or
 // in this kernel's epilogue: the cluster merge (VerifyParams::cluster) or the grid merge (grid_merge),
 // both described below.
@@ -58,6 +58,18 @@
 // tables handed from warpgroup 1 to 0 (not 0 to 1, in the same SASS form), also with those hand-offs moved
 // onto mbarriers (pair_v0_mb, ..._fbbfd73.json, where this PAIR read 172.5 against STAGGERED's 169.1 us at
 // 65k T=64: within the 3-5% between runs): cuda_backend.PAIR_MIN_ROWS.
+// HALF (perf_history/kernel/verify_kernel_half_*_{90edcf6,f59d68d,45ed1b3}.json): racecheck clean, but
+// beside staggered and its A/A control in three runs never faster by more than the A/A spread (65k T=64
+// 171.7 against 171.9 / 173.5 us in the last; 3-10% slower at 4k-16k). ncu at 65k T=64: 181-183 against
+// 176-178 us with the tensor pipe 45% busy against 71% (its 0.65x tensor work), issue slots 33-35%
+// against 29%, more barrier stalls per issue (1.4 against 0.6). Reading: in STAGGERED each warpgroup's softmax runs under
+// the other's (duplicated) S; in HALF both warpgroups meet twice per tile, so both softmaxes run at once
+// with nothing on the tensor pipe, and with two stages nothing else can be queued then: the next tile's S
+// needs the stage that this tile's P V still reads. Probes in the same runs: freeing the stage before
+// the next S issue (HALF) or after it (half_v0) measured the same, so the load chain is not the limit;
+// the next S issued before P V so the row max and its exchange run under P V (half_fa3, FA3's
+// in-warpgroup overlap) was slower (191.4 us; long-scoreboard stalls 2.1 per issue against 0.8: the next
+// load now starts after the softmax). STAGGERED with HALF's stage release (staggered_er) was not faster.
 // ptxas: SEESAW gets an injected warpgroup.wait (C7517) at the O rescale that follows the S issue.
 #pragma once
 
@@ -105,7 +117,7 @@ constexpr int CONSUMER_REGS = 232;
 // pair: 8 = the row max of the even tile ready, 9 = the pair's row max ready, 10 = warpgroup 0 issued S.
 // half: 8 = both warpgroups' row maxima of a tile published, 3 = both halves of its P written.
 constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6, BAR_MAX = 8, BAR_ISSUE = 10;
-enum Schedule { BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, HALF_V0 = 5, STAGGERED_ER = 6, HALF_FA3 = 7 };
+enum Schedule { BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4 };
 constexpr int HALF_N = BN / CONSUMERS;  // HALF: tokens of a tile per warpgroup in S
 constexpr float LAZY_LOG2 = 8.f;        // HALF: a row's max moves only when a score passes it by 2^8
 
@@ -907,31 +919,23 @@ __global__ void __launch_bounds__(THREADS, 1)
   float s[32];
   uint32_t pa[4][4];
 
-  if constexpr (SCHEDULE == BOTH || SCHEDULE == STAGGERED || SCHEDULE == STAGGERED_ER) {
-    // STAGGERED_ER (a probe): P V of tile t - 1 waited and its stage released before S of tile t is
-    // issued, instead of after: the release no longer waits for tile t to land.
-    constexpr bool stagger = SCHEDULE != BOTH, early = SCHEDULE == STAGGERED_ER;
-    if (stagger && w == 1) bar_arrive(BAR_SCHED, 128 * CONSUMERS);  // warpgroup 0 goes first
+  if constexpr (SCHEDULE == BOTH || SCHEDULE == STAGGERED) {
+    if (SCHEDULE == STAGGERED && w == 1) bar_arrive(BAR_SCHED, 128 * CONSUMERS);  // warpgroup 0 goes first
     for (int t = 0; t < ntiles; ++t) {
       const int stage = t & 1, tile_start = start + t * BN;
       const uint32_t tile = kv_s + stage * TILE_BYTES;
       const uint32_t fb = full_bar + 8 * NGROUP * stage;
-      if (early && t > 0) {
-        wgmma_wait<0>();  // P V of tile t - 1 done: its stage is free for this warp
-        reg_fence(o);
-        release(empty_bar + 8 * (stage ^ 1));
-      }
       if (tile_start + BN > end) {
         wait_tile(fb, (t >> 1) & 1);
         zero_rows(sm + KV_OFF + stage * TILE_BYTES, end - tile_start, tid, 128 * CONSUMERS);
         bar_sync(BAR_CONSUMERS, 128 * CONSUMERS);
       }
-      if (stagger) bar_sync(BAR_SCHED + w, 128 * CONSUMERS);
+      if (SCHEDULE == STAGGERED) bar_sync(BAR_SCHED + w, 128 * CONSUMERS);
 #pragma unroll
       for (int i = 0; i < 32; ++i) s[i] = 0.f;
       issue_qk(s, q_s, tile, fb, (t >> 1) & 1);
-      if (stagger) bar_arrive(BAR_SCHED + 1 - w, 128 * CONSUMERS);
-      if (!early && t > 0) {
+      if (SCHEDULE == STAGGERED) bar_arrive(BAR_SCHED + 1 - w, 128 * CONSUMERS);
+      if (t > 0) {
         wgmma_wait<1>();  // P V of tile t - 1 done: its stage is free for this warp
         release(empty_bar + 8 * (stage ^ 1));
       }
@@ -945,7 +949,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     }
     wgmma_wait<0>();
     reg_fence(o);
-    if (stagger && w == 0) bar_sync(BAR_SCHED, 128 * CONSUMERS);  // warpgroup 1's last arrival
+    if (SCHEDULE == STAGGERED && w == 0) bar_sync(BAR_SCHED, 128 * CONSUMERS);  // warpgroup 1's last arrival
   } else if constexpr (SCHEDULE == SEESAW) {
     const int last = ntiles - 1;
     for (int t = w; t < ntiles; t += 2) {  // the tiles this warpgroup owns
@@ -1021,16 +1025,15 @@ __global__ void __launch_bounds__(THREADS, 1)
       wgmma_wait<0>();
       reg_fence(o);
     }
-  } else if constexpr (SCHEDULE == HALF || SCHEDULE == HALF_V0 || SCHEDULE == HALF_FA3) {
+  } else if constexpr (SCHEDULE == HALF) {
     // HALF: warpgroup w computes S of tokens [32 w, 32 w + 32) of every tile (m64n32k16). Per tile: the
     // rows' max over its tokens into mx_tab[tile parity][w], both warpgroups meet (bar 8), each takes the
     // other's and moves the shared running max lazily (both compute the same m); P of its tokens (bf16)
     // goes over the tile's rope chunk (both S of the tile are complete after bar 8) and into P V from
     // registers, the other warpgroup's half from shared memory after bar 3. Issue order per tile t:
-    // [P V(t), own tokens], bar 3, [P V(t), other tokens], [S(t + 1)]: the tensor pipe holds P V(t) while
-    // S(t + 1) waits for its tile. HALF waits for P V(t) and frees stage t before it issues S(t + 1), so
-    // the next load (tile t + 2) starts without waiting for tile t + 1 to land; HALF_V0 (the first form)
-    // issues S(t + 1) first and frees stage t after (wait_group 1), i.e. once tile t + 1 has landed.
+    // [P V(t), own tokens], bar 3, [P V(t), other tokens], then P V(t) waited and stage t freed before
+    // [S(t + 1)] is issued, so the next load (tile t + 2) does not wait for tile t + 1 to land (freeing it
+    // after the S(t + 1) issue instead measured the same: the probe half_v0 in ..._f59d68d.json).
     // Every hand-off between the warpgroups is a bar.sync of both (no bar.arrive); mx_tab is written for
     // tile t + 2 only after bar 8 of tile t + 1, which the reader of tile t passes after its read.
     float sh[16];
@@ -1099,52 +1102,13 @@ __global__ void __launch_bounds__(THREADS, 1)
     softmax_max(0);
     softmax_exp();  // (O is still 0: no rescale)
     pack_p(sh, ph);
-    if constexpr (SCHEDULE == HALF_FA3) {
-      // HALF_FA3 (a probe): S(t + 1) issued before P V(t), so the row max of tile t + 1 and its exchange
-      // run while P V(t) is on the tensor pipe; then P V(t) is waited, stage t freed (its next load has the
-      // exponentials, the P hand-off and S(t + 1)'s place in the queue to land: less than in HALF), and
-      // P(t + 1) goes out at the end of the step. (With the exponentials before the wait too, ptxas put
-      // the wait before them anyway.)
-      store_p_half(sm + KV_OFF, rows, ph, w);
-      fence_async_smem();
-      bar_sync(BAR_P, 128 * CONSUMERS);
-      for (int t = 0; t + 1 < ntiles; ++t) {
-        const int stage = t & 1;
-        const uint32_t tile = kv_s + stage * TILE_BYTES;
-        issue_s(t + 1);
-        issue_pv_rs(o, ph, tile, w, 2 * w);
-        issue_pv_ss<2>(o, tile, w, 2 * (1 - w));
-        wgmma_wait<2>();  // S(t + 1) done (P V(t) may still run)
-        reg_fence(sh);
-        softmax_max(t + 1);
-        wgmma_wait<0>();  // P V(t) done: stage t is free for this warp, O and ph may be touched
-        reg_fence(o);
-        release(empty_bar + 8 * stage);
-        softmax_exp();
-        rescale_o();
-        pack_p(sh, ph);
-        store_p_half(sm + KV_OFF + (stage ^ 1) * TILE_BYTES, rows, ph, w);
-        fence_async_smem();
-        bar_sync(BAR_P, 128 * CONSUMERS);
-      }
-      const uint32_t tile = kv_s + ((ntiles - 1) & 1) * TILE_BYTES;
-      issue_pv_rs(o, ph, tile, w, 2 * w);
-      issue_pv_ss<2>(o, tile, w, 2 * (1 - w));
-    }
-    for (int t = 0; SCHEDULE != HALF_FA3 && t + 1 < ntiles; ++t) {
+    for (int t = 0; t + 1 < ntiles; ++t) {
       const int stage = t & 1;
       issue_pv(t);
-      if constexpr (SCHEDULE == HALF) {
-        wgmma_wait<0>();  // P V of tile t done: stage t is free for this warp
-        reg_fence(o);
-        release(empty_bar + 8 * stage);
-        issue_s(t + 1);
-      } else {
-        issue_s(t + 1);
-        wgmma_wait<1>();  // P V of tile t done (S of tile t + 1 may still run): stage t is free for this warp
-        reg_fence(o);
-        release(empty_bar + 8 * stage);
-      }
+      wgmma_wait<0>();  // P V of tile t done: stage t is free for this warp
+      reg_fence(o);
+      release(empty_bar + 8 * stage);
+      issue_s(t + 1);
       wgmma_wait<0>();
       reg_fence(sh);
       softmax_max(t + 1);
@@ -1152,7 +1116,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       rescale_o();
       pack_p(sh, ph);
     }
-    if constexpr (SCHEDULE != HALF_FA3) issue_pv(ntiles - 1);
+    issue_pv(ntiles - 1);
     wgmma_wait<0>();
     reg_fence(o);
     // The row sum is the two warpgroups' parts.

@@ -2,8 +2,8 @@
 # One device run for the sm90 kernel's half schedule (the tokens of each KV tile split between the two
 # consumer warpgroups): build for the local arch (ptxas report and SASS counts alongside), smoke calls of
 # half on odd shapes (a wrong or hanging kernel gets the localising diagnostic and the run ends there),
-# then alone on the GPU the timing set `half` (staggered, half, half_v0, staggered_er, staggered again as
-# the A/A control, FlashMLA at the six sizes) and ncu of staggered and half at 65k T=16 and T=64 (tensor
+# then alone on the GPU the timing set `half` (staggered, half, staggered again as the A/A control,
+# FlashMLA at the six sizes) and ncu of staggered and half at 65k T=16 and T=64 (tensor
 # pipe, issue slots, warps active, stalls per issue, DRAM), then at once the GPU tests of
 # tests/ops/test_sm90.py and compute-sanitizer memcheck + racecheck of half on three small shapes. Every
 # step is cut by `timeout`, capped so that the run ends by $DEADLINE seconds (the log tarball is written

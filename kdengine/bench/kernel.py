@@ -44,8 +44,7 @@ FUSE_CLUSTERS = (8, 16)
 # The sm90 path's rows: backend name -> schedule (kdengine.ops.cuda_backend.SCHEDULES). (In the first
 # record, perf_history/kernel/verify_kernel_sm90_*_ebda896.json, "cuda_sm90" was the seesaw schedule.)
 SM90_BACKENDS = {"cuda_sm90_both": "both", "cuda_sm90_staggered": "staggered", "cuda_sm90_seesaw": "seesaw",
-                 "cuda_sm90_pair": "pair", "cuda_sm90_half": "half", "cuda_sm90_half_v0": "half_v0",
-                 "cuda_sm90_staggered_er": "staggered_er", "cuda_sm90_half_fa3": "half_fa3"}
+                 "cuda_sm90_pair": "pair", "cuda_sm90_half": "half"}
 H = 8
 SAMPLES = 50  # = kdengine.bench.workloads.GPU_VERIFY_SAMPLES
 SCHEMA = 2
@@ -183,10 +182,9 @@ def variants(N: int, T: int, which: str = "full"):
     with the serial merge, the 2-warp layout with the parallel merge and the wide layout's scalar-load
     build at the automatic NSPLIT, and triton_extend at 65k T=16. `paths`: the defaults of both cuda
     paths (the sm90 kernel on Hopper), each also with the chunked merge, and the peers. `pair`: the sm90
-    staggered and pair schedules and the peers only. `half`: staggered, half, its first form (half_v0),
-    staggered with half's stage release (staggered_er), half with the next S before P V (half_fa3),
-    staggered again (the A/A control: its spread against the first bounds what a difference means) and
-    the peers."""
+    staggered and pair schedules and the peers only. `half`: staggered, half, staggered again (the A/A
+    control: its spread against the first bounds what a difference means) and the peers (the records of
+    f59d68d and 45ed1b3 also hold the probes half_v0, staggered_er and half_fa3, since removed)."""
     base = [(default_label(), "cuda", "auto", False, None), ("triton", "triton", None, False, None),
             ("torch", "torch", None, False, None)] + [(p, p, None, False, None) for p in peers.PEERS]
     if which == "peers":  # the dispatched call (the sm90 kernel on Hopper) beside the mma.sync default
@@ -232,9 +230,7 @@ def variants(N: int, T: int, which: str = "full"):
         sm90 = [(f"{name}/sauto", name, "auto", False, None) for name in ("cuda_sm90_staggered", "cuda_sm90_pair")]
         return [*sm90, *[(p, p, None, False, None) for p in peers.PEERS]]
     if which == "half":  # the half schedule against staggered, staggered again (the A/A control), FlashMLA
-        sm90 = [(f"{name}/sauto", name, "auto", False, None)
-                for name in ("cuda_sm90_staggered", "cuda_sm90_half", "cuda_sm90_half_v0", "cuda_sm90_staggered_er",
-                             "cuda_sm90_half_fa3")]
+        sm90 = [(f"{name}/sauto", name, "auto", False, None) for name in ("cuda_sm90_staggered", "cuda_sm90_half")]
         aa = ("cuda_sm90_staggered/aa/sauto", "cuda_sm90_staggered", "auto", False, None)
         return [*sm90, aa, *[(p, p, None, False, None) for p in peers.PEERS]]
     short = NSPLITS[:4] + ("auto",)

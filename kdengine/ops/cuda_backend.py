@@ -86,13 +86,7 @@ SM90_MIN_TOKENS_PER_SPLIT = 128
 # (lazy: it moves only when a score passes it by 2^8) and their bf16 P through the tile's rope chunk, and
 # each runs P V of all 64 tokens on its own 256 O columns (own half from registers, the other's from
 # shared memory). Every hand-off is a bar.sync of both warpgroups. Opt-in, see HALF_MIN_ROWS.
-# Probes of when a KV stage is freed (csrc/verify_sm90.cuh): half frees a tile's stage once its P V is done,
-# before the next tile's S is issued; half_v0 (its first form) and staggered free it only after the next
-# S was issued, i.e. once the next tile has landed (so each load waits for the one before); staggered_er
-# is staggered with half's order. half_fa3 issues the next tile's S before this tile's P V, so the next
-# row max and its exchange run while P V is on the tensor pipe (FlashAttention-3's in-warpgroup overlap).
-SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4, "half_v0": 5, "staggered_er": 6,
-             "half_fa3": 7}
+SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4}
 DEFAULT_SCHEDULE = "staggered"
 # Query rows per sequence (R = T * H) from which the default is pair instead; None: never by default.
 # pair was measured faster than staggered at all six sizes in one run (this pair code as pair_v0 in
@@ -107,7 +101,11 @@ DEFAULT_SCHEDULE = "staggered"
 # (pair_v0_mb, ..._fbbfd73.json). Set 128 to make pair the default.
 PAIR_MIN_ROWS: int | None = None
 # Query rows per sequence (R = T * H) from which the default is half instead (checked before pair); None:
-# never by default.
+# never by default. None, because half beat staggered by more than the A/A spread at no size in three H200
+# runs (perf_history/kernel/verify_kernel_half_*_{90edcf6,f59d68d,45ed1b3}.json; in the last, us, staggered
+# / A/A / half: 4k T16 15.4 / 15.4 / 15.8, 4k T64 22.4 / 22.4 / 24.4, 16k T16 24.0 / 24.0 / 26.3, 16k T64
+# 53.1 / 52.9 / 54.3, 65k T16 55.4 / 55.5 / 56.3, 65k T64 171.9 / 173.5 / 171.7), although racecheck is
+# clean for it: it does 0.65x staggered's tensor work in the same time (csrc/verify_sm90.cuh says why).
 HALF_MIN_ROWS: int | None = None
 
 
