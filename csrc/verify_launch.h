@@ -56,7 +56,8 @@ const char* sm90_unsupported(const VerifyParams& p);
 // The sm90 split kernel alone (pool_tokens = pages * page_size rows of the KV pool: the TMA bounds);
 // schedule (verify_sm90.cuh): 0 = both warpgroups compute S of every tile, 1 = seesaw (they alternate
 // S + softmax per tile and share P), 2 = as 0 with the warpgroups' S issue ordered (staggered), 3 = pair
-// (each computes S of every other tile, only the row max crosses before P V, both run P V of every tile).
+// (each computes S of every other tile, only the row max crosses before P V, both run P V of every tile),
+// 4 = half (each computes S of half of every tile's tokens, the row max and P cross, both run P V of all).
 cudaError_t launch_split_sm90(const VerifyParams& p, long long pool_tokens, int schedule, cudaStream_t stream);
 // The sm90 split kernel then the merge (the same merge kernels as launch_verify, combine as there;
 // combine -1: the split kernel alone, out / lse not written: for timing the merge's share only).

@@ -26,6 +26,12 @@
 //     and each warpgroup runs P V of both tiles on its own 256 O columns. A tile arrives and is freed
 //     in three chunk groups (V columns of warpgroup 0, of warpgroup 1, the rope chunk), each streamed
 //     by its own producer lane, so the next tile's loads start as soon as that group's last reader is done.
+//   HALF: the tokens of every tile split between the warpgroups: warpgroup w computes S of tokens
+//     [32 w, 32 w + 32) on wgmma m64n32k16 (no duplicated QK^T, one KV tile per step, the 2-stage ring as
+//     in STAGGERED). The rows' maxima cross through a table (by tile parity) and a bar.sync of both, the
+//     running max moves lazily (only when a score passes it by 2^8; both warpgroups compute the same m),
+//     each P half (bf16) goes over the tile's rope chunk, and each warpgroup runs P V of all 64 tokens on
+//     its own 256 O columns: its own half from registers, the other's from shared memory. Opt-in (below).
 // Splits, partials and lse follow VerifyParams (verify_launch.h); the merge is the shared merge kernel
 // (a programmatic dependent launch). Two merges fused into this kernel were built, tested and measured
 // slower on the H200, and removed: a cluster merge through distributed shared memory (at one 220 KB block
@@ -57,6 +63,18 @@
 // tables handed from warpgroup 1 to 0 (not 0 to 1, in the same SASS form), also with those hand-offs moved
 // onto mbarriers (pair_v0_mb, ..._fbbfd73.json, where this PAIR read 172.5 against STAGGERED's 169.1 us at
 // 65k T=64: within the 3-5% between runs): cuda_backend.PAIR_MIN_ROWS.
+// HALF (perf_history/kernel/verify_kernel_half_*_{90edcf6,f59d68d,45ed1b3}.json): racecheck clean, but
+// beside staggered and its A/A control in three runs never faster by more than the A/A spread (65k T=64
+// 171.7 against 171.9 / 173.5 us in the last; 3-10% slower at 4k-16k). ncu at 65k T=64: 181-183 against
+// 176-178 us with the tensor pipe 45% busy against 71% (its 0.65x tensor work), issue slots 33-35%
+// against 29%, more barrier stalls per issue (1.4 against 0.6). Reading: in STAGGERED each warpgroup's softmax runs under
+// the other's (duplicated) S; in HALF both warpgroups meet twice per tile, so both softmaxes run at once
+// with nothing on the tensor pipe, and with two stages nothing else can be queued then: the next tile's S
+// needs the stage that this tile's P V still reads. Probes in the same runs: freeing the stage before
+// the next S issue (HALF) or after it (half_v0) measured the same, so the load chain is not the limit;
+// the next S issued before P V so the row max and its exchange run under P V (half_fa3, FA3's
+// in-warpgroup overlap) was slower (191.4 us; long-scoreboard stalls 2.1 per issue against 0.8: the next
+// load now starts after the softmax). STAGGERED with HALF's stage release (staggered_er) was not faster.
 // ptxas: SEESAW gets an injected warpgroup.wait (C7517) at the O rescale that follows the S issue.
 #pragma once
 
@@ -102,8 +120,11 @@ constexpr int CONSUMER_REGS = 232;
 // Named barriers (0 is __syncthreads): 1, 2 = one consumer warpgroup; 3, 4 = P of an even / odd tile
 // ready (seesaw, pair); 5 = both consumer warpgroups; 6, 7 = warpgroup 0 / 1 may issue S (staggered);
 // pair: 8 = the row max of the even tile ready, 9 = the pair's row max ready, 10 = warpgroup 0 issued S.
+// half: 8 = both warpgroups' row maxima of a tile published, 3 = both halves of its P written.
 constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6, BAR_MAX = 8, BAR_ISSUE = 10;
-enum Schedule { BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3 };
+enum Schedule { BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4 };
+constexpr int HALF_N = BN / CONSUMERS;  // HALF: tokens of a tile per warpgroup in S
+constexpr float LAZY_LOG2 = 8.f;        // HALF: a row's max moves only when a score passes it by 2^8
 
 // --- PTX wrappers (sm_90a) --------------------------------------------------------------------------
 
@@ -167,9 +188,8 @@ __device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint3
 
 // The accumulator operands of a wgmma, d[0..N): "%0, ..., %N-1" in the instruction text, "+f"(d[i]) as the
 // asm's in/out operands (the inputs follow them, from %N).
-#define KD_ACC32_TEXT \
-    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define KD_ACC16_TEXT "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+#define KD_ACC32_TEXT KD_ACC16_TEXT ", %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
 #define KD_ACC128_TEXT \
     KD_ACC32_TEXT \
     ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47" \
@@ -189,6 +209,15 @@ __device__ __forceinline__ void wgmma_qk(float (&d)[32], uint64_t desc_a, uint64
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" KD_ACC32_TEXT "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
       : KD_ACC32(d, 0)
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+// S[64 x 32] (+)= A[64 x 16] * B[32 x 16]^T (HALF: one warpgroup's 32 tokens of a tile), as above.
+__device__ __forceinline__ void wgmma_qk(float (&d)[16], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {" KD_ACC16_TEXT "}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+      : KD_ACC16(d, 0)
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
@@ -217,6 +246,7 @@ __device__ __forceinline__ void wgmma_pv_rs(float (&d)[128], const uint32_t (&a)
 #undef KD_ACC4
 #undef KD_ACC128_TEXT
 #undef KD_ACC32_TEXT
+#undef KD_ACC16_TEXT
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -246,10 +276,14 @@ __device__ __forceinline__ Rows make_rows(const VerifyParams& p, int b, int row0
   return r;
 }
 
-// S = Q K^T of one tile (64 x 64, fp32), issued and committed (not waited). Each chunk group's k-steps
-// are issued once its full barrier (full_bars + 8 g, `parity`) has flipped.
-__device__ __forceinline__ void issue_qk(float (&s)[32], uint32_t q_s, uint32_t tile, uint32_t full_bars, int parity) {
-  const uint64_t qd = make_desc(q_s, 16, 1024), kd = make_desc(tile, 16, 1024);
+// S = Q K^T of one tile (64 x 64 fp32; N = 16: the 32 tokens whose K rows start at `tile`), issued and
+// committed (not waited). Each chunk group's k-steps are issued once its full barrier (full_bars + 8 g,
+// `parity`) has flipped.
+template <int N>
+__device__ __forceinline__ void issue_qk(float (&s)[N], uint32_t q_s, uint32_t tile, uint32_t full_bars, int parity) {
+  uint64_t qd = make_desc(q_s, 16, 1024), kd = make_desc(tile, 16, 1024);
+  // (HALF: opaque per call, else the compiler keeps all 36 Q descriptors live across the loop and spills)
+  if constexpr (N == 16) asm volatile("" : "+l"(qd), "+l"(kd));
 #pragma unroll
   for (int g = 0; g < NGROUP; ++g) {
     mbar_wait(full_bars + 8 * g, parity);
@@ -300,33 +334,39 @@ __device__ __forceinline__ void wait_tile(uint32_t full_bars, int parity) {
   for (int g = 0; g < NGROUP; ++g) mbar_wait(full_bars + 8 * g, parity);
 }
 
-// O[:, 256 w + (0..255)] += P V with P from registers (pa[kk]: tokens 16 kk .. 16 kk + 15).
-__device__ __forceinline__ void issue_pv_rs(float (&o)[128], const uint32_t (&pa)[4][4], uint32_t tile, int w) {
+// O[:, 256 w + (0..255)] += P V with P from registers (pa[kk]: tokens 16 (k0 + kk) .. + 15; K k-steps).
+template <int K>
+__device__ __forceinline__ void issue_pv_rs(float (&o)[128], const uint32_t (&pa)[K][4], uint32_t tile, int w,
+                                            int k0 = 0) {
   const uint64_t vd = make_desc(tile + w * (V_COLS / SW) * CHUNK_BYTES, CHUNK_BYTES, 1024);
   wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < BN / 16; ++kk) wgmma_pv_rs(o, pa[kk], vd + kk * (16 * 128 >> 4), 1);
+  for (int kk = 0; kk < K; ++kk) wgmma_pv_rs(o, pa[kk], vd + (k0 + kk) * (16 * 128 >> 4), 1);
   wgmma_commit();
 }
 
-// The same with P read from shared memory (the rope chunk of the tile, written by the owner).
-__device__ __forceinline__ void issue_pv_ss(float (&o)[128], uint32_t tile, int w) {
+// The same with P read from shared memory (the rope chunk of the tile, written by the owner): tokens
+// [16 k0, 16 (k0 + K)).
+template <int K = BN / 16>
+__device__ __forceinline__ void issue_pv_ss(float (&o)[128], uint32_t tile, int w, int k0 = 0) {
   const uint64_t vd = make_desc(tile + w * (V_COLS / SW) * CHUNK_BYTES, CHUNK_BYTES, 1024);
   const uint64_t pd = make_desc(tile + P_CHUNK * CHUNK_BYTES, 16, 1024);
   wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < BN / 16; ++kk) wgmma_pv_ss(o, pd + kk * 2, vd + kk * (16 * 128 >> 4), 1);
+  for (int kk = k0; kk < k0 + K; ++kk) wgmma_pv_ss(o, pd + kk * 2, vd + kk * (16 * 128 >> 4), 1);
   wgmma_commit();
 }
 
 // Scale S into the log2 domain, mask it (tail tiles only: past `end`, and tree columns the row may not
-// see) and return each row's max (reduced over the row's quad of lanes).
-__device__ __forceinline__ void mask_rowmax(const VerifyParams& p, const Rows& rows, float (&s)[32], int tile_start,
+// see) and return each row's max (reduced over the row's quad of lanes). N accumulators: 2 N columns,
+// the first at token tile_start.
+template <int N>
+__device__ __forceinline__ void mask_rowmax(const VerifyParams& p, const Rows& rows, float (&s)[N], int tile_start,
                                             int prefix, int end, float (&mx)[2]) {
   const int lane = threadIdx.x % 32;
-  const bool tail = tile_start + BN > prefix;
+  const bool tail = tile_start + 2 * N > prefix;
 #pragma unroll
-  for (int j = 0; j < 8; ++j)
+  for (int j = 0; j < N / 4; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       float v = s[4 * j + e] * p.scale_log2;
@@ -346,7 +386,7 @@ __device__ __forceinline__ void mask_rowmax(const VerifyParams& p, const Rows& r
   for (int h = 0; h < 2; ++h) {
     float v = -INFINITY;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) v = fmaxf(v, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+    for (int j = 0; j < N / 4; ++j) v = fmaxf(v, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
     v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, 1));
     mx[h] = fmaxf(v, __shfl_xor_sync(0xffffffff, v, 2));
   }
@@ -356,12 +396,13 @@ __device__ __forceinline__ void mask_rowmax(const VerifyParams& p, const Rows& r
 __device__ __forceinline__ float finite_max(float m) { return m == -INFINITY ? 0.f : m; }
 
 // P = exp2(S - m_use) in place; the row sums (reduced over the quad).
-__device__ __forceinline__ void exp_rows(float (&s)[32], const float (&m_use)[2], float (&sum)[2]) {
+template <int N>
+__device__ __forceinline__ void exp_rows(float (&s)[N], const float (&m_use)[2], float (&sum)[2]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float acc = 0.f;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < N / 4; ++j) {
       s[4 * j + 2 * h] = exp2f(s[4 * j + 2 * h] - m_use[h]);
       s[4 * j + 2 * h + 1] = exp2f(s[4 * j + 2 * h + 1] - m_use[h]);
       acc += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
@@ -372,9 +413,10 @@ __device__ __forceinline__ void exp_rows(float (&s)[32], const float (&m_use)[2]
 }
 
 // P (fp32 accumulator order) as bf16 A fragments: pa[kk] = tokens 16 kk .. 16 kk + 15.
-__device__ __forceinline__ void pack_p(const float (&s)[32], uint32_t (&pa)[4][4]) {
+template <int N>
+__device__ __forceinline__ void pack_p(const float (&s)[N], uint32_t (&pa)[N / 8][4]) {
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk)
+  for (int kk = 0; kk < N / 8; ++kk)
 #pragma unroll
     for (int i = 0; i < 4; ++i) pa[kk][i] = pack_bf16(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
 }
@@ -435,6 +477,20 @@ __device__ __forceinline__ void store_p_scaled(unsigned char* tile, const Rows& 
       const float f = sc[i & 1];
       *reinterpret_cast<uint32_t*>(dst + r * 128 + ((unit ^ (r & 7)) << 4) + 4 * q) =
           pack_bf16(s[8 * kk + 2 * i] * f, s[8 * kk + 2 * i + 1] * f);
+    }
+}
+
+// HALF: this warpgroup's P (bf16 A fragments of its 32 tokens, from token 32 w of the tile) into the
+// tile's rope chunk, the layout of store_p (16-byte units 4 w .. 4 w + 3 of each row).
+__device__ __forceinline__ void store_p_half(unsigned char* tile, const Rows& rows, const uint32_t (&pa)[2][4], int w) {
+  const int q = threadIdx.x % 4;
+  unsigned char* dst = tile + P_CHUNK * CHUNK_BYTES;
+#pragma unroll
+  for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = rows.local[i & 1], unit = 4 * w + 2 * kk + (i >> 1);
+      *reinterpret_cast<uint32_t*>(dst + r * 128 + ((unit ^ (r & 7)) << 4) + 4 * q) = pa[kk][i];
     }
 }
 
@@ -669,6 +725,107 @@ __global__ void __launch_bounds__(THREADS, 1)
       wgmma_wait<0>();
       reg_fence(o);
     }
+  } else if constexpr (SCHEDULE == HALF) {
+    // HALF: warpgroup w computes S of tokens [32 w, 32 w + 32) of every tile (m64n32k16). Per tile: the
+    // rows' max over its tokens into mx_tab[tile parity][w], both warpgroups meet (bar 8), each takes the
+    // other's and moves the shared running max lazily (both compute the same m); P of its tokens (bf16)
+    // goes over the tile's rope chunk (both S of the tile are complete after bar 8) and into P V from
+    // registers, the other warpgroup's half from shared memory after bar 3. Issue order per tile t:
+    // [P V(t), own tokens], bar 3, [P V(t), other tokens], then P V(t) waited and stage t freed before
+    // [S(t + 1)] is issued, so the next load (tile t + 2) does not wait for tile t + 1 to land (freeing it
+    // after the S(t + 1) issue instead measured the same: the probe half_v0 in ..._f59d68d.json).
+    // Every hand-off between the warpgroups is a bar.sync of both (no bar.arrive); mx_tab is written for
+    // tile t + 2 only after bar 8 of tile t + 1, which the reader of tile t passes after its read.
+    float sh[16];
+    uint32_t ph[2][4];
+    float* mx_tab = m_tab;  // [tile parity][warpgroup][BM] (m_tab and l_tab)
+    const uint32_t k_rows = w * HALF_N * 128;  // this warpgroup's token rows in each chunk of a tile
+    auto issue_s = [&](int t) {  // S of tile t (its tail rows zeroed first: both warpgroups' P V read every row)
+      const int stage = t & 1, tile_start = start + t * BN;
+      const uint32_t fb = full_bar + 8 * NGROUP * stage;
+      if (tile_start + BN > end) {
+        wait_tile(fb, (t >> 1) & 1);
+        zero_rows(sm + KV_OFF + stage * TILE_BYTES, end - tile_start, tid, 128 * CONSUMERS);
+        bar_sync(BAR_CONSUMERS, 128 * CONSUMERS);
+      }
+#pragma unroll
+      for (int i = 0; i < 16; ++i) sh[i] = 0.f;
+      issue_qk(sh, q_s, kv_s + stage * TILE_BYTES + k_rows, fb, (t >> 1) & 1);
+    };
+    // The softmax of tile t (S(t) complete in sh), in two parts: the rows' max (exchanged) and the moved
+    // running max (m_use, `scale`), then P(t) in sh (fp32) and l. The caller rescales O and packs P into
+    // ph once no P V is in flight.
+    float m_use[2];
+    auto softmax_max = [&](int t) {
+      const int stage = t & 1;
+      float mx[2];
+      mask_rowmax(p, rows, sh, start + t * BN + w * HALF_N, prefix, end, mx);
+      if (wtid % 4 == 0)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) mx_tab[(2 * stage + w) * BM + rows.local[h]] = mx[h];
+      bar_sync(BAR_MAX, 128 * CONSUMERS);  // (also: both S of tile t are complete, its rope chunk is free)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float mt = fmaxf(mx[h], mx_tab[(2 * stage + 1 - w) * BM + rows.local[h]]);
+        const bool move = mt > m[h] + LAZY_LOG2;  // -inf + 8 = -inf: the first finite max moves it
+        const float m_new = move ? mt : m[h];
+        m_use[h] = finite_max(m_new);
+        scale[h] = move ? exp2f(m[h] - m_use[h]) : 1.f;  // exactly 1: rescale skips
+        m[h] = m_new;
+      }
+    };
+    auto softmax_exp = [&]() {
+      float sum[2];
+      exp_rows(sh, m_use, sum);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) l[h] = l[h] * scale[h] + sum[h];  // this warpgroup's tokens only
+    };
+    auto rescale_o = [&]() {
+      reg_fence(o);
+      rescale(o, scale);
+      reg_fence(o);
+    };
+    auto issue_pv = [&](int t) {
+      const int stage = t & 1;
+      const uint32_t tile = kv_s + stage * TILE_BYTES;
+      store_p_half(sm + KV_OFF + stage * TILE_BYTES, rows, ph, w);
+      fence_async_smem();
+      issue_pv_rs(o, ph, tile, w, 2 * w);
+      bar_sync(BAR_P, 128 * CONSUMERS);
+      issue_pv_ss<2>(o, tile, w, 2 * (1 - w));
+    };
+    // Nothing is in flight across the loop's back edge or out of the loop: the last tile's P V is issued
+    // after it (a `break` with P V in flight made ptxas serialize every wgmma: C7514).
+    issue_s(0);
+    wgmma_wait<0>();
+    reg_fence(sh);
+    softmax_max(0);
+    softmax_exp();  // (O is still 0: no rescale)
+    pack_p(sh, ph);
+    for (int t = 0; t + 1 < ntiles; ++t) {
+      const int stage = t & 1;
+      issue_pv(t);
+      wgmma_wait<0>();  // P V of tile t done: stage t is free for this warp
+      reg_fence(o);
+      release(empty_bar + 8 * stage);
+      issue_s(t + 1);
+      wgmma_wait<0>();
+      reg_fence(sh);
+      softmax_max(t + 1);
+      softmax_exp();
+      rescale_o();
+      pack_p(sh, ph);
+    }
+    issue_pv(ntiles - 1);
+    wgmma_wait<0>();
+    reg_fence(o);
+    // The row sum is the two warpgroups' parts.
+    if (wtid % 4 == 0)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) sc_tab[w * BM + rows.local[h]] = l[h];
+    bar_sync(BAR_CONSUMERS, 128 * CONSUMERS);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) l[h] += sc_tab[(1 - w) * BM + rows.local[h]];
   } else {
     // PAIR: tiles 2i (stage 0, warpgroup 0 computes S) and 2i + 1 (stage 1, warpgroup 1) per step i.
     // Row state: both warpgroups hold the same running max m; each its own part of the row sum (the

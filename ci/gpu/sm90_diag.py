@@ -32,7 +32,7 @@ def main() -> int:
     bad = 0
     cases = [("T1 H1 p63", dict(T=1, H=1, prefix=63)), ("T16 H8 p48", dict(T=16, H=8, prefix=48)),
              ("T16 H8 p1000", dict(T=16, H=8, prefix=1000)), ("T64 H8 p4000", dict(T=64, H=8, prefix=4000))]
-    for schedule in cuda_backend.SCHEDULES:
+    for schedule in sys.argv[1:] or cuda_backend.SCHEDULES:  # (the names given, else every schedule)
         for name, kw in cases:
             for kind in ("q0", "vconst", "general"):
                 inp = make_verify_inputs(seed=5, device="cuda", **kw)

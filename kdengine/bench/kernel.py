@@ -33,14 +33,14 @@ from kdengine.ops.shapes import DV
 CONTEXTS = (4096, 16384, 65536)
 TREE_SIZES = (16, 64)
 NSPLITS = (16, 32, 64, 128, 256, "auto")
-SETS = ("full", "peers", "mma", "sm90", "paths", "pair", "nsplit", "merge")
+SETS = ("full", "peers", "mma", "sm90", "paths", "pair", "half", "nsplit", "merge")
 # The `merge` set: the sm90 default schedule with the merge kernel, and the same split kernel alone (no
 # merge: the merge's in-graph share is the difference). Records of the set `fuse` (..._fuse_*.json) also
 # time the fused merges that were removed (csrc/verify_sm90.cuh header).
 # The sm90 path's rows: backend name -> schedule (kdengine.ops.cuda_backend.SCHEDULES). (In the first
 # record, perf_history/kernel/verify_kernel_sm90_*_ebda896.json, "cuda_sm90" was the seesaw schedule.)
 SM90_BACKENDS = {"cuda_sm90_both": "both", "cuda_sm90_staggered": "staggered", "cuda_sm90_seesaw": "seesaw",
-                 "cuda_sm90_pair": "pair"}
+                 "cuda_sm90_pair": "pair", "cuda_sm90_half": "half"}
 H = 8
 SAMPLES = 50  # = kdengine.bench.workloads.GPU_VERIFY_SAMPLES
 SCHEMA = 2
@@ -177,7 +177,9 @@ def variants(N: int, T: int, which: str = "full"):
     with the serial merge, the 2-warp layout with the parallel merge and the wide layout's scalar-load
     build at the automatic NSPLIT, and triton_extend at 65k T=16. `paths`: the defaults of both cuda
     paths (the sm90 kernel on Hopper), each also with the chunked merge, and the peers. `pair`: the sm90
-    staggered and pair schedules and the peers only."""
+    staggered and pair schedules and the peers only. `half`: staggered, half, staggered again (the A/A
+    control: its spread against the first bounds what a difference means) and the peers (the records of
+    f59d68d and 45ed1b3 also hold the probes half_v0, staggered_er and half_fa3, since removed)."""
     base = [(default_label(), "cuda", "auto", False, None), ("triton", "triton", None, False, None),
             ("torch", "torch", None, False, None)] + [(p, p, None, False, None) for p in peers.PEERS]
     if which == "peers":  # the dispatched call (the sm90 kernel on Hopper) beside the mma.sync default
@@ -213,6 +215,10 @@ def variants(N: int, T: int, which: str = "full"):
     if which == "pair":  # the pair schedule against the staggered default and FlashMLA (a short device run)
         sm90 = [(f"{name}/sauto", name, "auto", False, None) for name in ("cuda_sm90_staggered", "cuda_sm90_pair")]
         return [*sm90, *[(p, p, None, False, None) for p in peers.PEERS]]
+    if which == "half":  # the half schedule against staggered, staggered again (the A/A control), FlashMLA
+        sm90 = [(f"{name}/sauto", name, "auto", False, None) for name in ("cuda_sm90_staggered", "cuda_sm90_half")]
+        aa = ("cuda_sm90_staggered/aa/sauto", "cuda_sm90_staggered", "auto", False, None)
+        return [*sm90, aa, *[(p, p, None, False, None) for p in peers.PEERS]]
     short = NSPLITS[:4] + ("auto",)
     sweeps = (((16, 4, 2, True), NSPLITS), ((8, 4, 1, False), NSPLITS), ((8, 4, 1, True), NSPLITS),
               ((8, 2, 1, True), short), ((2, 4, 0, False), short))

@@ -81,7 +81,12 @@ SM90_MIN_TOKENS_PER_SPLIT = 128
 # (FlashMLA 25.2 / 49.8 / 119.6); at T=16 16.0 / 26.4 / 57.5 against 16.8 / 26.0 / 58.1 (mixed). It does
 # 0.65x the tensor work of staggered but its tensor pipe is idle half the time (ncu at 65k T=64: 52% busy
 # against 74%; csrc/verify_sm90.cuh says why, as far as known): opt-in, see PAIR_MIN_ROWS.
-SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3}
+# half = the tokens of each tile split between the warpgroups: warpgroup w computes S of tokens
+# [32 w, 32 w + 32) (m64n32k16, no duplicated Q*K^T, one KV tile per step), they exchange the rows' max
+# (lazy: it moves only when a score passes it by 2^8) and their bf16 P through the tile's rope chunk, and
+# each runs P V of all 64 tokens on its own 256 O columns (own half from registers, the other's from
+# shared memory). Every hand-off is a bar.sync of both warpgroups. Opt-in, see HALF_MIN_ROWS.
+SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4}
 DEFAULT_SCHEDULE = "staggered"
 # Query rows per sequence (R = T * H) from which the default is pair instead; None: never by default.
 # pair was measured faster than staggered at all six sizes in one run (this pair code as pair_v0 in
@@ -95,6 +100,13 @@ DEFAULT_SCHEDULE = "staggered"
 # false positive, not yet shown one; moving those hand-offs onto mbarriers did not change the reports
 # (pair_v0_mb, ..._fbbfd73.json). Set 128 to make pair the default.
 PAIR_MIN_ROWS: int | None = None
+# Query rows per sequence (R = T * H) from which the default is half instead (checked before pair); None:
+# never by default. None, because half beat staggered by more than the A/A spread at no size in three H200
+# runs (perf_history/kernel/verify_kernel_half_*_{90edcf6,f59d68d,45ed1b3}.json; in the last, us, staggered
+# / A/A / half: 4k T16 15.4 / 15.4 / 15.8, 4k T64 22.4 / 22.4 / 24.4, 16k T16 24.0 / 24.0 / 26.3, 16k T64
+# 53.1 / 52.9 / 54.3, 65k T16 55.4 / 55.5 / 56.3, 65k T64 171.9 / 173.5 / 171.7), although racecheck is
+# clean for it: it does 0.65x staggered's tensor work in the same time (csrc/verify_sm90.cuh says why).
+HALF_MIN_ROWS: int | None = None
 
 
 # The merge of the sm90 kernel is the merge kernel DEFAULT_COMBINE (a programmatic dependent launch). Its
@@ -108,6 +120,8 @@ SPLIT_ONLY = -1  # launch_sm90's combine for the split kernel alone (out / lse n
 
 def pick_schedule(T: int, H: int) -> str:
     """The default sm90 schedule of a call with T tree tokens and H heads (host-known: graph safe)."""
+    if HALF_MIN_ROWS is not None and T * H >= HALF_MIN_ROWS:
+        return "half"
     return "pair" if PAIR_MIN_ROWS is not None and T * H >= PAIR_MIN_ROWS else DEFAULT_SCHEDULE
 
 

@@ -1,11 +1,12 @@
 """The Hopper path of the CUDA verify kernel (csrc/verify_sm90.cuh: wgmma + TMA, warp-specialized).
 
-CPU (nvcc): the sm_90a build holds wgmma for both products (S = Q K^T m64n64k16, O += P V m64n256k16),
-TMA tile loads (cp.async.bulk.tensor) on mbarriers, setmaxnreg, and no register spills; other arches
-get a stub without any of it. The path switch (argument, KDENGINE_CUDA_PATH, fallback) on the CPU.
+CPU (nvcc): the sm_90a build holds wgmma for both products (S = Q K^T m64n64k16, m64n32k16 for half's
+token halves; O += P V m64n256k16), TMA tile loads (cp.async.bulk.tensor) on mbarriers, setmaxnreg, no
+register spills, and no wgmma serialized by ptxas in half; other arches get a stub without any of it. The path switch (argument, KDENGINE_CUDA_PATH, fallback) on the CPU.
 GPU (sm_90 only): the same reference checks as tests/ops/test_cuda.py, outputs poisoned first, for
-every schedule of the consumer warpgroups (both compute S / staggered / seesaw: they alternate / pair),
-and the dispatched call replayed from a CUDA graph at several lengths.
+every schedule of the consumer warpgroups (both compute S / staggered / seesaw: they alternate / pair /
+half: they split each tile's tokens), scores whose running max moves many times (half's lazy rescale), and
+the dispatched call replayed from a CUDA graph at several lengths.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ def ptxas_report() -> str:
     return done.stdout + done.stderr
 
 
+HALF_KERNEL = f"verify_sm90_kernelILi{cuda_backend.SCHEDULES['half']}E"  # (mangled template argument)
+
+
 def kernel_bodies(ptx: str) -> dict[str, str]:
     entries = re.split(r"(?=\.visible \.entry)", ptx)
     return {e.split("(")[0].split()[-1]: e for e in entries if e.startswith(".visible .entry")}
@@ -52,8 +56,11 @@ def test_sm90a_build_uses_wgmma_tma_and_setmaxnreg():
     bodies = kernel_bodies(compile_ptx("90a"))
     kernels = [b for name, b in bodies.items() if "verify_sm90_kernel" in name]
     assert len(kernels) == len(cuda_backend.SCHEDULES)
-    for body in kernels:
-        assert "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16" in body  # S = Q K^T
+    for name, body in bodies.items():
+        if "verify_sm90_kernel" not in name:
+            continue
+        s_shape = "m64n32k16" if HALF_KERNEL in name else "m64n64k16"  # half: S of 32 tokens per warpgroup
+        assert f"wgmma.mma_async.sync.aligned.{s_shape}.f32.bf16.bf16" in body  # S = Q K^T
         assert "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16" in body  # O += P V
         assert "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes" in body
         assert "mbarrier.try_wait.parity" in body and "mbarrier.arrive.expect_tx" in body
@@ -67,6 +74,13 @@ def test_sm90a_build_has_no_spills():
     report = ptxas_report()
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
     assert len(spills) >= 2 and all(s == ("0", "0") for s in spills), report
+
+
+@pytest.mark.nvcc
+def test_sm90a_half_wgmma_is_not_serialized():
+    """ptxas reports a wgmma it had to wait for or serialize (C7514 / C7515 / C7517) by kernel name."""
+    lines = [ln for ln in ptxas_report().splitlines() if re.search(r"C751[0-9]", ln)]
+    assert not [ln for ln in lines if HALF_KERNEL in ln], lines
 
 
 @pytest.mark.nvcc
@@ -94,6 +108,15 @@ def test_path_switch(monkeypatch):
     monkeypatch.setenv("KDENGINE_CUDA_PATH", "wgmma")
     with pytest.raises(ValueError, match="KDENGINE_CUDA_PATH"):
         cuda_backend.resolve_path(kv)
+
+
+def test_pick_schedule_uses_half_from_its_row_threshold(monkeypatch):
+    monkeypatch.setattr(cuda_backend, "HALF_MIN_ROWS", 128)
+    monkeypatch.setattr(cuda_backend, "PAIR_MIN_ROWS", 8)  # half is checked first
+    assert cuda_backend.pick_schedule(16, 8) == "half" and cuda_backend.pick_schedule(64, 8) == "half"
+    assert cuda_backend.pick_schedule(8, 8) == "pair"
+    monkeypatch.setattr(cuda_backend, "PAIR_MIN_ROWS", None)
+    assert cuda_backend.pick_schedule(8, 8) == cuda_backend.DEFAULT_SCHEDULE
 
 
 def test_pick_schedule_uses_pair_from_the_row_threshold(monkeypatch):
@@ -157,13 +180,31 @@ def test_sm90_matches_reference(tp, schedule):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("schedule", ["pair", "half"])
 @pytest.mark.parametrize("L", [40, 64, 100, 128, 150, 192, 250, 1000])
-def test_sm90_pair_every_tile_count_and_tail(L):
-    """pair splits a block's tiles into (even, odd) steps: one split of 1-16 tiles, the tail in either."""
+def test_sm90_pair_every_tile_count_and_tail(L, schedule):
+    """pair splits a block's tiles into (even, odd) steps, half peels the last tile's P V: one split of 1-16
+    tiles, the tail in either half of a tile."""
     _needs_sm90()
     for tp in (TestParam(17, L - 17, H=2, nsplit=1), TestParam(17, L - 17, H=4, nsplit=1, page_size=16)):
         inp = _problem(tp, seed=L)
-        out, lse = _run_sm90(inp, tp.nsplit, "pair")
+        out, lse = _run_sm90(inp, tp.nsplit, schedule)
+        _check(inp, out, lse)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("schedule", list(cuda_backend.SCHEDULES))
+def test_sm90_running_max_moves_often(schedule):
+    """Keys scaled up page by page along the sequence: the rows' max keeps growing, by more than 2^8 (log2)
+    at a time in places, so half's lazy rescale of O and l runs on many tiles, not only the first."""
+    _needs_sm90()
+    for tp in (TestParam(16, 4000, nsplit=1), TestParam(16, 4000, nsplit=4), TestParam(33, 700, H=2, nsplit=1)):
+        inp = _problem(tp, seed=17)
+        inp.q.mul_(3.0)
+        pages = inp.page_table[0, : -(-(int(inp.prefix_len[0]) + tp.T) // tp.page_size)].long()
+        grow = 1.0 + 0.15 * torch.arange(len(pages), device="cuda", dtype=torch.float32)
+        inp.kv_cache[pages] = (inp.kv_cache[pages].float() * grow[:, None, None]).to(inp.kv_cache.dtype)
+        out, lse = _run_sm90(inp, tp.nsplit, schedule)
         _check(inp, out, lse)
 
 
