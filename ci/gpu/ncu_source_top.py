@@ -1,0 +1,46 @@
+"""The hottest lines of an ncu source page (`ncu --import R --page source --csv --print-source sass|cuda`):
+the N lines with the most warp-stall samples, each with its share of all samples and its largest stall
+columns, then the stall columns summed over the kernel.
+
+    python ci/gpu/ncu_source_top.py REPORT.csv [N]
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+
+
+def number(text: str) -> float:
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return 0.0
+
+
+def read_rows(path: str) -> tuple[list[str], list[dict]]:
+    with open(path, newline="", errors="replace") as f:
+        lines = [ln for ln in f if not ln.startswith("==")]
+    start = next(i for i, ln in enumerate(lines) if "Source" in ln and "," in ln)
+    reader = csv.DictReader(lines[start:])
+    return list(reader.fieldnames or []), list(reader)
+
+
+def main(path: str, n: int) -> None:
+    fields, rows = read_rows(path)
+    samples = next(f for f in fields if "Warp Stall Sampling (All" in f)
+    stalls = [f for f in fields if f.lower().startswith("stall") or "stall_" in f.lower()]
+    total = sum(number(r[samples]) for r in rows) or 1.0
+    print(f"{path}: {len(rows)} lines, {total:.0f} samples ({samples})")
+    for r in sorted(rows, key=lambda r: -number(r[samples]))[:n]:
+        top = sorted(((number(r[s]), s) for s in stalls), reverse=True)[:3]
+        why = " ".join(f"{s.split('(')[0].strip()}={v:.0f}" for v, s in top if v > 0)
+        where = r.get("# Address") or r.get("Address") or r.get("# Line") or r.get("Line") or ""
+        print(f"{100 * number(r[samples]) / total:5.1f}% {where:>8} {r['Source'].strip()[:90]:90s} {why}")
+    sums = sorted(((sum(number(r[s]) for r in rows), s) for s in stalls), reverse=True)
+    print("stall columns over the kernel: " + ", ".join(f"{s.split('(')[0].strip()} {100 * v / total:.1f}%"
+                                                      for v, s in sums[:12] if v > 0))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 30)
