@@ -49,7 +49,8 @@ static cudaError_t launch_split(const VerifyParams& p, cudaStream_t stream) {
 // The split-kernel configuration of (R, col_warps, max_row_groups, pingpong) handed to `fn` as a
 // type: col_warps 2 or 4 -> Cfg<RG, CW>; 8 -> the wide layout (at least 32 rows per block), its row
 // halves in opposite phase orders when `pingpong`; 16 -> the same with the streaming loader and lazy
-// rescaling ("wide2"); 32 -> wide2 with 16 warps and 64 rows per block ("wide2x16", no ping-pong).
+// rescaling ("wide2"); 32 -> wide2 with 16 warps and 64 rows per block ("wide2x16"), its row halves
+// (8 warps each) in opposite phase orders when `pingpong`.
 template <class F>
 static auto with_config(int R, int col_warps, int max_row_groups, bool pingpong, F&& fn) {
   return ROWGROUPS_SWITCH(row_groups(R, max_row_groups), RG, [&] {
@@ -59,8 +60,8 @@ static auto with_config(int R, int col_warps, int max_row_groups, bool pingpong,
         return pingpong ? fn(WideCfg<WRG, true>{}) : fn(WideCfg<WRG, false>{});
       } else if constexpr (CW == 16) {
         return pingpong ? fn(WideCfg<WRG, true, true>{}) : fn(WideCfg<WRG, false, true>{});
-      } else if constexpr (CW == 32) {  // 16 warps: always 64 rows per block, no ping-pong
-        return fn(WideCfg<4, false, true, 16>{});
+      } else if constexpr (CW == 32) {  // 16 warps: always 64 rows per block
+        return pingpong ? fn(WideCfg<4, true, true, 16>{}) : fn(WideCfg<4, false, true, 16>{});
       } else {  // (the discarded branches are still instantiated: outside a template)
         return fn(Cfg<RG, CW == 2 ? 2 : 4>{});
       }

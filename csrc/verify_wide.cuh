@@ -24,7 +24,9 @@
 // when a score passes it by 2^LAZY_LOG2 (the O rescale, ~130 instructions, then almost never runs), and
 // while tiles remain each phase sequence sits in one basic block so the scheduler interleaves P*V with
 // the next Q*K^T (and, with PINGPONG, the softmax with P*V). WARPS = 16 (STREAM only): four row slices
-// in Q*K^T and 32 V columns per warp, 128 registers.
+// in Q*K^T and 32 V columns per warp, 128 registers: 4 warps per scheduler instead of 2. With PINGPONG
+// ("wide2x16pp") the halves are warps 0-7 (row slices 0, 1) and 8-15 (slices 2, 3), each scheduler
+// holds two warps of each, and their barrier is 256 threads wide.
 //
 // Shared memory: 4 * 16 * 584 * 2 (KV) + 4 * BLOCK_M * 16 * 4 (partials) + NBUF * BLOCK_M * 24 * 2
 // (P) + (NBUF + 1) * BLOCK_M * 4: at RG = 4 92.5 KB (95.8 KB with PINGPONG), under sm_120's 99 KB;
@@ -65,8 +67,9 @@ struct WideCfg {
   static constexpr int TPR = BN / EPT;                            // threads per row in the softmax
   static constexpr int MIN_BLOCKS = RG == 2 ? 2 : 1;
   static_assert(RG == 2 || RG == 4, "the wide layout holds 32 or 64 rows");
-  static_assert(WARPS == 8 || (WARPS == 16 && STREAM && RG == 4 && !PINGPONG), "16 warps: wide2, 64 rows, no ping-pong");
+  static_assert(WARPS == 8 || (WARPS == 16 && STREAM && RG == 4), "16 warps: wide2, 64 rows");
   static_assert(THREADS / 2 / TPR == BLOCK_M / 2, "softmax threads of a row half = that half's warps");
+  static_assert(!PINGPONG || WARPS / 2 % 4 == 0, "ping-pong halves of whole row slices (4 dim-quarter warps each)");
   static_assert(EPT == 2 || EPT == 4, "softmax vector width");
   static_assert(SMEM <= 99 * 1024, "over sm_120's 99 KB of shared memory per block");
   static_assert(THREADS % BN == 0, "whole threads per KV token in the streaming loader");
@@ -268,20 +271,36 @@ __device__ __forceinline__ void wide_pv(const __nv_bfloat16* tile, const __nv_bf
         o[mi][nt][3] *= a[mi][1];
       }
   }
-  uint32_t pa[C::RG][4];
   const __nv_bfloat16* pbase = p_s + (lane & 15) * C::P_STRIDE + (lane >> 4) * 8;
-#pragma unroll
-  for (int mi = 0; mi < C::RG; ++mi) ldmatrix_x4(pa[mi], pbase + mi * 16 * C::P_STRIDE);
   const __nv_bfloat16* vbase =
       tile + ((lane & 7) + ((lane >> 3) & 1) * 8) * STRIDE + warp * C::V_PART + (lane >> 4) * 8;
+  if constexpr (C::V_PART / 16 < C::RG) {  // 16 warps: V's 2 fragments first, then one P fragment at a time
+    uint32_t vb[C::V_PART / 16][4];        // (8 + 4 registers live instead of 16 + 4: no spills at 128)
 #pragma unroll
-  for (int np = 0; np < C::V_PART / 16; ++np) {
-    uint32_t vb[4];
-    ldmatrix_x4_trans(vb, vbase + np * 16);
+    for (int np = 0; np < C::V_PART / 16; ++np) ldmatrix_x4_trans(vb[np], vbase + np * 16);
 #pragma unroll
     for (int mi = 0; mi < C::RG; ++mi) {
-      mma_bf16(o[mi][2 * np], pa[mi], vb[0], vb[1]);
-      mma_bf16(o[mi][2 * np + 1], pa[mi], vb[2], vb[3]);
+      uint32_t pa[4];
+      ldmatrix_x4(pa, pbase + mi * 16 * C::P_STRIDE);
+#pragma unroll
+      for (int np = 0; np < C::V_PART / 16; ++np) {
+        mma_bf16(o[mi][2 * np], pa, vb[np][0], vb[np][1]);
+        mma_bf16(o[mi][2 * np + 1], pa, vb[np][2], vb[np][3]);
+      }
+    }
+  } else {
+    uint32_t pa[C::RG][4];
+#pragma unroll
+    for (int mi = 0; mi < C::RG; ++mi) ldmatrix_x4(pa[mi], pbase + mi * 16 * C::P_STRIDE);
+#pragma unroll
+    for (int np = 0; np < C::V_PART / 16; ++np) {
+      uint32_t vb[4];
+      ldmatrix_x4_trans(vb, vbase + np * 16);
+#pragma unroll
+      for (int mi = 0; mi < C::RG; ++mi) {
+        mma_bf16(o[mi][2 * np], pa[mi], vb[0], vb[1]);
+        mma_bf16(o[mi][2 * np + 1], pa[mi], vb[2], vb[3]);
+      }
     }
   }
 }
@@ -297,7 +316,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
 
   const int b = blockIdx.z, split = blockIdx.y, row0 = blockIdx.x * BLOCK_M;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int half = warp / 4, quarter = warp % 4;  // half: the row slice (a row half at 8 warps)
+  const int slice = warp / 4, quarter = warp % 4;  // Q*K^T: the row slice (a row half at 8 warps), dim quarter
   const int T = p.T, R = p.R;
   const int prefix = p.prefix_len[b];
   int start, end;
@@ -321,7 +340,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
   uint32_t qa[C::QM][C::KSTEPS][4];
 #pragma unroll
   for (int mi = 0; mi < C::QM; ++mi)
-    load_q_fragments<C>(p, b, row0 + half * (BLOCK_M / C::RS) + mi * 16, quarter * C::K_PART, qa[mi]);
+    load_q_fragments<C>(p, b, row0 + slice * (BLOCK_M / C::RS) + mi * 16, quarter * C::K_PART, qa[mi]);
 
   // The softmax role of this thread: EPT scores of one row.
   const int srow = threadIdx.x / C::TPR, stok = (threadIdx.x % C::TPR) * C::EPT;
@@ -337,7 +356,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
 
   cp_async_wait<STAGES - 2>();  // tile 0
   __syncthreads();
-  wide_partial_scores<C>(kv_s, qa, exch, half, quarter, lane);
+  wide_partial_scores<C>(kv_s, qa, exch, slice, quarter, lane);
   __syncthreads();
   wide_softmax<C>(p, exch, p_s, row_s, srow, stok, mask_off, start, prefix, end, m_run, l_run);
 
@@ -359,18 +378,20 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
     if constexpr (!C::PINGPONG) {
       if (C::STREAM && more) {  // one basic block: the scheduler interleaves the two independent MMA streams
         wide_pv<C>(cur, p_s, row_s, o, warp, lane);
-        wide_partial_scores<C>(nxt, qa, exch, half, quarter, lane);
+        wide_partial_scores<C>(nxt, qa, exch, slice, quarter, lane);
       } else {
         wide_pv<C>(cur, p_s, row_s, o, warp, lane);
-        if (more) wide_partial_scores<C>(nxt, qa, exch, half, quarter, lane);
+        if (more) wide_partial_scores<C>(nxt, qa, exch, slice, quarter, lane);
       }
       __syncthreads();  // P / alpha of tile it consumed, partial scores of tile it + 1 written
       if (more) wide_softmax<C>(p, exch, p_s, row_s, srow, stok, mask_off, nxt_start, prefix, end, m_run, l_run);
     } else {
       // Tile it's P / alpha in buffer it % 2, tile it + 1's go to the other one. A row half's partial
-      // scores and softmax involve only its own 4 warps (threads 128 * half.. hold its rows), so the
-      // halves meet at a 128-thread barrier, in opposite orders: half 0 runs its softmax while half
-      // 1 runs P*V on the tensor cores, and the other way round.
+      // scores and softmax involve only its own warps (4, or 8 at 16 warps: its row slices; threads
+      // THREADS / 2 * half.. hold its rows), so the halves meet at a barrier of THREADS / 2 threads, in
+      // opposite orders: half 0 runs its softmax while half 1 runs P*V on the tensor cores, and the
+      // other way round.
+      const int half = warp / (C::WARPS / 2);
       const __nv_bfloat16* p_cur = p_s + (it & 1) * C::P_ELEMS;
       const float* a_cur = row_s + (it & 1) * BLOCK_M;
       __nv_bfloat16* p_nxt = p_s + ((it + 1) & 1) * C::P_ELEMS;
@@ -379,8 +400,8 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
       // next to Q*K^T: the scheduler interleaves them), P*V alone on the last tile.
       if (half == 0) {
         if (more) {
-          wide_partial_scores<C>(nxt, qa, exch, half, quarter, lane);
-          group_barrier(1, 128);
+          wide_partial_scores<C>(nxt, qa, exch, slice, quarter, lane);
+          group_barrier(1, C::THREADS / 2);
           wide_softmax<C>(p, exch, p_nxt, a_nxt, srow, stok, mask_off, nxt_start, prefix, end, m_run, l_run);
           if constexpr (C::STREAM) wide_pv<C>(cur, p_cur, a_cur, o, warp, lane);
         }
@@ -388,14 +409,14 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
       } else {
         if (C::STREAM && more) {
           wide_pv<C>(cur, p_cur, a_cur, o, warp, lane);
-          wide_partial_scores<C>(nxt, qa, exch, half, quarter, lane);
-          group_barrier(2, 128);
+          wide_partial_scores<C>(nxt, qa, exch, slice, quarter, lane);
+          group_barrier(2, C::THREADS / 2);
           wide_softmax<C>(p, exch, p_nxt, a_nxt, srow, stok, mask_off, nxt_start, prefix, end, m_run, l_run);
         } else {
           wide_pv<C>(cur, p_cur, a_cur, o, warp, lane);
           if (more) {
-            wide_partial_scores<C>(nxt, qa, exch, half, quarter, lane);
-            group_barrier(2, 128);
+            wide_partial_scores<C>(nxt, qa, exch, slice, quarter, lane);
+            group_barrier(2, C::THREADS / 2);
             wide_softmax<C>(p, exch, p_nxt, a_nxt, srow, stok, mask_off, nxt_start, prefix, end, m_run, l_run);
           }
         }
@@ -404,6 +425,8 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
   }
 
   // Normalise and write this split's partial rows (row_s now carries 1 / l).
+  if constexpr (C::WARPS == 16)  // recomputed, not kept across the loop (two registers at the 128 limit)
+    part_row0 = ((size_t)blockIdx.z * p.nsplit + blockIdx.y) * p.R;
 #pragma unroll
   for (int off = 1; off < C::TPR; off *= 2) l_run += __shfl_xor_sync(0xffffffff, l_run, off);
   float* inv_s = row_s + C::NBUF * BLOCK_M;  // [BLOCK_M], apart from the rescale buffers

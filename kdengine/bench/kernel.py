@@ -33,7 +33,11 @@ from kdengine.ops.shapes import DV
 CONTEXTS = (4096, 16384, 65536)
 TREE_SIZES = (16, 64)
 NSPLITS = (16, 32, 64, 128, 256, "auto")
-SETS = ("full", "peers", "mma", "sm90", "paths", "pair", "nsplit", "fuse", "merge")
+SETS = ("full", "peers", "mma", "mma2", "sm90", "paths", "pair", "nsplit", "fuse", "merge")
+# mma.sync layouts by name (`once --path`, the `mma2` set): (col_warps, row_groups, combine, pingpong) of
+# kdengine.ops.cuda_backend; "mma" is its default. x16pp: wide2x16 (16 warps, 4 per scheduler) with
+# ping-pong halves of 8 warps; x16: the same without ping-pong; wide2pp: wide2 (8 warps) with ping-pong.
+MMA_LAYOUTS = {"mma_wide2pp": (16, 4, 3, True), "mma_x16pp": (32, 4, 3, True), "mma_x16": (32, 4, 3, False)}
 # The `fuse` set: the sm90 default schedule with the merge kernel (no cluster), the same split kernel alone
 # (no merge: the merge's in-graph share is the difference), the grid merge (cooperative launch: every block
 # of a row tile merges a share of its rows once all have written; and launched plainly, to time the
@@ -202,6 +206,14 @@ def variants(N: int, T: int, which: str = "full"):
                 ((8, 4, 2, False), ("auto",))]
         out = [(f"cuda/{layout_label(*lay)}/s{s}", "cuda", s, False, lay) for lay, splits in lays for s in splits]
         return [v for v in out if v[0] != default_label()] + [base[0]] + base[3:]
+    if which == "mma2":  # the mma.sync default, the same again as an A/A control, the 16-warp layouts (with and
+        # without ping-pong halves; the ping-pong one also at fixed NSPLIT: is its auto within 3% of the best?), FlashMLA
+        x16pp = MMA_LAYOUTS["mma_x16pp"]
+        rows = [base[0], (f"{base[0][0]}/aa", "cuda", "auto", False, None)]
+        rows += [(f"cuda/{layout_label(*MMA_LAYOUTS[n])}/sauto", "cuda", "auto", False, MMA_LAYOUTS[n])
+                 for n in ("mma_x16pp", "mma_x16")]
+        rows += [(f"cuda/{layout_label(*x16pp)}/s{sp}", "cuda", sp, False, x16pp) for sp in (16, 32, 64, 128)]
+        return rows + base[3:]
     if which == "nsplit":  # the dispatched call at fixed split counts beside its own planner (auto)
         return [(f"{DISPATCH}/s{sp}", "cuda_auto", sp, False, None) for sp in NSPLITS if sp != "auto"] + [
             (DISPATCH, "cuda_auto", "auto", False, None)]
@@ -399,10 +411,11 @@ def once(args) -> int:
     from kdengine.ops.verify import verify_attention
 
     inp = make_verify_inputs(B=args.B, T=args.T, H=args.H, prefix=args.prefix, seed=1, device="cuda")
-    if args.path is not None:  # the mma.sync default or the sm90 kernel, forced (sm90: --cluster, --combine)
-        sm90 = None if args.path == "mma" else {"cluster": args.cluster, "combine": args.combine}
-        call, _, result = launcher("cuda" if args.path == "mma" else f"cuda_{args.path}",
-                                   inp, pack_tree_mask(inp.tree_mask), args.nsplit, layout=sm90)
+    if args.path is not None:  # the mma.sync default or a named mma layout, or the sm90 kernel (--cluster, --combine)
+        mma = args.path == "mma" or args.path in MMA_LAYOUTS
+        layout = MMA_LAYOUTS.get(args.path) if mma else {"cluster": args.cluster, "combine": args.combine}
+        call, _, result = launcher("cuda" if mma else f"cuda_{args.path}",
+                                   inp, pack_tree_mask(inp.tree_mask), args.nsplit, layout=layout)
         call()
         out = result()
     elif args.pingpong is None and args.col_warps is None and args.combine is None:
@@ -447,8 +460,9 @@ def build_parser(prog: str = "python -m kdengine.bench.kernel") -> argparse.Argu
                         "that layout instead of the default")
     p.add_argument("--col-warps", type=int, default=None, help="the layout (cuda_backend.COL_WARPS)")
     p.add_argument("--combine", type=int, default=None, help="the merge (cuda_backend.COMBINES)")
-    p.add_argument("--path", choices=("mma", *(name.removeprefix("cuda_") for name in SM90_BACKENDS)), default=None,
-                   help="force the cuda split kernel: mma.sync, or the sm90 wgmma kernel with one schedule")
+    p.add_argument("--path", choices=("mma", *MMA_LAYOUTS, *(name.removeprefix("cuda_") for name in SM90_BACKENDS)),
+                   default=None, help="force the cuda split kernel: mma.sync (its default or a named layout, "
+                                      "MMA_LAYOUTS), or the sm90 wgmma kernel with one schedule")
     p.add_argument("--cluster", type=int, default=None,
                    help="with an sm90 --path: the cluster merge's largest cluster size (0: the merge kernel; "
                         "cuda_backend.SM90_CLUSTERS)")
