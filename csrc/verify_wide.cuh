@@ -272,10 +272,12 @@ __device__ __forceinline__ void wide_pv(const __nv_bfloat16* tile, const __nv_bf
       }
   }
   const __nv_bfloat16* pbase = p_s + (lane & 15) * C::P_STRIDE + (lane >> 4) * 8;
-  const __nv_bfloat16* vbase =
-      tile + ((lane & 7) + ((lane >> 3) & 1) * 8) * STRIDE + warp * C::V_PART + (lane >> 4) * 8;
-  if constexpr (C::V_PART / 16 < C::RG) {  // 16 warps: V's 2 fragments first, then one P fragment at a time
-    uint32_t vb[C::V_PART / 16][4];        // (8 + 4 registers live instead of 16 + 4: no spills at 128)
+  if constexpr (C::V_PART / 16 < C::RG) {
+    // 16 warps: V's 2 fragments first, then one P fragment at a time (8 + 4 registers live instead of
+    // 16 + 4: no spills at 128)
+    const __nv_bfloat16* vbase =
+        tile + ((lane & 7) + ((lane >> 3) & 1) * 8) * STRIDE + warp * C::V_PART + (lane >> 4) * 8;
+    uint32_t vb[C::V_PART / 16][4];
 #pragma unroll
     for (int np = 0; np < C::V_PART / 16; ++np) ldmatrix_x4_trans(vb[np], vbase + np * 16);
 #pragma unroll
@@ -292,6 +294,8 @@ __device__ __forceinline__ void wide_pv(const __nv_bfloat16* tile, const __nv_bf
     uint32_t pa[C::RG][4];
 #pragma unroll
     for (int mi = 0; mi < C::RG; ++mi) ldmatrix_x4(pa[mi], pbase + mi * 16 * C::P_STRIDE);
+    const __nv_bfloat16* vbase =
+        tile + ((lane & 7) + ((lane >> 3) & 1) * 8) * STRIDE + warp * C::V_PART + (lane >> 4) * 8;
 #pragma unroll
     for (int np = 0; np < C::V_PART / 16; ++np) {
       uint32_t vb[4];
@@ -317,6 +321,8 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
   const int b = blockIdx.z, split = blockIdx.y, row0 = blockIdx.x * BLOCK_M;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int slice = warp / 4, quarter = warp % 4;  // Q*K^T: the row slice (a row half at 8 warps), dim quarter
+  // PINGPONG: the row half (the slice itself at 8 warps: written so, that layout's SASS is unchanged)
+  [[maybe_unused]] const int half = C::WARPS == 8 ? slice : warp / (C::WARPS / 2);
   const int T = p.T, R = p.R;
   const int prefix = p.prefix_len[b];
   int start, end;
@@ -391,7 +397,6 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
       // THREADS / 2 * half.. hold its rows), so the halves meet at a barrier of THREADS / 2 threads, in
       // opposite orders: half 0 runs its softmax while half 1 runs P*V on the tensor cores, and the
       // other way round.
-      const int half = warp / (C::WARPS / 2);
       const __nv_bfloat16* p_cur = p_s + (it & 1) * C::P_ELEMS;
       const float* a_cur = row_s + (it & 1) * BLOCK_M;
       __nv_bfloat16* p_nxt = p_s + ((it + 1) & 1) * C::P_ELEMS;
@@ -411,6 +416,14 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
           wide_pv<C>(cur, p_cur, a_cur, o, warp, lane);
           wide_partial_scores<C>(nxt, qa, exch, slice, quarter, lane);
           group_barrier(2, C::THREADS / 2);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 1000
+          if constexpr (C::WARPS == 16) {  // sm_90: P / alpha addresses formed after the barrier, not held
+            int nb = (it + 1) & 1;         // across P*V and Q*K^T, where ptxas spilled them at 128 registers
+            asm volatile("" : "+r"(nb));   // (on sm_120 this form spills more: there the plain one, below)
+            p_nxt = p_s + nb * C::P_ELEMS;
+            a_nxt = row_s + nb * BLOCK_M;
+          }
+#endif
           wide_softmax<C>(p, exch, p_nxt, a_nxt, srow, stok, mask_off, nxt_start, prefix, end, m_run, l_run);
         } else {
           wide_pv<C>(cur, p_cur, a_cur, o, warp, lane);
@@ -425,8 +438,6 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
   }
 
   // Normalise and write this split's partial rows (row_s now carries 1 / l).
-  if constexpr (C::WARPS == 16)  // recomputed, not kept across the loop (two registers at the 128 limit)
-    part_row0 = ((size_t)blockIdx.z * p.nsplit + blockIdx.y) * p.R;
 #pragma unroll
   for (int off = 1; off < C::TPR; off *= 2) l_run += __shfl_xor_sync(0xffffffff, l_run, off);
   float* inv_s = row_s + C::NBUF * BLOCK_M;  // [BLOCK_M], apart from the rescale buffers

@@ -19,8 +19,9 @@ export PYTHONUNBUFFERED=1 KDENGINE_CACHE_DIR=${KDENGINE_CACHE_DIR:-/tmp/kdcache}
 PY=${PYTHON:-python3}
 DEADLINE=${DEADLINE:-400}
 STEPS=${STEPS:-"build smoke bench ncu checks"}
-NCU=${NCU:-"16:1"}        # col_warps:pingpong of each layout profiled
-SAN=${SAN:-"16:1"}        # col_warps:pingpong of each layout sanitized
+NCU=${NCU:-"16:1 32:1"}     # col_warps:pingpong of each layout profiled (the old default, then the new layout)
+SAN=${SAN:-"32:1 32:0"}     # col_warps:pingpong of each layout sanitized
+SMOKE=${SMOKE:-"32:1 32:0 16:1"}  # col_warps:pingpong of each layout smoke-called
 status=0
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 cap() { local left=$((DEADLINE - SECONDS)); echo $(( left < $1 ? (left > 5 ? left : 5) : $1 )); }
@@ -44,13 +45,19 @@ tail -1 "$LOGS/build.log"
 
 if want smoke; then
   step smoke
-  for cw in ${SMOKE:-16}; do
+  for spec in $SMOKE; do
+    IFS=: read -r cw pp <<< "$spec"
     for args in "--T 1 --H 1 --prefix 63" "--T 64 --prefix 700 --B 2" "--T 16 --prefix 4000" "--T 33 --H 2 --prefix 900 --nsplit 1"; do
-      timeout $(cap 40) $PY -m kdengine.bench.kernel once --col-warps $cw --pingpong ${PP:-0} $args 2>&1 | tail -1 \
-        | sed "s/^/cw$cw /" || status=1
+      timeout $(cap 40) $PY -m kdengine.bench.kernel once --col-warps $cw --pingpong $pp $args > "$LOGS/smoke1.log" 2>&1
+      echo "cw$cw pp$pp $args rc=$? $(tail -1 "$LOGS/smoke1.log")"
     done
   done | tee "$LOGS/smoke.log"
-  grep -q "rel L2" "$LOGS/smoke.log" || status=1
+  if grep -qv "rc=0" "$LOGS/smoke.log"; then  # a wrong or hanging layout: no timing, ncu of the old default only
+    status=1
+    STEPS=${STEPS/bench/}
+    NCU=${NCU%% *}
+    grep -B2 -A30 -E "Error|error" "$LOGS/smoke1.log" | head -40
+  fi
 fi
 
 if want bench; then

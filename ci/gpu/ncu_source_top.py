@@ -28,18 +28,27 @@ def read_rows(path: str) -> tuple[list[str], list[dict]]:
 
 def main(path: str, n: int) -> None:
     fields, rows = read_rows(path)
-    samples = next(f for f in fields if "Warp Stall Sampling (All" in f)
-    stalls = [f for f in fields if f.lower().startswith("stall") or "stall_" in f.lower()]
+    samples = next((f for f in fields if "Warp Stall Sampling (All" in f), None)
+    if samples is None:
+        print(f"{path}: no warp-stall samples in this view ({len(rows)} lines)")
+        return
+    stalls = [f for f in fields if f.startswith("stall_") and "Not Issued" not in f]
     total = sum(number(r[samples]) for r in rows) or 1.0
     print(f"{path}: {len(rows)} lines, {total:.0f} samples ({samples})")
     for r in sorted(rows, key=lambda r: -number(r[samples]))[:n]:
         top = sorted(((number(r[s]), s) for s in stalls), reverse=True)[:3]
-        why = " ".join(f"{s.split('(')[0].strip()}={v:.0f}" for v, s in top if v > 0)
+        why = " ".join(f"{s}={v:.0f}" for v, s in top if v > 0)
         where = r.get("# Address") or r.get("Address") or r.get("# Line") or r.get("Line") or ""
         print(f"{100 * number(r[samples]) / total:5.1f}% {where:>8} {r['Source'].strip()[:90]:90s} {why}")
     sums = sorted(((sum(number(r[s]) for r in rows), s) for s in stalls), reverse=True)
-    print("stall columns over the kernel: " + ", ".join(f"{s.split('(')[0].strip()} {100 * v / total:.1f}%"
-                                                      for v, s in sums[:12] if v > 0))
+    print("stall columns over the kernel: " + ", ".join(f"{s} {100 * v / total:.1f}%" for v, s in sums[:12] if v > 0))
+    by_op: dict[str, float] = {}
+    for r in rows:  # samples per opcode (HMMA, LDS, FADD, ...), predicates dropped
+        words = [w for w in r["Source"].split() if not w.startswith("@")]
+        op = words[0].split(".")[0] if words else "?"
+        by_op[op] = by_op.get(op, 0.0) + number(r[samples])
+    print("samples by opcode: " + ", ".join(f"{op} {100 * v / total:.1f}%"
+                                             for op, v in sorted(by_op.items(), key=lambda kv: -kv[1])[:14]))
 
 
 if __name__ == "__main__":

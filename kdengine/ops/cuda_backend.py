@@ -20,7 +20,8 @@ DV = shapes.DV
 # (csrc/verify_wide.cuh: 8 warps share all rows of the block, each K/V fragment feeds 2-4 m16 tiles;
 # BN 16, 4 stages, at least 32 rows per block); 16 = "wide2", the wide layout with the streaming
 # KV loader (fixed thread -> token map, page ids read a tile ahead) and lazy rescaling; 32 = "wide2x16",
-# wide2 with 16 warps (4 per scheduler at 128 registers) and always 64 rows per block, no ping-pong.
+# wide2 with 16 warps (4 per scheduler at 128 registers) and always 64 rows per block, with pingpong its
+# row halves of 8 warps each in opposite phase orders ("wide2x16pp").
 COL_WARPS = (2, 4, 8, 16, 32)
 WIDE = 8
 WIDE2 = 16
@@ -35,8 +36,8 @@ TILE_TOKENS = {2: 32, 4: 16, 8: 16, 16: 16, 32: 16}  # KV tokens per tile (BN) o
 # blocks), 2 = 32 rows (blocks small enough for two per SM on sm_90).
 ROW_GROUPS = shapes.ROW_GROUPS
 DEFAULT_ROW_GROUPS = 4
-# Wide layout only: the two row halves of a block run their softmax and P*V in opposite orders (each
-# half's softmax overlaps the other half's tensor-core work; two P buffers, one 128-thread barrier).
+# Wide layouts only: the two row halves of a block run their softmax and P*V in opposite orders (each
+# half's softmax overlaps the other half's tensor-core work; two P buffers, one barrier of half the block).
 DEFAULT_PINGPONG = True
 # Merge kernel (csrc/verify_kernel.cuh; the split partials are bf16 [B, nsplit, T*H, 512], their lse
 # fp32): 0 = one loop over the splits per thread, 1 = split weights computed in parallel first, then 4

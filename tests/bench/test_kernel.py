@@ -88,3 +88,18 @@ def test_nsplit_set_checks_the_dispatched_planner_against_fixed_splits():
     assert rows[-1][:3] == (kernel.DISPATCH, "cuda_auto", "auto")
     fixed = [r[2] for r in rows[:-1]]
     assert fixed and all(isinstance(s, int) for s in fixed) and len({r[0] for r in rows}) == len(rows)
+
+
+def test_mma2_set_has_an_aa_control_and_the_named_layouts():
+    rows = {v[0]: v for v in kernel.variants(65536, 64, "mma2")}
+    default = kernel.default_label()
+    assert default in rows and f"{default}/aa" in rows  # the same call twice: the run's own noise
+    assert rows[default][1:] == rows[f"{default}/aa"][1:]
+    x16pp = kernel.MMA_LAYOUTS["mma_x16pp"]
+    assert [v[2] for v in rows.values() if v[4] == x16pp] == ["auto", 16, 32, 64, 128]
+    assert "flashmla" in rows
+
+
+def test_once_path_names_the_mma_layouts():
+    args = kernel.build_parser().parse_args(["once", "--path", "mma_x16pp", "--T", "5"])
+    assert args.path in kernel.MMA_LAYOUTS and args.T == 5
