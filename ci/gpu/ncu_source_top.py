@@ -43,12 +43,18 @@ def main(path: str, n: int) -> None:
     sums = sorted(((sum(number(r[s]) for r in rows), s) for s in stalls), reverse=True)
     print("stall columns over the kernel: " + ", ".join(f"{s} {100 * v / total:.1f}%" for v, s in sums[:12] if v > 0))
     by_op: dict[str, float] = {}
-    for r in rows:  # samples per opcode (HMMA, LDS, FADD, ...), predicates dropped
+    executed: dict[str, float] = {}
+    for r in rows:  # samples and executed warp instructions per opcode (HMMA, LDS, FADD, ...), predicates dropped
         words = [w for w in r["Source"].split() if not w.startswith("@")]
         op = words[0].split(".")[0] if words else "?"
         by_op[op] = by_op.get(op, 0.0) + number(r[samples])
+        executed[op] = executed.get(op, 0.0) + number(r.get("Instructions Executed", "0"))
     print("samples by opcode: " + ", ".join(f"{op} {100 * v / total:.1f}%"
                                              for op, v in sorted(by_op.items(), key=lambda kv: -kv[1])[:14]))
+    hmma = executed.get("HMMA", 0.0) or 1.0
+    print(f"executed warp instructions {sum(executed.values()):.4g}, per HMMA {sum(executed.values()) / hmma:.2f}; "
+          "by opcode per HMMA: " + ", ".join(f"{op} {v / hmma:.3f}"
+                                              for op, v in sorted(executed.items(), key=lambda kv: -kv[1])[:22]))
 
 
 if __name__ == "__main__":
