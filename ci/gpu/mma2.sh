@@ -11,6 +11,7 @@
 #           && cp /work/main/.whl/sgl_flash_mla-*.whl /work/main/out/mma2/
 #   device: STEPS="build ncu" bash ci/gpu/mma2.sh      (the profiling call)
 #           bash ci/gpu/mma2.sh                        (all: build smoke bench ncu checks)
+#           NCU=16:2 SAN=16:2 SMOKE=16:2 bash ci/gpu/mma2.sh   (the third run: wide2pp2)
 #   layouts are --col-warps values of `kdengine.bench.kernel once` (cuda_backend.COL_WARPS).
 set -o pipefail
 OUT=${OUT:-/tmp/kdengine-mma2-out}; LOGS=/tmp/mma2-logs; rm -rf "$LOGS"; mkdir -p "$OUT" "$LOGS"
@@ -45,18 +46,24 @@ tail -1 "$LOGS/build.log"
 
 if want smoke; then
   step smoke
-  for spec in $SMOKE; do
+  i=0
+  smoke_pids=()
+  for spec in $SMOKE; do  # all calls at once, each with its own log
     IFS=: read -r cw pp <<< "$spec"
     for args in "--T 1 --H 1 --prefix 63" "--T 64 --prefix 700 --B 2" "--T 16 --prefix 4000" "--T 33 --H 2 --prefix 900 --nsplit 1"; do
-      timeout $(cap 40) $PY -m kdengine.bench.kernel once --col-warps $cw --pingpong $pp $args > "$LOGS/smoke1.log" 2>&1
-      echo "cw$cw pp$pp $args rc=$? $(tail -1 "$LOGS/smoke1.log")"
+      ( timeout $(cap 40) $PY -m kdengine.bench.kernel once --col-warps $cw --pingpong $pp $args > "$LOGS/smoke_$i.log" 2>&1
+        echo "cw$cw pp$pp $args rc=$? $(tail -1 "$LOGS/smoke_$i.log")" > "$LOGS/smoke_$i.res" ) &
+      smoke_pids+=($!)
+      i=$((i + 1))
     done
-  done | tee "$LOGS/smoke.log"
-  if grep -qv "rc=0" "$LOGS/smoke.log"; then  # a wrong or hanging layout: no timing, ncu of the old default only
+  done
+  for pid in "${smoke_pids[@]}"; do wait $pid; done
+  cat "$LOGS"/smoke_*.res | tee "$LOGS/smoke.log"
+  if grep -qv "rc=0" "$LOGS/smoke.log"; then  # a wrong or hanging layout: no timing and no ncu, the checks still run
     status=1
     STEPS=${STEPS/bench/}
-    NCU=${NCU%% *}
-    grep -B2 -A30 -E "Error|error" "$LOGS/smoke1.log" | head -40
+    NCU=""
+    grep -h -B2 -A30 -E "Error|error" "$LOGS"/smoke_*.log | head -40
   fi
 fi
 

@@ -36,8 +36,12 @@ NSPLITS = (16, 32, 64, 128, 256, "auto")
 SETS = ("full", "peers", "mma", "mma2", "sm90", "paths", "pair", "nsplit", "fuse", "merge")
 # mma.sync layouts by name (`once --path`, the `mma2` set): (col_warps, row_groups, combine, pingpong) of
 # kdengine.ops.cuda_backend; "mma" is its default. x16pp: wide2x16 (16 warps, 4 per scheduler) with
-# ping-pong halves of 8 warps; x16: the same without ping-pong; wide2pp: wide2 (8 warps) with ping-pong.
-MMA_LAYOUTS = {"mma_wide2pp": (16, 4, 3, True), "mma_x16pp": (32, 4, 3, True), "mma_x16": (32, 4, 3, False)}
+# ping-pong halves of 8 warps; x16: the same without ping-pong; wide2pp: wide2 (8 warps) with ping-pong;
+# wide2pp2: wide2 with both halves' P*V split around the barrier (pingpong 2).
+MMA_LAYOUTS = {"mma_wide2pp": (16, 4, 3, True), "mma_wide2pp2": (16, 4, 3, 2), "mma_x16pp": (32, 4, 3, True),
+               "mma_x16": (32, 4, 3, False)}
+# the layouts the `mma2` set times beside the default (its first run, 2e1c440, had mma_x16pp and mma_x16)
+MMA2_LAYOUTS = ("mma_wide2pp2",)
 # The `fuse` set: the sm90 default schedule with the merge kernel (no cluster), the same split kernel alone
 # (no merge: the merge's in-graph share is the difference), the grid merge (cooperative launch: every block
 # of a row tile merges a share of its rows once all have written; and launched plainly, to time the
@@ -159,7 +163,7 @@ def rotating_call(name: str, nsplit, *, scalar_loads: bool = False, layout=None)
 
 
 def layout_label(cw, rg, comb, pp) -> str:
-    return f"cw{cw}rg{rg}" + (f"/comb{comb}" if comb else "") + ("/pp" if pp else "")
+    return f"cw{cw}rg{rg}" + (f"/comb{comb}" if comb else "") + ("/pp" if pp else "") + ("2" if pp == 2 else "")
 
 
 def default_label() -> str:
@@ -206,13 +210,13 @@ def variants(N: int, T: int, which: str = "full"):
                 ((8, 4, 2, False), ("auto",))]
         out = [(f"cuda/{layout_label(*lay)}/s{s}", "cuda", s, False, lay) for lay, splits in lays for s in splits]
         return [v for v in out if v[0] != default_label()] + [base[0]] + base[3:]
-    if which == "mma2":  # the mma.sync default, the same again as an A/A control, the 16-warp layouts (with and
-        # without ping-pong halves; the ping-pong one also at fixed NSPLIT: is its auto within 3% of the best?), FlashMLA
-        x16pp = MMA_LAYOUTS["mma_x16pp"]
+    if which == "mma2":  # the mma.sync default, the same again as an A/A control, the MMA2_LAYOUTS (the first
+        # also at fixed NSPLIT: is its auto within 3% of the best?), FlashMLA
+        first = MMA_LAYOUTS[MMA2_LAYOUTS[0]]
         rows = [base[0], (f"{base[0][0]}/aa", "cuda", "auto", False, None)]
         rows += [(f"cuda/{layout_label(*MMA_LAYOUTS[n])}/sauto", "cuda", "auto", False, MMA_LAYOUTS[n])
-                 for n in ("mma_x16pp", "mma_x16")]
-        rows += [(f"cuda/{layout_label(*x16pp)}/s{sp}", "cuda", sp, False, x16pp) for sp in (16, 32, 64, 128)]
+                 for n in MMA2_LAYOUTS]
+        rows += [(f"cuda/{layout_label(*first)}/s{sp}", "cuda", sp, False, first) for sp in (16, 32, 64, 128)]
         return rows + base[3:]
     if which == "nsplit":  # the dispatched call at fixed split counts beside its own planner (auto)
         return [(f"{DISPATCH}/s{sp}", "cuda_auto", sp, False, None) for sp in NSPLITS if sp != "auto"] + [
@@ -424,7 +428,7 @@ def once(args) -> int:
         cw = cuda_backend.WIDE if args.col_warps is None else args.col_warps
         combine = cuda_backend.DEFAULT_COMBINE if args.combine is None else args.combine
         call, _, result = launcher("cuda", inp, pack_tree_mask(inp.tree_mask), args.nsplit,
-                                   layout=(cw, cuda_backend.DEFAULT_ROW_GROUPS, combine, bool(args.pingpong)))
+                                   layout=(cw, cuda_backend.DEFAULT_ROW_GROUPS, combine, int(args.pingpong or 0)))
         call()
         out = result()
     ref = verify_attention(*inp.args(), sm_scale=inp.sm_scale, backend="reference")
@@ -455,9 +459,9 @@ def build_parser(prog: str = "python -m kdengine.bench.kernel") -> argparse.Argu
     for name, default in (("B", 1), ("T", 16), ("H", 8), ("prefix", 300)):
         p.add_argument(f"--{name}", type=int, default=default)
     p.add_argument("--nsplit", type=int, default=None)
-    p.add_argument("--pingpong", type=int, choices=(0, 1), default=None,
-                   help="ping-pong halves (1) or not (0) for the wide layouts; with --col-warps / --combine: "
-                        "that layout instead of the default")
+    p.add_argument("--pingpong", type=int, choices=(0, 1, 2), default=None,
+                   help="ping-pong halves (1; 2: P*V split around the barrier, wide2 only) or not (0) for the wide "
+                        "layouts; with --col-warps / --combine: that layout instead of the default")
     p.add_argument("--col-warps", type=int, default=None, help="the layout (cuda_backend.COL_WARPS)")
     p.add_argument("--combine", type=int, default=None, help="the merge (cuda_backend.COMBINES)")
     p.add_argument("--path", choices=("mma", *MMA_LAYOUTS, *(name.removeprefix("cuda_") for name in SM90_BACKENDS)),

@@ -38,6 +38,9 @@ ROW_GROUPS = shapes.ROW_GROUPS
 DEFAULT_ROW_GROUPS = 4
 # Wide layouts only: the two row halves of a block run their softmax and P*V in opposite orders (each
 # half's softmax overlaps the other half's tensor-core work; two P buffers, one barrier of half the block).
+# 2 (wide2 only, "wide2pp2"): both halves run P*V of a tile in two column halves, one beside the next tile's
+# Q*K^T and one beside its softmax (every phase between the barriers has tensor work). A bool is 0 / 1.
+PINGPONGS = (0, 1, 2)
 DEFAULT_PINGPONG = True
 # Merge kernel (csrc/verify_kernel.cuh; the split partials are bf16 [B, nsplit, T*H, 512], their lse
 # fp32): 0 = one loop over the splits per thread, 1 = split weights computed in parallel first, then 4
@@ -192,10 +195,12 @@ def launch(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_scale
         raise ValueError(f"row_groups: expected one of {ROW_GROUPS}, got {row_groups!r}")
     if combine not in COMBINES:
         raise ValueError(f"combine: expected one of {COMBINES}, got {combine!r}")
+    if int(pingpong) not in PINGPONGS or (int(pingpong) == 2 and col_warps != WIDE2):
+        raise ValueError(f"pingpong: expected one of {PINGPONGS} (2 with col_warps {WIDE2} only), got {pingpong!r}")
     part_out, part_lse = alloc_partials(q, nsplit)
     module = build.load_extension(scalar_loads=scalar_loads)
     module.launch(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, part_out, part_lse, sm_scale, nsplit,
-                  col_warps, row_groups, bool(pingpong), combine)
+                  col_warps, row_groups, int(pingpong), combine)
 
 
 def sm90_unavailable(kv_cache: torch.Tensor) -> str | None:
@@ -332,16 +337,16 @@ verify_cuda_sm90.register_fake(_verify_fake)
 
 
 def blocks_per_sm(R: int, col_warps: int = DEFAULT_COL_WARPS, row_groups: int = DEFAULT_ROW_GROUPS,
-                  pingpong: bool = DEFAULT_PINGPONG) -> int:
+                  pingpong: int = DEFAULT_PINGPONG) -> int:
     """Split blocks resident per SM for this layout (the occupancy API, cached per process)."""
-    key = (min(R, 64), col_warps, row_groups, bool(pingpong))
+    key = (min(R, 64), col_warps, row_groups, int(pingpong))
     if key not in _BLOCKS_PER_SM:
-        _BLOCKS_PER_SM[key] = max(1, build.load_extension().blocks_per_sm(R, col_warps, row_groups, bool(pingpong)))
+        _BLOCKS_PER_SM[key] = max(1, build.load_extension().blocks_per_sm(R, col_warps, row_groups, int(pingpong)))
     return _BLOCKS_PER_SM[key]
 
 
 def plan_nsplit(q, kv_cache, page_table, nsplit, row_groups: int = DEFAULT_ROW_GROUPS,
-                col_warps: int = DEFAULT_COL_WARPS, pingpong: bool = DEFAULT_PINGPONG) -> int:
+                col_warps: int = DEFAULT_COL_WARPS, pingpong: int = DEFAULT_PINGPONG) -> int:
     """The split count from host-known sizes only (graph safe). For `auto`, one wave of split blocks:
     row tiles are counted per resident block slot of an SM."""
     B, T, H, _ = q.shape

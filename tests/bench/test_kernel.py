@@ -95,11 +95,13 @@ def test_mma2_set_has_an_aa_control_and_the_named_layouts():
     default = kernel.default_label()
     assert default in rows and f"{default}/aa" in rows  # the same call twice: the run's own noise
     assert rows[default][1:] == rows[f"{default}/aa"][1:]
-    x16pp = kernel.MMA_LAYOUTS["mma_x16pp"]
-    assert [v[2] for v in rows.values() if v[4] == x16pp] == ["auto", 16, 32, 64, 128]
+    first = kernel.MMA_LAYOUTS[kernel.MMA2_LAYOUTS[0]]
+    assert [v[2] for v in rows.values() if v[4] == first] == ["auto", 16, 32, 64, 128]
+    assert all(f"cuda/{kernel.layout_label(*kernel.MMA_LAYOUTS[n])}/sauto" in rows for n in kernel.MMA2_LAYOUTS)
+    assert kernel.layout_label(16, 4, 3, 2) == "cw16rg4/comb3/pp2" and kernel.layout_label(16, 4, 3, True).endswith("/pp")
     assert "flashmla" in rows
 
 
 def test_once_path_names_the_mma_layouts():
-    args = kernel.build_parser().parse_args(["once", "--path", "mma_x16pp", "--T", "5"])
+    args = kernel.build_parser().parse_args(["once", "--path", "mma_wide2pp2", "--T", "5"])
     assert args.path in kernel.MMA_LAYOUTS and args.T == 5
