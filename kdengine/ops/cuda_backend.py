@@ -30,6 +30,10 @@ WIDE_LAYOUTS = (WIDE, WIDE2, WIDE2X16)
 # Default: wide2 with ping-pong halves and the chunked merge, the fastest mma.sync layout at every
 # benchmarked size on the H200 (perf_history/kernel/verify_kernel_gpu-nvidia-h200-sm90_f1344fe.json:
 # 65k T=16 105.3 us against 125.6 for the wide layout, T=64 372.6 against 435.5; 4k-16k 8-16% faster).
+# wide2x16 (32) with ping-pong halves was slower at all six sizes (65k T=16 114.2 against 101.7 us, T=64
+# 417.2 against 368.2; without ping-pong 109.0 / 397.3: ..._mma2_gpu-nvidia-h200-sm90_2e1c440.json): twice
+# the threads pay the per-thread softmax and address work at 128 registers (8.64 warp instructions per HMMA
+# against 5.27).
 DEFAULT_COL_WARPS = WIDE2
 TILE_TOKENS = {2: 32, 4: 16, 8: 16, 16: 16, 32: 16}  # KV tokens per tile (BN) of each layout; a split is whole tiles
 # Most 16-row groups per block (1, 2 or 4): 4 = 64 query rows per block (each KV tile read by fewer
@@ -40,8 +44,13 @@ DEFAULT_ROW_GROUPS = 4
 # half's softmax overlaps the other half's tensor-core work; two P buffers, one barrier of half the block).
 # 2 (wide2 only, "wide2pp2"): both halves run P*V of a tile in two column halves, one beside the next tile's
 # Q*K^T and one beside its softmax (every phase between the barriers has tensor work). A bool is 0 / 1.
+# Default 2: in one H200 run beside 1 and 1 again as an A/A control (perf_history/kernel/
+# verify_kernel_mma2_gpu-nvidia-h200-sm90_4c2df52.json), 2 / 1 / 1 again, us: 65k T=64 363.6 / 370.0 / 367.5,
+# 65k T=16 101.2 / 102.4 / 102.4, 16k T=64 102.7 / 103.5 / 103.6 (faster by more than the A/A spread), 16k
+# T=16 37.1 / 37.3 / 37.3, 4k T=64 36.6 / 36.7 / 36.7, 4k T=16 20.2 / 20.1 / 20.2 (within it); its auto NSPLIT
+# was the best fixed one or within 0.2% at all six sizes. A small step (<= 1.7%): see csrc/verify_wide.cuh.
 PINGPONGS = (0, 1, 2)
-DEFAULT_PINGPONG = True
+DEFAULT_PINGPONG = 2
 # Merge kernel (csrc/verify_kernel.cuh; the split partials are bf16 [B, nsplit, T*H, 512], their lse
 # fp32): 0 = one loop over the splits per thread, 1 = split weights computed in parallel first, then 4
 # thread groups over the splits with 8 partial rows in flight per thread; 2 = the same over 4 blocks

@@ -95,9 +95,10 @@ def test_mma2_set_has_an_aa_control_and_the_named_layouts():
     default = kernel.default_label()
     assert default in rows and f"{default}/aa" in rows  # the same call twice: the run's own noise
     assert rows[default][1:] == rows[f"{default}/aa"][1:]
-    first = kernel.MMA_LAYOUTS[kernel.MMA2_LAYOUTS[0]]
-    assert [v[2] for v in rows.values() if v[4] == first] == ["auto", 16, 32, 64, 128]
-    assert all(f"cuda/{kernel.layout_label(*kernel.MMA_LAYOUTS[n])}/sauto" in rows for n in kernel.MMA2_LAYOUTS)
+    assert [v[2] for v in rows.values() if v[4] == kernel.default_layout()] == [16, 32, 64, 128]
+    others = [kernel.MMA_LAYOUTS[n] for n in kernel.MMA2_LAYOUTS if kernel.MMA_LAYOUTS[n] != kernel.default_layout()]
+    assert others and all(f"cuda/{kernel.layout_label(*lay)}/sauto" in rows for lay in others)
+    assert len(rows) == len(kernel.variants(65536, 64, "mma2"))  # no label twice
     assert kernel.layout_label(16, 4, 3, 2) == "cw16rg4/comb3/pp2" and kernel.layout_label(16, 4, 3, True).endswith("/pp")
     assert "flashmla" in rows
 
