@@ -49,18 +49,21 @@ static cudaError_t launch_split(const VerifyParams& p, cudaStream_t stream) {
 // The split-kernel configuration of (R, col_warps, max_row_groups, pingpong) handed to `fn` as a
 // type: col_warps 2 or 4 -> Cfg<RG, CW>; 8 -> the wide layout (at least 32 rows per block), its row
 // halves in opposite phase orders when `pingpong`; 16 -> the same with the streaming loader and lazy
-// rescaling ("wide2"); 32 -> wide2 with 16 warps and 64 rows per block ("wide2x16", no ping-pong).
+// rescaling ("wide2"); 32 -> wide2 with 16 warps and 64 rows per block ("wide2x16"), its row halves
+// (8 warps each) in opposite phase orders when `pingpong`. pingpong 2 (wide2 only, "wide2pp2"): the
+// halves' P*V split in two column halves around the barrier (WideCfg::SPLIT_PV).
 template <class F>
-static auto with_config(int R, int col_warps, int max_row_groups, bool pingpong, F&& fn) {
+static auto with_config(int R, int col_warps, int max_row_groups, int pingpong, F&& fn) {
   return ROWGROUPS_SWITCH(row_groups(R, max_row_groups), RG, [&] {
     return COLWARPS_SWITCH(col_warps, CW, [&] {
       constexpr int WRG = RG < 2 ? 2 : RG;
       if constexpr (CW == 8) {
         return pingpong ? fn(WideCfg<WRG, true>{}) : fn(WideCfg<WRG, false>{});
-      } else if constexpr (CW == 16) {
+      } else if constexpr (CW == 16) {  // pingpong 2: both halves split P*V around the barrier (SPLIT_PV)
+        if (pingpong == 2) return fn(WideCfg<WRG, true, true, 8, true>{});
         return pingpong ? fn(WideCfg<WRG, true, true>{}) : fn(WideCfg<WRG, false, true>{});
-      } else if constexpr (CW == 32) {  // 16 warps: always 64 rows per block, no ping-pong
-        return fn(WideCfg<4, false, true, 16>{});
+      } else if constexpr (CW == 32) {  // 16 warps: always 64 rows per block
+        return pingpong ? fn(WideCfg<4, true, true, 16>{}) : fn(WideCfg<4, false, true, 16>{});
       } else {  // (the discarded branches are still instantiated: outside a template)
         return fn(Cfg<RG, CW == 2 ? 2 : 4>{});
       }
@@ -68,7 +71,7 @@ static auto with_config(int R, int col_warps, int max_row_groups, bool pingpong,
   });
 }
 
-int blocks_per_sm(int R, int col_warps, int max_row_groups, bool pingpong) {
+int blocks_per_sm(int R, int col_warps, int max_row_groups, int pingpong) {
   int blocks = 0;
   with_config(R, col_warps, max_row_groups, pingpong, [&](auto cfg) {
     using C = decltype(cfg);
@@ -122,7 +125,7 @@ static cudaError_t launch_combine(const VerifyParams& p, int combine, cudaStream
   return cudaGetLastError();
 }
 
-cudaError_t launch_verify(const VerifyParams& p, int col_warps, int max_row_groups, bool pingpong, int combine,
+cudaError_t launch_verify(const VerifyParams& p, int col_warps, int max_row_groups, int pingpong, int combine,
                           cudaStream_t stream) {
   const cudaError_t err = with_config(p.R, col_warps, max_row_groups, pingpong, [&](auto cfg) {
     return launch_split<decltype(cfg)>(p, stream);

@@ -35,7 +35,7 @@ struct VerifyParams {
 int row_groups(int R, int max_row_groups);
 int row_tiles(int R, int max_row_groups);
 // Split-kernel blocks of that layout resident per SM on the current device (occupancy API).
-int blocks_per_sm(int R, int col_warps, int max_row_groups, bool pingpong);
+int blocks_per_sm(int R, int col_warps, int max_row_groups, int pingpong);
 
 // Split kernel then log-sum-exp merge, both on `stream`; fills p.out and p.lse. col_warps: warps per
 // 16-row group, 2 or 4 (see verify_kernel.cuh), 8 for the wide layout (verify_wide.cuh, 32 or 64
@@ -44,8 +44,9 @@ int blocks_per_sm(int R, int col_warps, int max_row_groups, bool pingpong);
 // in COMBINE_COL_CHUNKS blocks per row of 128 columns each, 8 thread groups over the splits (1 and 2
 // need nsplit <= 1024, else 0 is used), 3 = "grouped": one warp per split group keeps its own
 // log-sum-exp state, one barrier (any nsplit; verify_kernel.cuh);
-// pingpong (wide layout only): the two row halves run softmax and P*V in opposite orders.
-cudaError_t launch_verify(const VerifyParams& p, int col_warps, int max_row_groups, bool pingpong, int combine,
+// pingpong (wide layouts only): 1 = the two row halves run softmax and P*V in opposite orders; 2 (wide2
+// only) = both halves run P*V in two column halves, one beside Q*K^T, one beside the softmax.
+cudaError_t launch_verify(const VerifyParams& p, int col_warps, int max_row_groups, int pingpong, int combine,
                           cudaStream_t stream);
 
 // --- the Hopper path (verify_sm90.cu; sm_90a only) --------------------------------------------------

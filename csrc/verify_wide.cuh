@@ -24,7 +24,15 @@
 // when a score passes it by 2^LAZY_LOG2 (the O rescale, ~130 instructions, then almost never runs), and
 // while tiles remain each phase sequence sits in one basic block so the scheduler interleaves P*V with
 // the next Q*K^T (and, with PINGPONG, the softmax with P*V). WARPS = 16 (STREAM only): four row slices
-// in Q*K^T and 32 V columns per warp, 128 registers.
+// in Q*K^T and 32 V columns per warp, 128 registers: 4 warps per scheduler instead of 2. With PINGPONG
+// ("wide2x16pp") the halves are warps 0-7 (row slices 0, 1) and 8-15 (slices 2, 3), each scheduler
+// holds two warps of each, and their barrier is 256 threads wide.
+//
+// SPLIT_PV (STREAM + PINGPONG at 8 warps, "wide2pp2", pingpong 2): both halves run one order, P*V of tile i
+// in two column halves: [P*V cols 0-31 + Q*K^T of tile i + 1] -> half barrier -> [softmax of tile i + 1 +
+// P*V cols 32-63], the second half's MMAs placed inside the softmax after its masking branches (one basic
+// block), so every phase between the barriers has independent tensor work for the 2 warps per scheduler
+// (the ping-pong order leaves half 0's Q*K^T chains and half 1's softmax alone in theirs).
 //
 // Shared memory: 4 * 16 * 584 * 2 (KV) + 4 * BLOCK_M * 16 * 4 (partials) + NBUF * BLOCK_M * 24 * 2
 // (P) + (NBUF + 1) * BLOCK_M * 4: at RG = 4 92.5 KB (95.8 KB with PINGPONG), under sm_120's 99 KB;
@@ -35,9 +43,13 @@
 
 namespace kdengine {
 
-template <int RG_, bool PINGPONG_, bool STREAM_ = false, int WARPS_ = 8>
+template <int RG_, bool PINGPONG_, bool STREAM_ = false, int WARPS_ = 8, bool SPLIT_PV_ = false>
 struct WideCfg {
   static constexpr bool WIDE = true, PINGPONG = PINGPONG_;
+  // SPLIT_PV (STREAM + PINGPONG, "wide2pp2"): both halves run P*V of a tile in two column halves, one beside
+  // the next tile's Q*K^T, the other beside its softmax: every phase between the barriers has tensor work
+  // (in the ping-pong order half 0's Q*K^T chains and half 1's softmax run alone).
+  static constexpr bool SPLIT_PV = SPLIT_PV_;
   // STREAM (the "wide2" layout): KV tiles copied by a fixed thread -> (token, columns) map with each
   // thread's page id read one tile ahead, and lazy rescaling (a row's max moves only when a score
   // passes it by more than LAZY_LOG2; P stays <= 2^LAZY_LOG2 in bf16, O and l in fp32).
@@ -65,8 +77,10 @@ struct WideCfg {
   static constexpr int TPR = BN / EPT;                            // threads per row in the softmax
   static constexpr int MIN_BLOCKS = RG == 2 ? 2 : 1;
   static_assert(RG == 2 || RG == 4, "the wide layout holds 32 or 64 rows");
-  static_assert(WARPS == 8 || (WARPS == 16 && STREAM && RG == 4 && !PINGPONG), "16 warps: wide2, 64 rows, no ping-pong");
+  static_assert(WARPS == 8 || (WARPS == 16 && STREAM && RG == 4), "16 warps: wide2, 64 rows");
   static_assert(THREADS / 2 / TPR == BLOCK_M / 2, "softmax threads of a row half = that half's warps");
+  static_assert(!PINGPONG || WARPS / 2 % 4 == 0, "ping-pong halves of whole row slices (4 dim-quarter warps each)");
+  static_assert(!SPLIT_PV || (STREAM && PINGPONG && V_PART % 32 == 0), "split P*V: wide2 ping-pong, 2 x 16k columns");
   static_assert(EPT == 2 || EPT == 4, "softmax vector width");
   static_assert(SMEM <= 99 * 1024, "over sm_120's 99 KB of shared memory per block");
   static_assert(THREADS % BN == 0, "whole threads per KV token in the streaming loader");
@@ -188,13 +202,19 @@ __device__ __forceinline__ void load_floats(float (&v)[N], const float* src) {
   }
 }
 
+struct NoWork {
+  __device__ __forceinline__ void operator()() const {}
+};
+
 // Online softmax of one tile for this thread's EPT scores of row `srow` (tokens [stok, +EPT)).
 // Writes P (bf16) and the row's rescale factor for the P*V phase; m is the row's running max (log2
 // domain, identical in the TPR threads of the row), l this thread's share of the running sum.
-template <class C>
+// `beside` runs after the masking (its branches): register-only work placed there shares a basic block
+// with the rest of the softmax, so the scheduler can interleave the two (SPLIT_PV: that tile's P*V MMAs).
+template <class C, class Beside = NoWork>
 __device__ __forceinline__ void wide_softmax(const VerifyParams& p, const float* exch, __nv_bfloat16* p_s,
                                              float* alpha_s, int srow, int stok, int mask_off, int tile_start,
-                                             int prefix, int end, float& m, float& l) {
+                                             int prefix, int end, float& m, float& l, const Beside& beside = {}) {
   constexpr int EPT = C::EPT;
   float v[EPT], part[EPT];
   load_floats(v, exch + srow * C::BN + stok);
@@ -221,6 +241,7 @@ __device__ __forceinline__ void wide_softmax(const VerifyParams& p, const float*
     v[e] = x;
     mx = fmaxf(mx, x);
   }
+  beside();
 #pragma unroll
   for (int off = 1; off < C::TPR; off *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, off));
   float m_new = fmaxf(m, mx);
@@ -268,22 +289,95 @@ __device__ __forceinline__ void wide_pv(const __nv_bfloat16* tile, const __nv_bf
         o[mi][nt][3] *= a[mi][1];
       }
   }
-  uint32_t pa[C::RG][4];
   const __nv_bfloat16* pbase = p_s + (lane & 15) * C::P_STRIDE + (lane >> 4) * 8;
+  if constexpr (C::V_PART / 16 < C::RG) {
+    // 16 warps: V's 2 fragments first, then one P fragment at a time (8 + 4 registers live instead of
+    // 16 + 4: no spills at 128)
+    const __nv_bfloat16* vbase =
+        tile + ((lane & 7) + ((lane >> 3) & 1) * 8) * STRIDE + warp * C::V_PART + (lane >> 4) * 8;
+    uint32_t vb[C::V_PART / 16][4];
 #pragma unroll
-  for (int mi = 0; mi < C::RG; ++mi) ldmatrix_x4(pa[mi], pbase + mi * 16 * C::P_STRIDE);
-  const __nv_bfloat16* vbase =
-      tile + ((lane & 7) + ((lane >> 3) & 1) * 8) * STRIDE + warp * C::V_PART + (lane >> 4) * 8;
-#pragma unroll
-  for (int np = 0; np < C::V_PART / 16; ++np) {
-    uint32_t vb[4];
-    ldmatrix_x4_trans(vb, vbase + np * 16);
+    for (int np = 0; np < C::V_PART / 16; ++np) ldmatrix_x4_trans(vb[np], vbase + np * 16);
 #pragma unroll
     for (int mi = 0; mi < C::RG; ++mi) {
-      mma_bf16(o[mi][2 * np], pa[mi], vb[0], vb[1]);
-      mma_bf16(o[mi][2 * np + 1], pa[mi], vb[2], vb[3]);
+      uint32_t pa[4];
+      ldmatrix_x4(pa, pbase + mi * 16 * C::P_STRIDE);
+#pragma unroll
+      for (int np = 0; np < C::V_PART / 16; ++np) {
+        mma_bf16(o[mi][2 * np], pa, vb[np][0], vb[np][1]);
+        mma_bf16(o[mi][2 * np + 1], pa, vb[np][2], vb[np][3]);
+      }
+    }
+  } else {
+    uint32_t pa[C::RG][4];
+#pragma unroll
+    for (int mi = 0; mi < C::RG; ++mi) ldmatrix_x4(pa[mi], pbase + mi * 16 * C::P_STRIDE);
+    const __nv_bfloat16* vbase =
+        tile + ((lane & 7) + ((lane >> 3) & 1) * 8) * STRIDE + warp * C::V_PART + (lane >> 4) * 8;
+#pragma unroll
+    for (int np = 0; np < C::V_PART / 16; ++np) {
+      uint32_t vb[4];
+      ldmatrix_x4_trans(vb, vbase + np * 16);
+#pragma unroll
+      for (int mi = 0; mi < C::RG; ++mi) {
+        mma_bf16(o[mi][2 * np], pa[mi], vb[0], vb[1]);
+        mma_bf16(o[mi][2 * np + 1], pa[mi], vb[2], vb[3]);
+      }
     }
   }
+}
+
+// SPLIT_PV: P*V of one tile on columns [16 NP0, 16 NP1) of this warp's V_PART, its ldmatrix operands loaded
+// apart from the MMAs (the second half's are loaded before the softmax, so its MMAs interleave with the
+// softmax: they touch no memory, while the loads must stay ahead of the softmax's P stores).
+template <class C, int NP0, int NP1>
+struct PvCols {
+  uint32_t pa[C::RG][4], vb[NP1 - NP0][4];
+
+  __device__ __forceinline__ void load(const __nv_bfloat16* tile, const __nv_bfloat16* p_s, int warp, int lane) {
+    const __nv_bfloat16* pbase = p_s + (lane & 15) * C::P_STRIDE + (lane >> 4) * 8;
+#pragma unroll
+    for (int mi = 0; mi < C::RG; ++mi) ldmatrix_x4(pa[mi], pbase + mi * 16 * C::P_STRIDE);
+    const __nv_bfloat16* vbase =
+        tile + ((lane & 7) + ((lane >> 3) & 1) * 8) * STRIDE + warp * C::V_PART + (lane >> 4) * 8;
+#pragma unroll
+    for (int np = NP0; np < NP1; ++np) ldmatrix_x4_trans(vb[np - NP0], vbase + np * 16);
+  }
+  // O[:, these columns] *= alpha (call when any alpha of the tile != 1: rarely), before mma
+  __device__ __forceinline__ void rescale(float (&o)[C::RG][C::V_PART / 8][4], const float* alpha_s, int lane) const {
+#pragma unroll
+    for (int mi = 0; mi < C::RG; ++mi) {
+      const float a0 = alpha_s[mi * 16 + lane / 4], a1 = alpha_s[mi * 16 + lane / 4 + 8];
+#pragma unroll
+      for (int nt = 2 * NP0; nt < 2 * NP1; ++nt) {
+        o[mi][nt][0] *= a0;
+        o[mi][nt][1] *= a0;
+        o[mi][nt][2] *= a1;
+        o[mi][nt][3] *= a1;
+      }
+    }
+  }
+  // O[:, these columns] += P * V (register operands only: no memory access)
+  __device__ __forceinline__ void mma(float (&o)[C::RG][C::V_PART / 8][4]) const {
+#pragma unroll
+    for (int np = NP0; np < NP1; ++np)
+#pragma unroll
+      for (int mi = 0; mi < C::RG; ++mi) {
+        mma_bf16(o[mi][2 * np], pa[mi], vb[np - NP0][0], vb[np - NP0][1]);
+        mma_bf16(o[mi][2 * np + 1], pa[mi], vb[np - NP0][2], vb[np - NP0][3]);
+      }
+  }
+};
+
+// Whether any row's alpha of the tile differs from 1 (warp-uniform): the O rescale is needed.
+template <class C>
+__device__ __forceinline__ bool alpha_moved(const float* alpha_s, int lane) {
+  bool moved = false;
+#pragma unroll
+  for (int mi = 0; mi < C::RG; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) moved |= alpha_s[mi * 16 + lane / 4 + 8 * h] != 1.f;
+  return __any_sync(0xffffffff, moved);
 }
 
 template <class C>
@@ -297,7 +391,9 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
 
   const int b = blockIdx.z, split = blockIdx.y, row0 = blockIdx.x * BLOCK_M;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int half = warp / 4, quarter = warp % 4;  // half: the row slice (a row half at 8 warps)
+  const int slice = warp / 4, quarter = warp % 4;  // Q*K^T: the row slice (a row half at 8 warps), dim quarter
+  // PINGPONG: the row half (the slice itself at 8 warps: written so, that layout's SASS is unchanged)
+  [[maybe_unused]] const int half = C::WARPS == 8 ? slice : warp / (C::WARPS / 2);
   const int T = p.T, R = p.R;
   const int prefix = p.prefix_len[b];
   int start, end;
@@ -321,7 +417,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
   uint32_t qa[C::QM][C::KSTEPS][4];
 #pragma unroll
   for (int mi = 0; mi < C::QM; ++mi)
-    load_q_fragments<C>(p, b, row0 + half * (BLOCK_M / C::RS) + mi * 16, quarter * C::K_PART, qa[mi]);
+    load_q_fragments<C>(p, b, row0 + slice * (BLOCK_M / C::RS) + mi * 16, quarter * C::K_PART, qa[mi]);
 
   // The softmax role of this thread: EPT scores of one row.
   const int srow = threadIdx.x / C::TPR, stok = (threadIdx.x % C::TPR) * C::EPT;
@@ -337,7 +433,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
 
   cp_async_wait<STAGES - 2>();  // tile 0
   __syncthreads();
-  wide_partial_scores<C>(kv_s, qa, exch, half, quarter, lane);
+  wide_partial_scores<C>(kv_s, qa, exch, slice, quarter, lane);
   __syncthreads();
   wide_softmax<C>(p, exch, p_s, row_s, srow, stok, mask_off, start, prefix, end, m_run, l_run);
 
@@ -359,28 +455,63 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
     if constexpr (!C::PINGPONG) {
       if (C::STREAM && more) {  // one basic block: the scheduler interleaves the two independent MMA streams
         wide_pv<C>(cur, p_s, row_s, o, warp, lane);
-        wide_partial_scores<C>(nxt, qa, exch, half, quarter, lane);
+        wide_partial_scores<C>(nxt, qa, exch, slice, quarter, lane);
       } else {
         wide_pv<C>(cur, p_s, row_s, o, warp, lane);
-        if (more) wide_partial_scores<C>(nxt, qa, exch, half, quarter, lane);
+        if (more) wide_partial_scores<C>(nxt, qa, exch, slice, quarter, lane);
       }
       __syncthreads();  // P / alpha of tile it consumed, partial scores of tile it + 1 written
       if (more) wide_softmax<C>(p, exch, p_s, row_s, srow, stok, mask_off, nxt_start, prefix, end, m_run, l_run);
     } else {
       // Tile it's P / alpha in buffer it % 2, tile it + 1's go to the other one. A row half's partial
-      // scores and softmax involve only its own 4 warps (threads 128 * half.. hold its rows), so the
-      // halves meet at a 128-thread barrier, in opposite orders: half 0 runs its softmax while half
-      // 1 runs P*V on the tensor cores, and the other way round.
+      // scores and softmax involve only its own warps (4, or 8 at 16 warps: its row slices; threads
+      // THREADS / 2 * half.. hold its rows), so the halves meet at a barrier of THREADS / 2 threads, in
+      // opposite orders: half 0 runs its softmax while half 1 runs P*V on the tensor cores, and the
+      // other way round.
       const __nv_bfloat16* p_cur = p_s + (it & 1) * C::P_ELEMS;
       const float* a_cur = row_s + (it & 1) * BLOCK_M;
       __nv_bfloat16* p_nxt = p_s + ((it + 1) & 1) * C::P_ELEMS;
       float* a_nxt = row_s + ((it + 1) & 1) * BLOCK_M;
       // STREAM: each phase sequence in one basic block while tiles remain (softmax next to P*V, P*V
       // next to Q*K^T: the scheduler interleaves them), P*V alone on the last tile.
-      if (half == 0) {
+      if constexpr (C::SPLIT_PV) {  // both halves: [P*V(cur) cols 0.5 + Q*K^T(nxt)], barrier, [softmax(nxt) + P*V cols 0.5..1]
+        constexpr int NP = C::V_PART / 16, NPH = NP / 2;
         if (more) {
-          wide_partial_scores<C>(nxt, qa, exch, half, quarter, lane);
-          group_barrier(1, 128);
+          const bool moved = alpha_moved<C>(a_cur, lane);
+          {
+            PvCols<C, 0, NPH> pv;
+            pv.load(cur, p_cur, warp, lane);
+            if (moved) pv.rescale(o, a_cur, lane);
+            pv.mma(o);
+          }
+          wide_partial_scores<C>(nxt, qa, exch, slice, quarter, lane);
+          if (half == 0)  // literal ids: a computed one makes ptxas reserve all 16 named barriers
+            group_barrier(1, C::THREADS / 2);
+          else
+            group_barrier(2, C::THREADS / 2);
+          // The second column half's ldmatrix loads stay ahead of the softmax's P stores (the other P
+          // buffer: no hazard, but ptxas cannot tell), its MMAs go beside the softmax. Where the loads sit
+          // is chosen per arch by ptxas's register allocation at the 255 limit (no spills on either):
+          // sm_120 before the softmax (beside it: 36 B of spills), sm_90 beside it (before: 20 B).
+          PvCols<C, NPH, NP> pv;
+          if (moved) pv.rescale(o, a_cur, lane);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+          pv.load(cur, p_cur, warp, lane);
+          wide_softmax<C>(p, exch, p_nxt, a_nxt, srow, stok, mask_off, nxt_start, prefix, end, m_run, l_run,
+                          [&] { pv.mma(o); });
+#else
+          wide_softmax<C>(p, exch, p_nxt, a_nxt, srow, stok, mask_off, nxt_start, prefix, end, m_run, l_run, [&] {
+            pv.load(cur, p_cur, warp, lane);
+            pv.mma(o);
+          });
+#endif
+        } else {
+          wide_pv<C>(cur, p_cur, a_cur, o, warp, lane);
+        }
+      } else if (half == 0) {
+        if (more) {
+          wide_partial_scores<C>(nxt, qa, exch, slice, quarter, lane);
+          group_barrier(1, C::THREADS / 2);
           wide_softmax<C>(p, exch, p_nxt, a_nxt, srow, stok, mask_off, nxt_start, prefix, end, m_run, l_run);
           if constexpr (C::STREAM) wide_pv<C>(cur, p_cur, a_cur, o, warp, lane);
         }
@@ -388,14 +519,22 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
       } else {
         if (C::STREAM && more) {
           wide_pv<C>(cur, p_cur, a_cur, o, warp, lane);
-          wide_partial_scores<C>(nxt, qa, exch, half, quarter, lane);
-          group_barrier(2, 128);
+          wide_partial_scores<C>(nxt, qa, exch, slice, quarter, lane);
+          group_barrier(2, C::THREADS / 2);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 1000
+          if constexpr (C::WARPS == 16) {  // sm_90: P / alpha addresses formed after the barrier, not held
+            int nb = (it + 1) & 1;         // across P*V and Q*K^T, where ptxas spilled them at 128 registers
+            asm volatile("" : "+r"(nb));   // (on sm_120 this form spills more: there the plain one, below)
+            p_nxt = p_s + nb * C::P_ELEMS;
+            a_nxt = row_s + nb * BLOCK_M;
+          }
+#endif
           wide_softmax<C>(p, exch, p_nxt, a_nxt, srow, stok, mask_off, nxt_start, prefix, end, m_run, l_run);
         } else {
           wide_pv<C>(cur, p_cur, a_cur, o, warp, lane);
           if (more) {
-            wide_partial_scores<C>(nxt, qa, exch, half, quarter, lane);
-            group_barrier(2, 128);
+            wide_partial_scores<C>(nxt, qa, exch, slice, quarter, lane);
+            group_barrier(2, C::THREADS / 2);
             wide_softmax<C>(p, exch, p_nxt, a_nxt, srow, stok, mask_off, nxt_start, prefix, end, m_run, l_run);
           }
         }

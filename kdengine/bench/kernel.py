@@ -33,10 +33,20 @@ from kdengine.ops.shapes import DV
 CONTEXTS = (4096, 16384, 65536)
 TREE_SIZES = (16, 64)
 NSPLITS = (16, 32, 64, 128, 256, "auto")
-SETS = ("full", "peers", "mma", "sm90", "paths", "pair", "half", "nsplit", "merge")
+SETS = ("full", "peers", "mma", "mma2", "sm90", "paths", "pair", "half", "nsplit", "merge")
 # The `merge` set: the sm90 default schedule with the merge kernel, and the same split kernel alone (no
 # merge: the merge's in-graph share is the difference). Records of the set `fuse` (..._fuse_*.json) also
 # time the fused merges that were removed (csrc/verify_sm90.cuh header).
+# mma.sync layouts by name (`once --path`, the `mma2` set): (col_warps, row_groups, combine, pingpong) of
+# kdengine.ops.cuda_backend; "mma" is its default. x16pp: wide2x16 (16 warps, 4 per scheduler) with
+# ping-pong halves of 8 warps; x16: the same without ping-pong; wide2pp: wide2 (8 warps) with ping-pong;
+# wide2pp2: wide2 with both halves' P*V split around the barrier (pingpong 2).
+MMA_LAYOUTS = {"mma_wide2pp": (16, 4, 3, True), "mma_wide2pp2": (16, 4, 3, 2), "mma_x16pp": (32, 4, 3, True),
+               "mma_x16": (32, 4, 3, False)}
+# the layouts the `mma2` set times beside the default: the previous default (ping-pong 1). Its runs so far:
+# 2e1c440 (default pingpong 1; mma_x16pp at auto and fixed NSPLIT, mma_x16), 4c2df52 (default pingpong 1;
+# mma_wide2pp2 at auto and fixed NSPLIT, which then became the default)
+MMA2_LAYOUTS = ("mma_wide2pp",)
 # The sm90 path's rows: backend name -> schedule (kdengine.ops.cuda_backend.SCHEDULES). (In the first
 # record, perf_history/kernel/verify_kernel_sm90_*_ebda896.json, "cuda_sm90" was the seesaw schedule.)
 SM90_BACKENDS = {"cuda_sm90_both": "both", "cuda_sm90_staggered": "staggered", "cuda_sm90_seesaw": "seesaw",
@@ -150,7 +160,7 @@ def rotating_call(name: str, nsplit, *, scalar_loads: bool = False, layout=None)
 
 
 def layout_label(cw, rg, comb, pp) -> str:
-    return f"cw{cw}rg{rg}" + (f"/comb{comb}" if comb else "") + ("/pp" if pp else "")
+    return f"cw{cw}rg{rg}" + (f"/comb{comb}" if comb else "") + ("/pp" if pp else "") + ("2" if pp == 2 else "")
 
 
 def default_label() -> str:
@@ -199,6 +209,14 @@ def variants(N: int, T: int, which: str = "full"):
                 ((8, 4, 2, False), ("auto",))]
         out = [(f"cuda/{layout_label(*lay)}/s{s}", "cuda", s, False, lay) for lay, splits in lays for s in splits]
         return [v for v in out if v[0] != default_label()] + [base[0]] + base[3:]
+    if which == "mma2":  # the mma.sync default, the same again as an A/A control, the default at fixed NSPLIT
+        # (is its auto within 3% of the best?), the MMA2_LAYOUTS, FlashMLA
+        default = default_layout()
+        rows = [base[0], (f"{base[0][0]}/aa", "cuda", "auto", False, None)]
+        rows += [(f"cuda/{layout_label(*default)}/s{sp}", "cuda", sp, False, default) for sp in (16, 32, 64, 128)]
+        rows += [(f"cuda/{layout_label(*MMA_LAYOUTS[n])}/sauto", "cuda", "auto", False, MMA_LAYOUTS[n])
+                 for n in MMA2_LAYOUTS if MMA_LAYOUTS[n] != default]
+        return rows + base[3:]
     if which == "nsplit":  # the dispatched call at fixed split counts beside its own planner (auto)
         return [(f"{DISPATCH}/s{sp}", "cuda_auto", sp, False, None) for sp in NSPLITS if sp != "auto"] + [
             (DISPATCH, "cuda_auto", "auto", False, None)]
@@ -386,10 +404,11 @@ def once(args) -> int:
     from kdengine.ops.verify import verify_attention
 
     inp = make_verify_inputs(B=args.B, T=args.T, H=args.H, prefix=args.prefix, seed=1, device="cuda")
-    if args.path is not None:  # the mma.sync default or the sm90 kernel, forced (sm90: --combine)
-        sm90 = None if args.path == "mma" else {"combine": args.combine}
-        call, _, result = launcher("cuda" if args.path == "mma" else f"cuda_{args.path}",
-                                   inp, pack_tree_mask(inp.tree_mask), args.nsplit, layout=sm90)
+    if args.path is not None:  # the mma.sync default or a named mma layout, or the sm90 kernel (--combine)
+        mma = args.path == "mma" or args.path in MMA_LAYOUTS
+        layout = MMA_LAYOUTS.get(args.path) if mma else {"combine": args.combine}
+        call, _, result = launcher("cuda" if mma else f"cuda_{args.path}",
+                                   inp, pack_tree_mask(inp.tree_mask), args.nsplit, layout=layout)
         call()
         out = result()
     elif args.pingpong is None and args.col_warps is None and args.combine is None:
@@ -398,7 +417,7 @@ def once(args) -> int:
         cw = cuda_backend.WIDE if args.col_warps is None else args.col_warps
         combine = cuda_backend.DEFAULT_COMBINE if args.combine is None else args.combine
         call, _, result = launcher("cuda", inp, pack_tree_mask(inp.tree_mask), args.nsplit,
-                                   layout=(cw, cuda_backend.DEFAULT_ROW_GROUPS, combine, bool(args.pingpong)))
+                                   layout=(cw, cuda_backend.DEFAULT_ROW_GROUPS, combine, int(args.pingpong or 0)))
         call()
         out = result()
     ref = verify_attention(*inp.args(), sm_scale=inp.sm_scale, backend="reference")
@@ -429,13 +448,14 @@ def build_parser(prog: str = "python -m kdengine.bench.kernel") -> argparse.Argu
     for name, default in (("B", 1), ("T", 16), ("H", 8), ("prefix", 300)):
         p.add_argument(f"--{name}", type=int, default=default)
     p.add_argument("--nsplit", type=int, default=None)
-    p.add_argument("--pingpong", type=int, choices=(0, 1), default=None,
-                   help="ping-pong halves (1) or not (0) for the wide layouts; with --col-warps / --combine: "
-                        "that layout instead of the default")
+    p.add_argument("--pingpong", type=int, choices=(0, 1, 2), default=None,
+                   help="ping-pong halves (1; 2: P*V split around the barrier, wide2 only) or not (0) for the wide "
+                        "layouts; with --col-warps / --combine: that layout instead of the default")
     p.add_argument("--col-warps", type=int, default=None, help="the layout (cuda_backend.COL_WARPS)")
     p.add_argument("--combine", type=int, default=None, help="the merge (cuda_backend.COMBINES)")
-    p.add_argument("--path", choices=("mma", *(name.removeprefix("cuda_") for name in SM90_BACKENDS)), default=None,
-                   help="force the cuda split kernel: mma.sync, or the sm90 wgmma kernel with one schedule")
+    p.add_argument("--path", choices=("mma", *MMA_LAYOUTS, *(name.removeprefix("cuda_") for name in SM90_BACKENDS)),
+                   default=None, help="force the cuda split kernel: mma.sync (its default or a named layout, "
+                                      "MMA_LAYOUTS), or the sm90 wgmma kernel with one schedule")
     p.set_defaults(func=once)
     return parser
 

@@ -20,7 +20,8 @@ DV = shapes.DV
 # (csrc/verify_wide.cuh: 8 warps share all rows of the block, each K/V fragment feeds 2-4 m16 tiles;
 # BN 16, 4 stages, at least 32 rows per block); 16 = "wide2", the wide layout with the streaming
 # KV loader (fixed thread -> token map, page ids read a tile ahead) and lazy rescaling; 32 = "wide2x16",
-# wide2 with 16 warps (4 per scheduler at 128 registers) and always 64 rows per block, no ping-pong.
+# wide2 with 16 warps (4 per scheduler at 128 registers) and always 64 rows per block, with pingpong its
+# row halves of 8 warps each in opposite phase orders ("wide2x16pp").
 COL_WARPS = (2, 4, 8, 16, 32)
 WIDE = 8
 WIDE2 = 16
@@ -29,15 +30,27 @@ WIDE_LAYOUTS = (WIDE, WIDE2, WIDE2X16)
 # Default: wide2 with ping-pong halves and the chunked merge, the fastest mma.sync layout at every
 # benchmarked size on the H200 (perf_history/kernel/verify_kernel_gpu-nvidia-h200-sm90_f1344fe.json:
 # 65k T=16 105.3 us against 125.6 for the wide layout, T=64 372.6 against 435.5; 4k-16k 8-16% faster).
+# wide2x16 (32) with ping-pong halves was slower at all six sizes (65k T=16 114.2 against 101.7 us, T=64
+# 417.2 against 368.2; without ping-pong 109.0 / 397.3: ..._mma2_gpu-nvidia-h200-sm90_2e1c440.json): twice
+# the threads pay the per-thread softmax and address work at 128 registers (8.64 warp instructions per HMMA
+# against 5.27).
 DEFAULT_COL_WARPS = WIDE2
 TILE_TOKENS = {2: 32, 4: 16, 8: 16, 16: 16, 32: 16}  # KV tokens per tile (BN) of each layout; a split is whole tiles
 # Most 16-row groups per block (1, 2 or 4): 4 = 64 query rows per block (each KV tile read by fewer
 # blocks), 2 = 32 rows (blocks small enough for two per SM on sm_90).
 ROW_GROUPS = shapes.ROW_GROUPS
 DEFAULT_ROW_GROUPS = 4
-# Wide layout only: the two row halves of a block run their softmax and P*V in opposite orders (each
-# half's softmax overlaps the other half's tensor-core work; two P buffers, one 128-thread barrier).
-DEFAULT_PINGPONG = True
+# Wide layouts only: the two row halves of a block run their softmax and P*V in opposite orders (each
+# half's softmax overlaps the other half's tensor-core work; two P buffers, one barrier of half the block).
+# 2 (wide2 only, "wide2pp2"): both halves run P*V of a tile in two column halves, one beside the next tile's
+# Q*K^T and one beside its softmax (every phase between the barriers has tensor work). A bool is 0 / 1.
+# Default 2: in one H200 run beside 1 and 1 again as an A/A control (perf_history/kernel/
+# verify_kernel_mma2_gpu-nvidia-h200-sm90_4c2df52.json), 2 / 1 / 1 again, us: 65k T=64 363.6 / 370.0 / 367.5,
+# 65k T=16 101.2 / 102.4 / 102.4, 16k T=64 102.7 / 103.5 / 103.6 (faster by more than the A/A spread), 16k
+# T=16 37.1 / 37.3 / 37.3, 4k T=64 36.6 / 36.7 / 36.7, 4k T=16 20.2 / 20.1 / 20.2 (within it); its auto NSPLIT
+# was the best fixed one or within 0.2% at all six sizes. A small step (<= 1.7%): see csrc/verify_wide.cuh.
+PINGPONGS = (0, 1, 2)
+DEFAULT_PINGPONG = 2
 # Merge kernel (csrc/verify_kernel.cuh; the split partials are bf16 [B, nsplit, T*H, 512], their lse
 # fp32): 0 = one loop over the splits per thread, 1 = split weights computed in parallel first, then 4
 # thread groups over the splits with 8 partial rows in flight per thread; 2 = the same over 4 blocks
@@ -176,10 +189,12 @@ def launch(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_scale
         raise ValueError(f"row_groups: expected one of {ROW_GROUPS}, got {row_groups!r}")
     if combine not in COMBINES:
         raise ValueError(f"combine: expected one of {COMBINES}, got {combine!r}")
+    if int(pingpong) not in PINGPONGS or (int(pingpong) == 2 and col_warps != WIDE2):
+        raise ValueError(f"pingpong: expected one of {PINGPONGS} (2 with col_warps {WIDE2} only), got {pingpong!r}")
     part_out, part_lse = alloc_partials(q, nsplit)
     module = build.load_extension(scalar_loads=scalar_loads)
     module.launch(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, part_out, part_lse, sm_scale, nsplit,
-                  col_warps, row_groups, bool(pingpong), combine)
+                  col_warps, row_groups, int(pingpong), combine)
 
 
 def sm90_unavailable(kv_cache: torch.Tensor) -> str | None:
@@ -291,16 +306,16 @@ verify_cuda_sm90.register_fake(_verify_fake)
 
 
 def blocks_per_sm(R: int, col_warps: int = DEFAULT_COL_WARPS, row_groups: int = DEFAULT_ROW_GROUPS,
-                  pingpong: bool = DEFAULT_PINGPONG) -> int:
+                  pingpong: int = DEFAULT_PINGPONG) -> int:
     """Split blocks resident per SM for this layout (the occupancy API, cached per process)."""
-    key = (min(R, 64), col_warps, row_groups, bool(pingpong))
+    key = (min(R, 64), col_warps, row_groups, int(pingpong))
     if key not in _BLOCKS_PER_SM:
-        _BLOCKS_PER_SM[key] = max(1, build.load_extension().blocks_per_sm(R, col_warps, row_groups, bool(pingpong)))
+        _BLOCKS_PER_SM[key] = max(1, build.load_extension().blocks_per_sm(R, col_warps, row_groups, int(pingpong)))
     return _BLOCKS_PER_SM[key]
 
 
 def plan_nsplit(q, kv_cache, page_table, nsplit, row_groups: int = DEFAULT_ROW_GROUPS,
-                col_warps: int = DEFAULT_COL_WARPS, pingpong: bool = DEFAULT_PINGPONG) -> int:
+                col_warps: int = DEFAULT_COL_WARPS, pingpong: int = DEFAULT_PINGPONG) -> int:
     """The split count from host-known sizes only (graph safe). For `auto`, one wave of split blocks:
     row tiles are counted per resident block slot of an SM."""
     B, T, H, _ = q.shape

@@ -88,3 +88,21 @@ def test_nsplit_set_checks_the_dispatched_planner_against_fixed_splits():
     assert rows[-1][:3] == (kernel.DISPATCH, "cuda_auto", "auto")
     fixed = [r[2] for r in rows[:-1]]
     assert fixed and all(isinstance(s, int) for s in fixed) and len({r[0] for r in rows}) == len(rows)
+
+
+def test_mma2_set_has_an_aa_control_and_the_named_layouts():
+    rows = {v[0]: v for v in kernel.variants(65536, 64, "mma2")}
+    default = kernel.default_label()
+    assert default in rows and f"{default}/aa" in rows  # the same call twice: the run's own noise
+    assert rows[default][1:] == rows[f"{default}/aa"][1:]
+    assert [v[2] for v in rows.values() if v[4] == kernel.default_layout()] == [16, 32, 64, 128]
+    others = [kernel.MMA_LAYOUTS[n] for n in kernel.MMA2_LAYOUTS if kernel.MMA_LAYOUTS[n] != kernel.default_layout()]
+    assert others and all(f"cuda/{kernel.layout_label(*lay)}/sauto" in rows for lay in others)
+    assert len(rows) == len(kernel.variants(65536, 64, "mma2"))  # no label twice
+    assert kernel.layout_label(16, 4, 3, 2) == "cw16rg4/comb3/pp2" and kernel.layout_label(16, 4, 3, True).endswith("/pp")
+    assert "flashmla" in rows
+
+
+def test_once_path_names_the_mma_layouts():
+    args = kernel.build_parser().parse_args(["once", "--path", "mma_wide2pp2", "--T", "5"])
+    assert args.path in kernel.MMA_LAYOUTS and args.T == 5

@@ -191,8 +191,9 @@ WIDE2_CASES = CONTRACT + ODD + [TestParam(16, [65000, 17, 4000, 129], B=4), Test
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", [(cuda_backend.WIDE2, 1, False), (cuda_backend.WIDE2, 2, False),
                                     (cuda_backend.WIDE2, 2, True), (cuda_backend.WIDE2, 3, True),
-                                    (cuda_backend.WIDE2X16, 2, False)],
-                         ids=lambda lay: f"cw{lay[0]}-comb{lay[1]}" + ("-pp" if lay[2] else ""))
+                                    (cuda_backend.WIDE2X16, 2, False), (cuda_backend.WIDE2X16, 3, True),
+                                    (cuda_backend.WIDE2, 3, 2)],
+                         ids=lambda lay: f"cw{lay[0]}-comb{lay[1]}" + ("-pp" if lay[2] else "") + ("2" if lay[2] == 2 else ""))
 @pytest.mark.parametrize("tp", WIDE2_CASES, ids=lambda tp: f"T{tp.T}-p{tp.prefix}-H{tp.H}-B{tp.B}-s{tp.nsplit}")
 def test_wide2_matches_reference(tp, layout):
     col_warps, combine, pingpong = layout
@@ -202,8 +203,8 @@ def test_wide2_matches_reference(tp, layout):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("layout", [(cuda_backend.WIDE2, False), (cuda_backend.WIDE2, True),
-                                    (cuda_backend.WIDE2X16, False)], ids=str)
+@pytest.mark.parametrize("layout", [(cuda_backend.WIDE2, False), (cuda_backend.WIDE2, True), (cuda_backend.WIDE2, 2),
+                                    (cuda_backend.WIDE2X16, False), (cuda_backend.WIDE2X16, True)], ids=str)
 @pytest.mark.parametrize("sm_scale", (1.0, 4.0))
 def test_wide2_lazy_rescale_moves_the_max(sm_scale, layout):
     col_warps, pingpong = layout
@@ -219,15 +220,32 @@ def test_wide2_lazy_rescale_moves_the_max(sm_scale, layout):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", [(cw, rg, pp) for cw in cuda_backend.COL_WARPS for rg in cuda_backend.ROW_GROUPS
-                                    for pp in ((False, True) if cw in (cuda_backend.WIDE, cuda_backend.WIDE2) else (False,))],
-                         ids=lambda lay: f"cw{lay[0]}rg{lay[1]}" + ("pp" if lay[2] else ""))
+                                    for pp in ((0, 1, 2) if cw == cuda_backend.WIDE2 else
+                                               (0, 1) if cw in cuda_backend.WIDE_LAYOUTS else (0,))],
+                         ids=lambda lay: f"cw{lay[0]}rg{lay[1]}" + ("pp" if lay[2] else "") + ("2" if lay[2] == 2 else ""))
 @pytest.mark.parametrize("tp", [TestParam(1, 70, H=1), TestParam(17, 63, H=2), TestParam(64, [4000, 65], B=2),
                                 TestParam(16, 100, nsplit=256), TestParam(16, 65520 - 16)], ids=str)
 def test_every_warp_layout(tp, layout):
     col_warps, row_groups, pingpong = layout
-    inp = _problem(tp, seed=col_warps + row_groups + pingpong)
+    inp = _problem(tp, seed=col_warps + row_groups + int(pingpong))
     out, lse = _run_poisoned(inp, tp.nsplit, col_warps=col_warps, row_groups=row_groups, pingpong=pingpong)
     _check(inp, out, lse)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", [(cuda_backend.WIDE2, True), (cuda_backend.WIDE2, 2), (cuda_backend.WIDE2X16, True),
+                                    (cuda_backend.WIDE2X16, False)], ids=str)
+def test_nan_past_the_end_is_ignored(layout):
+    """Pool slots past a sequence's end (same page) may hold anything: NaN there must not leak (the
+    zero-filled tail of the last tile is what the kernel reads)."""
+    col_warps, pingpong = layout
+    inp = _problem(TestParam(16, [1000 - 16, 517], B=2), seed=12)
+    for b in range(2):
+        L = int(inp.prefix_len[b]) + 16
+        inp.kv_cache[int(inp.page_table[b, L // 64]), L % 64:] = float("nan")
+    for nsplit in (1, 3, 64):
+        out, lse = _run_poisoned(inp, nsplit, col_warps=col_warps, pingpong=pingpong)
+        _check(inp, out, lse)
 
 
 @pytest.mark.gpu
@@ -300,3 +318,10 @@ def test_custom_op_fake_shapes():
         bits = mode.from_tensor(real_bits)
         out, lse = torch.ops.kdengine.verify_cuda(*args, bits, 0.1, 4)
     assert out.shape == (1, 17, 2, 512) and lse.shape == (1, 17, 2) and lse.dtype == torch.float32
+
+
+def test_split_pv_schedule_is_wide2_only():
+    q = torch.zeros(1, 1, 1, 576, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="pingpong"):
+        cuda_backend.launch(q, None, None, None, None, None, None, sm_scale=1.0, nsplit=1,
+                            col_warps=cuda_backend.WIDE2X16, pingpong=2)
