@@ -27,7 +27,7 @@ step build
 timeout ${BUILD_TIMEOUT:-200} python3 -m kdengine.ops.build --arch native > "$LOGS/build.log" 2>&1 || { tail -30 "$LOGS/build.log"; exit 1; }
 step "tests + sanitizers"
 (  # compute-sanitizer on small shapes of both paths, beside the tests: memcheck (one-warp merge blocks at
-   # nsplit <= 8, the grouped merge past one batch, odd T and prefixes), racecheck of each sm90 schedule in use
+   # nsplit <= 8, the grouped merge past one batch, odd T and prefixes), racecheck of each sm90 schedule in use and of half
   san() {
     local tool=$1 tag=$2; shift 2
     timeout ${SAN_TIMEOUT:-60} compute-sanitizer --tool $tool --print-limit 2 --show-backtrace no --error-exitcode 9 \
@@ -38,10 +38,12 @@ step "tests + sanitizers"
   san memcheck m2 --path sm90_staggered --B 3 --T 17 --prefix 130 --nsplit 4 &
   san memcheck m3 --path sm90_pair --B 2 --T 64 --prefix 700 --nsplit 4 &
   san memcheck m4 --path mma --T 3 --H 2 --prefix 2000 --nsplit 300 &
+  san memcheck m5 --path sm90_half --B 3 --T 17 --prefix 130 --nsplit 4 &
   wait
   san racecheck r1 --path sm90_pair --T 3 --H 2 --prefix 140 &
   san racecheck r2 --path sm90_staggered --T 3 --H 2 --prefix 140 &
   san racecheck r3 --path mma --T 3 --H 2 --prefix 140 &
+  san racecheck r4 --path sm90_half --T 3 --H 2 --prefix 140 &
   wait
   for f in /tmp/san_*.txt; do grep -vE "^=========\s*$" "$f" | head -8; tail -1 "$f"; done
 ) > "$LOGS/sanitize.log" 2>&1 &
