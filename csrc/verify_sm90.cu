@@ -88,6 +88,8 @@ cudaError_t launch_split_sm90(const VerifyParams& p, long long pool_tokens, int 
   if (schedule == sm90::HALF) return launch_sm90_kernel<sm90::HALF>(p, kv_map, q_map, stream);
   if (schedule == sm90::PAIR) return launch_sm90_kernel<sm90::PAIR>(p, kv_map, q_map, stream);
   if (schedule == sm90::SEESAW) return launch_sm90_kernel<sm90::SEESAW>(p, kv_map, q_map, stream);
+  if (schedule == sm90::STAGGERED_TAIL) return launch_sm90_kernel<sm90::STAGGERED_TAIL>(p, kv_map, q_map, stream);
+  if (schedule == sm90::STAGGERED_SMALL) return launch_sm90_kernel<sm90::STAGGERED_SMALL>(p, kv_map, q_map, stream);
   if (schedule == sm90::STAGGERED) return launch_sm90_kernel<sm90::STAGGERED>(p, kv_map, q_map, stream);
   return launch_sm90_kernel<sm90::BOTH>(p, kv_map, q_map, stream);
 }

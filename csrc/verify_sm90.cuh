@@ -32,6 +32,13 @@
 //     running max moves lazily (only when a score passes it by 2^8; both warpgroups compute the same m),
 //     each P half (bf16) goes over the tile's rope chunk, and each warpgroup runs P V of all 64 tokens on
 //     its own 256 O columns: its own half from registers, the other's from shared memory. Opt-in (below).
+//   STAGGERED_SMALL, STAGGERED_TAIL: STAGGERED with a smaller consumer loop (instruction fetch: ncu's top
+//     stall of STAGGERED at 65k T=16 is no_instruction). TAIL: the tail tile's mask as visibility bits found
+//     in a rolled loop (mask_rowmax ROLLED_TAIL), the same math: 875 SASS instructions in the loop against
+//     1493 (nvcc 13.2). SMALL: that, plus exp2 as one MUFU.EX2 (ftz), the running max moved lazily (HALF's
+//     rule) so that the O rescale is rarely taken, and the producer's empty waits with a suspend-time hint:
+//     790. (S issued as a rolled loop over its 3 chunk groups saved 64 more, but ptxas injects a
+//     warpgroup.arrive there, C7519.) Opt-in.
 // Splits, partials and lse follow VerifyParams (verify_launch.h); the merge is the shared merge kernel
 // (a programmatic dependent launch). Two merges fused into this kernel were built, tested and measured
 // slower on the H200, and removed: a cluster merge through distributed shared memory (at one 220 KB block
@@ -122,9 +129,11 @@ constexpr int CONSUMER_REGS = 232;
 // pair: 8 = the row max of the even tile ready, 9 = the pair's row max ready, 10 = warpgroup 0 issued S.
 // half: 8 = both warpgroups' row maxima of a tile published, 3 = both halves of its P written.
 constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6, BAR_MAX = 8, BAR_ISSUE = 10;
-enum Schedule { BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4 };
+enum Schedule { BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, STAGGERED_SMALL = 5, STAGGERED_TAIL = 6 };
 constexpr int HALF_N = BN / CONSUMERS;  // HALF: tokens of a tile per warpgroup in S
-constexpr float LAZY_LOG2 = 8.f;        // HALF: a row's max moves only when a score passes it by 2^8
+constexpr float LAZY_LOG2 = 8.f;        // HALF, STAGGERED_SMALL: a row's max moves only when a score passes it by 2^8
+// STAGGERED_SMALL: the producer's empty-barrier waits suspend up to this many ns per try (CUTLASS's hint).
+constexpr uint32_t SUSPEND_NS = 0x989680;
 
 // --- PTX wrappers (sm_90a) --------------------------------------------------------------------------
 
@@ -145,6 +154,15 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
       "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
       "@!done bra WAIT;\n}\n" ::"r"(bar),
       "r"(parity)
+      : "memory");
+}
+// The same with a suspend-time hint: the waiting thread sleeps in the barrier instead of re-issuing the try.
+__device__ __forceinline__ void mbar_wait_suspend(uint32_t bar, int parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1, %2;\n"
+      "@!done bra WAIT;\n}\n" ::"r"(bar),
+      "r"(parity), "n"(SUSPEND_NS)
       : "memory");
 }
 // One TMA box (64 dims x rows, 128-byte swizzle) of the KV pool into shared memory, counted on `bar`.
@@ -360,11 +378,34 @@ __device__ __forceinline__ void issue_pv_ss(float (&o)[128], uint32_t tile, int 
 // Scale S into the log2 domain, mask it (tail tiles only: past `end`, and tree columns the row may not
 // see) and return each row's max (reduced over the row's quad of lanes). N accumulators: 2 N columns,
 // the first at token tile_start.
-template <int N>
+template <int N, bool ROLLED_TAIL = false>
 __device__ __forceinline__ void mask_rowmax(const VerifyParams& p, const Rows& rows, float (&s)[N], int tile_start,
                                             int prefix, int end, float (&mx)[2]) {
   const int lane = threadIdx.x % 32;
   const bool tail = tile_start + 2 * N > prefix;
+  if constexpr (ROLLED_TAIL) {
+    // The tail's visibility of this thread's N scores as bits (bit 4 j + e), found in a rolled loop; the
+    // unrolled part only scales and selects (a few instructions per score instead of a branch and a load).
+    static_assert(N <= 32, "one word of visibility bits");
+#pragma unroll
+    for (int i = 0; i < N; ++i) s[i] *= p.scale_log2;
+    if (tail) {
+      uint32_t bits = 0;
+#pragma unroll 1
+      for (int i = 0; i < N; ++i) {
+        const int pos = tile_start + 8 * (i / 4) + 2 * (lane % 4) + (i & 1);
+        bool vis = pos < end;
+        if (vis && pos >= prefix) {
+          const int k = pos - prefix;
+          const int word = (i & 2) ? rows.mask_word[1] : rows.mask_word[0];  // (no dynamic index: a local array)
+          vis = (__ldg(p.mask_bits + word + (k >> 5)) >> (k & 31)) & 1;
+        }
+        bits |= static_cast<uint32_t>(vis) << i;
+      }
+#pragma unroll
+      for (int i = 0; i < N; ++i) s[i] = (bits >> i) & 1 ? s[i] : -INFINITY;
+    }
+  } else {
 #pragma unroll
   for (int j = 0; j < N / 4; ++j)
 #pragma unroll
@@ -382,6 +423,7 @@ __device__ __forceinline__ void mask_rowmax(const VerifyParams& p, const Rows& r
       }
       s[4 * j + e] = v;
     }
+  }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float v = -INFINITY;
@@ -395,16 +437,24 @@ __device__ __forceinline__ void mask_rowmax(const VerifyParams& p, const Rows& r
 // A row max that is usable as an exponent offset (-inf: the row saw nothing yet, P is 0 anyway).
 __device__ __forceinline__ float finite_max(float m) { return m == -INFINITY ? 0.f : m; }
 
-// P = exp2(S - m_use) in place; the row sums (reduced over the quad).
-template <int N>
+// 2^x as one MUFU.EX2 (denormal results flushed to 0; exp2f adds a range check and two multiplies).
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// P = exp2(S - m_use) in place; the row sums (reduced over the quad). FAST: exp2_ftz.
+template <int N, bool FAST = false>
 __device__ __forceinline__ void exp_rows(float (&s)[N], const float (&m_use)[2], float (&sum)[2]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float acc = 0.f;
 #pragma unroll
     for (int j = 0; j < N / 4; ++j) {
-      s[4 * j + 2 * h] = exp2f(s[4 * j + 2 * h] - m_use[h]);
-      s[4 * j + 2 * h + 1] = exp2f(s[4 * j + 2 * h + 1] - m_use[h]);
+      const float a = s[4 * j + 2 * h] - m_use[h], b = s[4 * j + 2 * h + 1] - m_use[h];
+      s[4 * j + 2 * h] = FAST ? exp2_ftz(a) : exp2f(a);
+      s[4 * j + 2 * h + 1] = FAST ? exp2_ftz(b) : exp2f(b);
       acc += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
     }
     acc += __shfl_xor_sync(0xffffffff, acc, 1);
@@ -423,19 +473,31 @@ __device__ __forceinline__ void pack_p(const float (&s)[N], uint32_t (&pa)[N / 8
 
 // Online softmax of one tile: scale, mask (tail tiles), new row max / sum from the previous (m, l),
 // P (bf16, A-fragment order) and the rescale factor of the O accumulated so far.
+// ROLLED_TAIL: the tail mask in a rolled loop (mask_rowmax). LAZY: exp2 as one MUFU.EX2 (exp2_ftz) and the
+// running max moved lazily (only when a score passes it by 2^LAZY_LOG2, as in HALF; P <= 2^8 then), so the
+// O rescale is rarely taken.
+template <bool ROLLED_TAIL = false, bool LAZY = false>
 __device__ __forceinline__ void softmax_tile(const VerifyParams& p, const Rows& rows, float (&s)[32], int tile_start,
                                              int prefix, int end, float (&m)[2], float (&l)[2], float (&scale)[2],
                                              uint32_t (&pa)[4][4]) {
   float mx[2], m_use[2], sum[2];
-  mask_rowmax(p, rows, s, tile_start, prefix, end, mx);
+  mask_rowmax<32, ROLLED_TAIL>(p, rows, s, tile_start, prefix, end, mx);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
+    if constexpr (LAZY) {
+      const bool move = mx[h] > m[h] + LAZY_LOG2;  // -inf + 8 = -inf: the first finite max moves it
+      const float m_new = move ? mx[h] : m[h];
+      m_use[h] = finite_max(m_new);
+      scale[h] = move ? exp2f(m[h] - m_use[h]) : 1.f;  // exactly 1: rescale skips
+      m[h] = m_new;
+      continue;
+    }
     const float m_new = fmaxf(m[h], mx[h]);
     m_use[h] = finite_max(m_new);
     scale[h] = exp2f(m[h] - m_use[h]);
     m[h] = m_new;
   }
-  exp_rows(s, m_use, sum);
+  exp_rows<32, LAZY>(s, m_use, sum);
 #pragma unroll
   for (int h = 0; h < 2; ++h) l[h] = l[h] * scale[h] + sum[h];
   pack_p(s, pa);
@@ -598,7 +660,12 @@ __global__ void __launch_bounds__(THREADS, 1)
     for (int k = 0; k < NCHUNK; ++k) tma_load(q_s + k * CHUNK_BYTES, &q_map, k * SW, b * p.R + row0, q_bar);
     for (int t = 0; t < ntiles; ++t) {
       const int stage = t & 1;
-      if (t >= STAGES) mbar_wait(empty_bar + 8 * stage, ((t >> 1) + 1) & 1);
+      if (t >= STAGES) {
+        if constexpr (SCHEDULE == STAGGERED_SMALL)
+          mbar_wait_suspend(empty_bar + 8 * stage, ((t >> 1) + 1) & 1);
+        else
+          mbar_wait(empty_bar + 8 * stage, ((t >> 1) + 1) & 1);
+      }
 #pragma unroll
       for (int g = 0; g < NGROUP; ++g)
         load_group(p, &kv_map, pages, start + t * BN, end, kv_s + stage * TILE_BYTES, g * GROUP_CHUNKS,
@@ -619,8 +686,11 @@ __global__ void __launch_bounds__(THREADS, 1)
   float s[32];
   uint32_t pa[4][4];
 
-  if constexpr (SCHEDULE == BOTH || SCHEDULE == STAGGERED) {
-    if (SCHEDULE == STAGGERED && w == 1) bar_arrive(BAR_SCHED, 128 * CONSUMERS);  // warpgroup 0 goes first
+  if constexpr (SCHEDULE == BOTH || SCHEDULE == STAGGERED || SCHEDULE == STAGGERED_SMALL ||
+                SCHEDULE == STAGGERED_TAIL) {
+    constexpr bool SMALL = SCHEDULE == STAGGERED_SMALL, STAG = SCHEDULE != BOTH;
+    constexpr bool ROLLED_TAIL = SMALL || SCHEDULE == STAGGERED_TAIL;
+    if (STAG && w == 1) bar_arrive(BAR_SCHED, 128 * CONSUMERS);  // warpgroup 0 goes first
     for (int t = 0; t < ntiles; ++t) {
       const int stage = t & 1, tile_start = start + t * BN;
       const uint32_t tile = kv_s + stage * TILE_BYTES;
@@ -630,11 +700,11 @@ __global__ void __launch_bounds__(THREADS, 1)
         zero_rows(sm + KV_OFF + stage * TILE_BYTES, end - tile_start, tid, 128 * CONSUMERS);
         bar_sync(BAR_CONSUMERS, 128 * CONSUMERS);
       }
-      if (SCHEDULE == STAGGERED) bar_sync(BAR_SCHED + w, 128 * CONSUMERS);
+      if (STAG) bar_sync(BAR_SCHED + w, 128 * CONSUMERS);
 #pragma unroll
       for (int i = 0; i < 32; ++i) s[i] = 0.f;
       issue_qk(s, q_s, tile, fb, (t >> 1) & 1);
-      if (SCHEDULE == STAGGERED) bar_arrive(BAR_SCHED + 1 - w, 128 * CONSUMERS);
+      if (STAG) bar_arrive(BAR_SCHED + 1 - w, 128 * CONSUMERS);
       if (t > 0) {
         wgmma_wait<1>();  // P V of tile t - 1 done: its stage is free for this warp
         release(empty_bar + 8 * (stage ^ 1));
@@ -642,14 +712,14 @@ __global__ void __launch_bounds__(THREADS, 1)
       wgmma_wait<0>();
       reg_fence(s);
       reg_fence(o);
-      softmax_tile(p, rows, s, tile_start, prefix, end, m, l, scale, pa);
+      softmax_tile<ROLLED_TAIL, SMALL>(p, rows, s, tile_start, prefix, end, m, l, scale, pa);
       rescale(o, scale);
       reg_fence(o);
       issue_pv_rs(o, pa, tile, w);
     }
     wgmma_wait<0>();
     reg_fence(o);
-    if (SCHEDULE == STAGGERED && w == 0) bar_sync(BAR_SCHED, 128 * CONSUMERS);  // warpgroup 1's last arrival
+    if (STAG && w == 0) bar_sync(BAR_SCHED, 128 * CONSUMERS);  // warpgroup 1's last arrival
   } else if constexpr (SCHEDULE == SEESAW) {
     const int last = ntiles - 1;
     for (int t = w; t < ntiles; t += 2) {  // the tiles this warpgroup owns

@@ -33,7 +33,7 @@ from kdengine.ops.shapes import DV
 CONTEXTS = (4096, 16384, 65536)
 TREE_SIZES = (16, 64)
 NSPLITS = (16, 32, 64, 128, 256, "auto")
-SETS = ("full", "peers", "mma", "mma2", "sm90", "paths", "pair", "half", "nsplit", "merge")
+SETS = ("full", "peers", "mma", "mma2", "sm90", "paths", "pair", "half", "icache", "nsplit", "merge")
 # The `merge` set: the sm90 default schedule with the merge kernel, and the same split kernel alone (no
 # merge: the merge's in-graph share is the difference). Records of the set `fuse` (..._fuse_*.json) also
 # time the fused merges that were removed (csrc/verify_sm90.cuh header).
@@ -50,7 +50,8 @@ MMA2_LAYOUTS = ("mma_wide2pp",)
 # The sm90 path's rows: backend name -> schedule (kdengine.ops.cuda_backend.SCHEDULES). (In the first
 # record, perf_history/kernel/verify_kernel_sm90_*_ebda896.json, "cuda_sm90" was the seesaw schedule.)
 SM90_BACKENDS = {"cuda_sm90_both": "both", "cuda_sm90_staggered": "staggered", "cuda_sm90_seesaw": "seesaw",
-                 "cuda_sm90_pair": "pair", "cuda_sm90_half": "half"}
+                 "cuda_sm90_pair": "pair", "cuda_sm90_half": "half", "cuda_sm90_staggered_small": "staggered_small",
+                 "cuda_sm90_staggered_tail": "staggered_tail"}
 H = 8
 SAMPLES = 50  # = kdengine.bench.workloads.GPU_VERIFY_SAMPLES
 SCHEMA = 2
@@ -189,7 +190,9 @@ def variants(N: int, T: int, which: str = "full"):
     paths (the sm90 kernel on Hopper), each also with the chunked merge, and the peers. `pair`: the sm90
     staggered and pair schedules and the peers only. `half`: staggered, half, staggered again (the A/A
     control: its spread against the first bounds what a difference means) and the peers (the records of
-    f59d68d and 45ed1b3 also hold the probes half_v0, staggered_er and half_fa3, since removed)."""
+    f59d68d and 45ed1b3 also hold the probes half_v0, staggered_er and half_fa3, since removed). `icache`:
+    staggered, staggered_small (its hot loop shrunk for instruction fetch), staggered_tail (only the tail
+    mask rolled: the same math), staggered again (A/A), the peers."""
     base = [(default_label(), "cuda", "auto", False, None), ("triton", "triton", None, False, None),
             ("torch", "torch", None, False, None)] + [(p, p, None, False, None) for p in peers.PEERS]
     if which == "peers":  # the dispatched call (the sm90 kernel on Hopper) beside the mma.sync default
@@ -235,6 +238,11 @@ def variants(N: int, T: int, which: str = "full"):
         return [*sm90, *[(p, p, None, False, None) for p in peers.PEERS]]
     if which == "half":  # the half schedule against staggered, staggered again (the A/A control), FlashMLA
         sm90 = [(f"{name}/sauto", name, "auto", False, None) for name in ("cuda_sm90_staggered", "cuda_sm90_half")]
+        aa = ("cuda_sm90_staggered/aa/sauto", "cuda_sm90_staggered", "auto", False, None)
+        return [*sm90, aa, *[(p, p, None, False, None) for p in peers.PEERS]]
+    if which == "icache":  # staggered, its smaller-code forms, staggered again (the A/A control), FlashMLA
+        sm90 = [(f"{name}/sauto", name, "auto", False, None)
+                for name in ("cuda_sm90_staggered", "cuda_sm90_staggered_small", "cuda_sm90_staggered_tail")]
         aa = ("cuda_sm90_staggered/aa/sauto", "cuda_sm90_staggered", "auto", False, None)
         return [*sm90, aa, *[(p, p, None, False, None) for p in peers.PEERS]]
     short = NSPLITS[:4] + ("auto",)

@@ -99,7 +99,12 @@ SM90_MIN_TOKENS_PER_SPLIT = 128
 # (lazy: it moves only when a score passes it by 2^8) and their bf16 P through the tile's rope chunk, and
 # each runs P V of all 64 tokens on its own 256 O columns (own half from registers, the other's from
 # shared memory). Every hand-off is a bar.sync of both warpgroups. Opt-in, see HALF_MIN_ROWS.
-SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4}
+# staggered_small = staggered with a smaller hot loop (instruction fetch): the tail-tile mask as visibility
+# bits found in a rolled loop, the running max moved lazily (half's rule: only when a score passes it by
+# 2^8, so the O rescale is rarely taken), exp2 as one MUFU.EX2 (ftz), and the
+# producer's empty-barrier waits with a suspend-time hint; staggered_tail = staggered with only the rolled tail
+# mask (the same math as staggered, a smaller loop). Opt-in (csrc/verify_sm90.cuh header).
+SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4, "staggered_small": 5, "staggered_tail": 6}
 DEFAULT_SCHEDULE = "staggered"
 # Query rows per sequence (R = T * H) from which the default is pair instead; None: never by default.
 # pair was measured faster than staggered at all six sizes in one run (this pair code as pair_v0 in

@@ -1,0 +1,68 @@
+"""Instruction counts of the sm90 verify kernels in a SASS listing (`cuobjdump -sass X.o` or
+`nvdisasm -c X.cubin`): per kernel, all instructions and each backward branch's span (the loops; spans
+of out-of-line retry paths show up too: read the HGMMA / FMUL columns to find the consumer's main loop).
+
+    python ci/gpu/sass_loops.py LISTING [kernel-regex]
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections import Counter
+
+INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
+HEADER = re.compile(r"(?:Function : |\.text\.)(_Z\w+)")
+
+
+def kernels(text: str) -> dict[str, list[tuple[int, str, str]]]:
+    """kernel -> [(address, opcode, operands)], branch targets as 0x addresses (nvdisasm's labels resolved)."""
+    out: dict[str, list[tuple[int, str, str]]] = {}
+    labels: dict[str, dict[str, int]] = {}
+    name, pending = None, []
+    for line in text.splitlines():
+        m = HEADER.search(line)
+        if m and "/*" not in line:
+            name, pending = m.group(1), []
+            out.setdefault(name, [])
+            labels.setdefault(name, {})
+            continue
+        m = re.match(r"\s*(\.L_x_\d+):", line)
+        if m and name is not None:
+            pending.append(m.group(1))
+            continue
+        m = INSTR.search(line)
+        if m and name is not None:
+            for lab in pending:
+                labels[name][lab] = int(m.group(1), 16)
+            pending = []
+            out[name].append((int(m.group(1), 16), m.group(2), m.group(3)))
+    for k, ins in out.items():
+        lab = labels[k]
+        out[k] = [(a, o, re.sub(r"\.L_x_\d+", lambda x, lab=lab: hex(lab.get(x.group(0), 0)), r)) for a, o, r in ins]
+    return {k: v for k, v in out.items() if v}
+
+
+def loops(ins: list[tuple[int, str, str]], min_len: int = 40) -> list[tuple[int, int, Counter]]:
+    spans = []
+    for addr, op, rest in ins:
+        m = re.search(r"0x([0-9a-f]+)", rest) if op.startswith("BRA") else None
+        if m and int(m.group(1), 16) < addr and (addr - int(m.group(1), 16)) // 16 >= min_len:
+            lo = int(m.group(1), 16)
+            spans.append((lo, addr, Counter(o.split(".")[0] for a, o, _ in ins if lo <= a <= addr)))
+    return spans
+
+
+def main(path: str, pattern: str) -> None:
+    for name, ins in kernels(open(path, errors="replace").read()).items():
+        if not re.search(pattern, name):
+            continue
+        print(f"{name}: {len(ins)} instructions ({16 * len(ins)} bytes)")
+        for lo, hi, kinds in loops(ins):
+            top = ", ".join(f"{k} {n}" for k, n in kinds.most_common(8))
+            print(f"  loop {lo:#07x}-{hi:#07x}: {sum(kinds.values())} instructions; HGMMA {kinds['HGMMA']}, "
+                  f"BRA {kinds['BRA']}, FMUL {kinds['FMUL']}; {top}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "verify_sm90_kernel")
