@@ -38,7 +38,16 @@
 //     1493 (nvcc 13.2). SMALL: that, plus exp2 as one MUFU.EX2 (ftz), the running max moved lazily (HALF's
 //     rule) so that the O rescale is rarely taken, and the producer's empty waits with a suspend-time hint:
 //     790. (S issued as a rolled loop over its 3 chunk groups saved 64 more, but ptxas injects a
-//     warpgroup.arrive there, C7519.) Opt-in.
+//     warpgroup.arrive there, C7519.) H200, one run (perf_history/kernel/verify_kernel_icache_*_986b231.json,
+//     logs in sm90_icache_986b231/): ncu at 65k T=16, STAGGERED against SMALL: no_instruction stalls 1.08
+//     against 0.15 per issue (STAGGERED's no_instruction samples sit on the long straight FMUL runs: the
+//     S scaling and the O rescale), tensor pipe 63.9 against 72.4%, warp instructions 12.9M against 8.6M
+//     (FMUL 3.5M -> 0.9M, BRA 1.2M -> 0.2M, SYNCS 576K -> 86K: the producer's spin), 50.8 against 46.4 us;
+//     SMALL's top stalls now barrier (the staggered bar.sync) and long scoreboard (the full-barrier waits).
+//     Graph-replayed, staggered / A/A / SMALL / TAIL: 65k T=16 55.5 / 55.6 / 51.2 / 52.6 us, 65k T=64
+//     172.6 / 177.2 / 161.4 / 169.2, 16k T=64 52.8 / 52.8 / 50.4 / 52.1, but 4k T=64 22.0 / 22.1 / 23.9 /
+//     24.4 (3-5 tiles per split: the rolled mask loop, a load per score in series, is on the critical
+//     path). SMALL is the default from cuda_backend.SMALL_MIN_TILES tiles per split.
 // Splits, partials and lse follow VerifyParams (verify_launch.h); the merge is the shared merge kernel
 // (a programmatic dependent launch). Two merges fused into this kernel were built, tested and measured
 // slower on the H200, and removed: a cluster merge through distributed shared memory (at one 220 KB block

@@ -120,6 +120,23 @@ def test_pick_schedule_uses_half_from_its_row_threshold(monkeypatch):
     assert cuda_backend.pick_schedule(8, 8) == cuda_backend.DEFAULT_SCHEDULE
 
 
+def test_pick_schedule_uses_staggered_small_from_its_tile_threshold(monkeypatch):
+    n = cuda_backend.SMALL_MIN_TILES
+    assert cuda_backend.pick_schedule(16, 8, n) == "staggered_small"
+    assert cuda_backend.pick_schedule(16, 8, n - 1) == cuda_backend.DEFAULT_SCHEDULE
+    assert cuda_backend.pick_schedule(16, 8) == cuda_backend.DEFAULT_SCHEDULE  # tiles unknown
+    monkeypatch.setattr(cuda_backend, "SMALL_MIN_TILES", None)
+    assert cuda_backend.pick_schedule(16, 8, 1000) == cuda_backend.DEFAULT_SCHEDULE
+
+
+def test_split_tiles_is_the_split_length_in_tiles():
+    kv = torch.zeros(300, 64, 1, dtype=torch.bfloat16)  # 64-token pages
+    table = torch.zeros(2, 257, dtype=torch.int32)  # 257 pages: 16448 tokens
+    assert cuda_backend.split_tiles(kv, table, 1) == 257
+    assert cuda_backend.split_tiles(kv, table, 64) == 5  # ceil(16448 / 64) = 257 tokens: 5 tiles
+    assert cuda_backend.split_tiles(kv, table, 16) == 17
+
+
 def test_pick_schedule_uses_pair_from_the_row_threshold(monkeypatch):
     # pair is opt-in until racecheck is clean: the default is the default schedule at every T
     assert {cuda_backend.pick_schedule(t, 8) for t in (1, 16, 64, 256)} == {cuda_backend.DEFAULT_SCHEDULE}
