@@ -39,11 +39,13 @@ step "tests + sanitizers"
   san memcheck m3 --path sm90_pair --B 2 --T 64 --prefix 700 --nsplit 4 &
   san memcheck m4 --path mma --T 3 --H 2 --prefix 2000 --nsplit 300 &
   san memcheck m5 --path sm90_half --B 3 --T 17 --prefix 130 --nsplit 4 &
+  san memcheck m6 --path sm90_staggered_small --B 3 --T 17 --prefix 700 --nsplit 4 &
   wait
   san racecheck r1 --path sm90_pair --T 3 --H 2 --prefix 140 &
   san racecheck r2 --path sm90_staggered --T 3 --H 2 --prefix 140 &
   san racecheck r3 --path mma --T 3 --H 2 --prefix 140 &
   san racecheck r4 --path sm90_half --T 3 --H 2 --prefix 140 &
+  san racecheck r5 --path sm90_staggered_small --T 3 --H 2 --prefix 140 &
   wait
   for f in /tmp/san_*.txt; do grep -vE "^=========\s*$" "$f" | head -8; tail -1 "$f"; done
 ) > "$LOGS/sanitize.log" 2>&1 &
