@@ -32,7 +32,8 @@
 // in two column halves: [P*V cols 0-31 + Q*K^T of tile i + 1] -> half barrier -> [softmax of tile i + 1 +
 // P*V cols 32-63], the second half's MMAs placed inside the softmax after its masking branches (one basic
 // block), so every phase between the barriers has independent tensor work for the 2 warps per scheduler
-// (the ping-pong order leaves half 0's Q*K^T chains and half 1's softmax alone in theirs).
+// (the ping-pong order leaves half 0's Q*K^T chains and half 1's softmax alone in theirs). Its lean form
+// (LEAN, pingpong 3, the default: verify_wide_lean.cuh) runs the same schedule with less integer work per tile.
 //
 // Shared memory: 4 * 16 * 584 * 2 (KV) + 4 * BLOCK_M * 16 * 4 (partials) + NBUF * BLOCK_M * 24 * 2
 // (P) + (NBUF + 1) * BLOCK_M * 4: at RG = 4 92.5 KB (95.8 KB with PINGPONG), under sm_120's 99 KB;

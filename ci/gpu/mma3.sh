@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One short device run for the lean wide2pp2 variant (branch mma3; ci/gpu/mma2.sh cut to fit ~120 s): build for
 # the local arch, smoke calls of the variant, the kernel sweep set `mma2` (default, the default again as an A/A
-# control, the default at fixed NSPLIT, MMA2_LAYOUTS = the variant, FlashMLA at the six sizes), ncu of the
-# default and the variant at 65k T=16 only (WarpStateStats, SourceCounters), then at once the variant's GPU
+# control, the default at fixed NSPLIT, MMA2_LAYOUTS (at a987463 the variant; since then the previous default),
+# FlashMLA at the six sizes), ncu of wide2pp2 and its lean form at 65k T=16 only (WarpStateStats,
+# SourceCounters), then at once the variant's GPU
 # tests (-k 2lean), memcheck + racecheck of the variant on one small shape each, and the rest of the mma GPU
 # tests while time remains. Every step is cut by `timeout`, capped so the run ends by $DEADLINE seconds; logs
 # travel as one tarball ($OUT/logs.tgz, packed on exit), the sweep JSON beside it.
@@ -16,7 +17,7 @@ export PYTHONUNBUFFERED=1 KDENGINE_CACHE_DIR=${KDENGINE_CACHE_DIR:-/tmp/kdcache}
 PY=${PYTHON:-python3}
 DEADLINE=${DEADLINE:-120}
 STEPS=${STEPS:-"build smoke bench ncu checks"}
-NCU=${NCU:-"16:2 16:3"}   # col_warps:pingpong profiled: the default, the lean variant
+NCU=${NCU:-"16:2 16:3"}   # col_warps:pingpong profiled: wide2pp2, its lean form (the default since a987463)
 VARIANT=${VARIANT:-"16:3"}
 status=0
 want() { [[ " $STEPS " == *" $1 "* ]]; }

@@ -44,11 +44,11 @@ SETS = ("full", "peers", "mma", "mma2", "sm90", "paths", "pair", "half", "nsplit
 # schedule with less integer work per tile (pingpong 3, csrc/verify_wide_lean.cuh).
 MMA_LAYOUTS = {"mma_wide2pp": (16, 4, 3, True), "mma_wide2pp2": (16, 4, 3, 2), "mma_wide2pp2_lean": (16, 4, 3, 3),
                "mma_x16pp": (32, 4, 3, True), "mma_x16": (32, 4, 3, False)}
-# the layouts the `mma2` set times beside the default: the previous default (ping-pong 1). Its runs so far:
+# the layouts the `mma2` set times beside the default: the previous default (wide2pp2, ping-pong 2). Its runs so far:
 # 2e1c440 (default pingpong 1; mma_x16pp at auto and fixed NSPLIT, mma_x16), 4c2df52 (default pingpong 1;
-# mma_wide2pp2 at auto and fixed NSPLIT, which then became the default), mma3 runs (default pingpong 2;
-# mma_wide2pp2_lean)
-MMA2_LAYOUTS = ("mma_wide2pp2_lean",)
+# mma_wide2pp2 at auto and fixed NSPLIT, which then became the default), a987463 (default pingpong 2;
+# mma_wide2pp2_lean, which then became the default: ci/gpu/mma3.sh)
+MMA2_LAYOUTS = ("mma_wide2pp2",)
 # The sm90 path's rows: backend name -> schedule (kdengine.ops.cuda_backend.SCHEDULES). (In the first
 # record, perf_history/kernel/verify_kernel_sm90_*_ebda896.json, "cuda_sm90" was the seesaw schedule.)
 SM90_BACKENDS = {"cuda_sm90_both": "both", "cuda_sm90_staggered": "staggered", "cuda_sm90_seesaw": "seesaw",
