@@ -4,6 +4,7 @@
 #include "verify_kernel.cuh"
 #include "verify_launch.h"
 #include "verify_wide.cuh"
+#include "verify_wide_lean.cuh"
 
 namespace kdengine {
 
@@ -19,10 +20,14 @@ int row_tiles(int R, int max_row_groups) {
 
 template <class C>
 static auto kernel_of() {
-  if constexpr (C::WIDE)
-    return verify_split_kernel_wide<C>;
-  else
+  if constexpr (C::WIDE) {
+    if constexpr (C::LEAN)
+      return verify_split_kernel_lean<C>;
+    else
+      return verify_split_kernel_wide<C>;
+  } else {
     return verify_split_kernel<C>;
+  }
 }
 
 template <class C>
@@ -51,7 +56,8 @@ static cudaError_t launch_split(const VerifyParams& p, cudaStream_t stream) {
 // halves in opposite phase orders when `pingpong`; 16 -> the same with the streaming loader and lazy
 // rescaling ("wide2"); 32 -> wide2 with 16 warps and 64 rows per block ("wide2x16"), its row halves
 // (8 warps each) in opposite phase orders when `pingpong`. pingpong 2 (wide2 only, "wide2pp2"): the
-// halves' P*V split in two column halves around the barrier (WideCfg::SPLIT_PV).
+// halves' P*V split in two column halves around the barrier (WideCfg::SPLIT_PV); pingpong 3: the same
+// schedule in its lean form (WideCfg::LEAN, verify_wide_lean.cuh: "wide2pp2_lean").
 template <class F>
 static auto with_config(int R, int col_warps, int max_row_groups, int pingpong, F&& fn) {
   return ROWGROUPS_SWITCH(row_groups(R, max_row_groups), RG, [&] {
@@ -60,6 +66,7 @@ static auto with_config(int R, int col_warps, int max_row_groups, int pingpong, 
       if constexpr (CW == 8) {
         return pingpong ? fn(WideCfg<WRG, true>{}) : fn(WideCfg<WRG, false>{});
       } else if constexpr (CW == 16) {  // pingpong 2: both halves split P*V around the barrier (SPLIT_PV)
+        if (pingpong == 3) return fn(WideCfg<WRG, true, true, 8, true, true>{});
         if (pingpong == 2) return fn(WideCfg<WRG, true, true, 8, true>{});
         return pingpong ? fn(WideCfg<WRG, true, true>{}) : fn(WideCfg<WRG, false, true>{});
       } else if constexpr (CW == 32) {  // 16 warps: always 64 rows per block

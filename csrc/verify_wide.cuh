@@ -32,7 +32,8 @@
 // in two column halves: [P*V cols 0-31 + Q*K^T of tile i + 1] -> half barrier -> [softmax of tile i + 1 +
 // P*V cols 32-63], the second half's MMAs placed inside the softmax after its masking branches (one basic
 // block), so every phase between the barriers has independent tensor work for the 2 warps per scheduler
-// (the ping-pong order leaves half 0's Q*K^T chains and half 1's softmax alone in theirs).
+// (the ping-pong order leaves half 0's Q*K^T chains and half 1's softmax alone in theirs). Its lean form
+// (LEAN, pingpong 3, the default: verify_wide_lean.cuh) runs the same schedule with less integer work per tile.
 //
 // Shared memory: 4 * 16 * 584 * 2 (KV) + 4 * BLOCK_M * 16 * 4 (partials) + NBUF * BLOCK_M * 24 * 2
 // (P) + (NBUF + 1) * BLOCK_M * 4: at RG = 4 92.5 KB (95.8 KB with PINGPONG), under sm_120's 99 KB;
@@ -43,9 +44,13 @@
 
 namespace kdengine {
 
-template <int RG_, bool PINGPONG_, bool STREAM_ = false, int WARPS_ = 8, bool SPLIT_PV_ = false>
+template <int RG_, bool PINGPONG_, bool STREAM_ = false, int WARPS_ = 8, bool SPLIT_PV_ = false, bool LEAN_ = false>
 struct WideCfg {
   static constexpr bool WIDE = true, PINGPONG = PINGPONG_;
+  // LEAN (SPLIT_PV only, "wide2pp2_lean", pingpong 3): the same schedule with less integer work per tile:
+  // 32-bit shared addresses formed once per thread, the KV copy issued after Q*K^T, one "max moved" byte
+  // per softmax warp read as one 64-bit word instead of 8 alpha loads and compares per P*V warp.
+  static constexpr bool LEAN = LEAN_;
   // SPLIT_PV (STREAM + PINGPONG, "wide2pp2"): both halves run P*V of a tile in two column halves, one beside
   // the next tile's Q*K^T, the other beside its softmax: every phase between the barriers has tensor work
   // (in the ping-pong order half 0's Q*K^T chains and half 1's softmax run alone).
@@ -72,7 +77,8 @@ struct WideCfg {
   static constexpr int NBUF = PINGPONG ? 2 : 1;                   // P / rescale buffers
   static constexpr int P_ELEMS = BLOCK_M * P_STRIDE;
   static constexpr int P_BYTES = NBUF * P_ELEMS * 2;
-  static constexpr int SMEM = KV_BYTES + EXCH_BYTES + P_BYTES + (NBUF + 1) * BLOCK_M * 4;
+  static constexpr int FLAG_BYTES = LEAN ? NBUF * WARPS : 0;       // LEAN: [NBUF][WARPS] "max moved" bytes
+  static constexpr int SMEM = KV_BYTES + EXCH_BYTES + P_BYTES + (NBUF + 1) * BLOCK_M * 4 + FLAG_BYTES;
   static constexpr int EPT = BLOCK_M * BN / THREADS;              // scores per thread in the softmax
   static constexpr int TPR = BN / EPT;                            // threads per row in the softmax
   static constexpr int MIN_BLOCKS = RG == 2 ? 2 : 1;
@@ -81,6 +87,7 @@ struct WideCfg {
   static_assert(THREADS / 2 / TPR == BLOCK_M / 2, "softmax threads of a row half = that half's warps");
   static_assert(!PINGPONG || WARPS / 2 % 4 == 0, "ping-pong halves of whole row slices (4 dim-quarter warps each)");
   static_assert(!SPLIT_PV || (STREAM && PINGPONG && V_PART % 32 == 0), "split P*V: wide2 ping-pong, 2 x 16k columns");
+  static_assert(!LEAN || (SPLIT_PV && WARPS == 8), "lean: the wide2pp2 schedule (8 flag bytes: one 64-bit word)");
   static_assert(EPT == 2 || EPT == 4, "softmax vector width");
   static_assert(SMEM <= 99 * 1024, "over sm_120's 99 KB of shared memory per block");
   static_assert(THREADS % BN == 0, "whole threads per KV token in the streaming loader");
@@ -380,6 +387,36 @@ __device__ __forceinline__ bool alpha_moved(const float* alpha_s, int lane) {
   return __any_sync(0xffffffff, moved);
 }
 
+// Normalise and write this split's partial rows (row_s's last BLOCK_M floats then carry 1 / l).
+template <class C>
+__device__ __forceinline__ void write_partials(const VerifyParams& p, const float (&o)[C::RG][C::V_PART / 8][4], float m_run,
+                                               float l_run, float* row_s, int srow, int row0, size_t part_row0,
+                                               int warp, int lane) {
+  const int R = p.R;
+#pragma unroll
+  for (int off = 1; off < C::TPR; off *= 2) l_run += __shfl_xor_sync(0xffffffff, l_run, off);
+  float* inv_s = row_s + C::NBUF * C::BLOCK_M;  // [BLOCK_M], apart from the rescale buffers
+  if (threadIdx.x % C::TPR == 0) {
+    inv_s[srow] = l_run > 0.f ? 1.f / l_run : 0.f;
+    if (row0 + srow < R)
+      p.part_lse[part_row0 + row0 + srow] = l_run > 0.f ? (m_run + log2f(l_run)) * 0.69314718056f : -INFINITY;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int mi = 0; mi < C::RG; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = mi * 16 + lane / 4 + 8 * h;
+      const bool valid = row0 + r < R;
+      const float inv = inv_s[r];
+      __nv_bfloat16* dst = p.part_out + (part_row0 + min(row0 + r, R - 1)) * DV + warp * C::V_PART;
+#pragma unroll
+      for (int nt = 0; nt < C::V_PART / 8; nt += 2)  // whole sectors (verify_partials.cuh)
+        store_partial16(dst + nt * 8, lane % 4, valid, o[mi][nt][2 * h] * inv, o[mi][nt][2 * h + 1] * inv,
+                        o[mi][nt + 1][2 * h] * inv, o[mi][nt + 1][2 * h + 1] * inv);
+    }
+}
+
 template <class C>
 __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel_wide(const VerifyParams p) {
   constexpr int BN = C::BN, STAGES = C::STAGES, BLOCK_M = C::BLOCK_M;
@@ -542,29 +579,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
     }
   }
 
-  // Normalise and write this split's partial rows (row_s now carries 1 / l).
-#pragma unroll
-  for (int off = 1; off < C::TPR; off *= 2) l_run += __shfl_xor_sync(0xffffffff, l_run, off);
-  float* inv_s = row_s + C::NBUF * BLOCK_M;  // [BLOCK_M], apart from the rescale buffers
-  if (threadIdx.x % C::TPR == 0) {
-    inv_s[srow] = l_run > 0.f ? 1.f / l_run : 0.f;
-    if (row0 + srow < R)
-      p.part_lse[part_row0 + row0 + srow] = l_run > 0.f ? (m_run + log2f(l_run)) * 0.69314718056f : -INFINITY;
-  }
-  __syncthreads();
-#pragma unroll
-  for (int mi = 0; mi < C::RG; ++mi)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = mi * 16 + lane / 4 + 8 * h;
-      const bool valid = row0 + r < R;
-      const float inv = inv_s[r];
-      __nv_bfloat16* dst = p.part_out + (part_row0 + min(row0 + r, R - 1)) * DV + warp * C::V_PART;
-#pragma unroll
-      for (int nt = 0; nt < C::V_PART / 8; nt += 2)  // whole sectors (verify_partials.cuh)
-        store_partial16(dst + nt * 8, lane % 4, valid, o[mi][nt][2 * h] * inv, o[mi][nt][2 * h + 1] * inv,
-                        o[mi][nt + 1][2 * h] * inv, o[mi][nt + 1][2 * h + 1] * inv);
-    }
+  write_partials<C>(p, o, m_run, l_run, row_s, srow, row0, part_row0, warp, lane);
 }
 
 }  // namespace kdengine

@@ -20,8 +20,8 @@ except ModuleNotFoundError:  # Python 3.10
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-SOURCES = {"verify_api.cpp", "verify_kernel.cu", "verify_kernel.cuh", "verify_wide.cuh", "verify_launch.h",
-           "static_switch.h", "verify_sm90.cu", "verify_sm90.cuh"}
+SOURCES = {"verify_api.cpp", "verify_kernel.cu", "verify_kernel.cuh", "verify_wide.cuh", "verify_wide_lean.cuh",
+           "verify_launch.h", "static_switch.h", "verify_sm90.cu", "verify_sm90.cuh"}
 
 
 def test_package_list_is_complete_and_excludes_ci():

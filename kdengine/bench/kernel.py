@@ -40,13 +40,15 @@ SETS = ("full", "peers", "mma", "mma2", "sm90", "paths", "pair", "half", "icache
 # mma.sync layouts by name (`once --path`, the `mma2` set): (col_warps, row_groups, combine, pingpong) of
 # kdengine.ops.cuda_backend; "mma" is its default. x16pp: wide2x16 (16 warps, 4 per scheduler) with
 # ping-pong halves of 8 warps; x16: the same without ping-pong; wide2pp: wide2 (8 warps) with ping-pong;
-# wide2pp2: wide2 with both halves' P*V split around the barrier (pingpong 2).
-MMA_LAYOUTS = {"mma_wide2pp": (16, 4, 3, True), "mma_wide2pp2": (16, 4, 3, 2), "mma_x16pp": (32, 4, 3, True),
-               "mma_x16": (32, 4, 3, False)}
-# the layouts the `mma2` set times beside the default: the previous default (ping-pong 1). Its runs so far:
+# wide2pp2: wide2 with both halves' P*V split around the barrier (pingpong 2); wide2pp2_lean: the same
+# schedule with less integer work per tile (pingpong 3, csrc/verify_wide_lean.cuh).
+MMA_LAYOUTS = {"mma_wide2pp": (16, 4, 3, True), "mma_wide2pp2": (16, 4, 3, 2), "mma_wide2pp2_lean": (16, 4, 3, 3),
+               "mma_x16pp": (32, 4, 3, True), "mma_x16": (32, 4, 3, False)}
+# the layouts the `mma2` set times beside the default: the previous default (wide2pp2, ping-pong 2). Its runs so far:
 # 2e1c440 (default pingpong 1; mma_x16pp at auto and fixed NSPLIT, mma_x16), 4c2df52 (default pingpong 1;
-# mma_wide2pp2 at auto and fixed NSPLIT, which then became the default)
-MMA2_LAYOUTS = ("mma_wide2pp",)
+# mma_wide2pp2 at auto and fixed NSPLIT, which then became the default), a987463 (default pingpong 2;
+# mma_wide2pp2_lean, which then became the default: ci/gpu/mma3.sh)
+MMA2_LAYOUTS = ("mma_wide2pp2",)
 # The sm90 path's rows: backend name -> schedule (kdengine.ops.cuda_backend.SCHEDULES). (In the first
 # record, perf_history/kernel/verify_kernel_sm90_*_ebda896.json, "cuda_sm90" was the seesaw schedule.)
 SM90_BACKENDS = {"cuda_sm90_both": "both", "cuda_sm90_staggered": "staggered", "cuda_sm90_seesaw": "seesaw",
@@ -161,7 +163,8 @@ def rotating_call(name: str, nsplit, *, scalar_loads: bool = False, layout=None)
 
 
 def layout_label(cw, rg, comb, pp) -> str:
-    return f"cw{cw}rg{rg}" + (f"/comb{comb}" if comb else "") + ("/pp" if pp else "") + ("2" if pp == 2 else "")
+    return f"cw{cw}rg{rg}" + (f"/comb{comb}" if comb else "") + ("/pp" if pp else "") + (
+        {2: "2", 3: "2lean"}.get(int(pp), ""))
 
 
 def default_label() -> str:
@@ -456,8 +459,8 @@ def build_parser(prog: str = "python -m kdengine.bench.kernel") -> argparse.Argu
     for name, default in (("B", 1), ("T", 16), ("H", 8), ("prefix", 300)):
         p.add_argument(f"--{name}", type=int, default=default)
     p.add_argument("--nsplit", type=int, default=None)
-    p.add_argument("--pingpong", type=int, choices=(0, 1, 2), default=None,
-                   help="ping-pong halves (1; 2: P*V split around the barrier, wide2 only) or not (0) for the wide "
+    p.add_argument("--pingpong", type=int, choices=(0, 1, 2, 3), default=None,
+                   help="ping-pong halves (1; 2: P*V split around the barrier, wide2 only; 3: the same, lean) or not (0) for the wide "
                         "layouts; with --col-warps / --combine: that layout instead of the default")
     p.add_argument("--col-warps", type=int, default=None, help="the layout (cuda_backend.COL_WARPS)")
     p.add_argument("--combine", type=int, default=None, help="the merge (cuda_backend.COMBINES)")

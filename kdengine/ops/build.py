@@ -26,8 +26,8 @@ def find_csrc() -> Path:
 
 CSRC = find_csrc()
 SOURCES = ("verify_api.cpp", "verify_kernel.cu", "verify_sm90.cu")
-HEADERS = ("verify_kernel.cuh", "verify_wide.cuh", "verify_sm90.cuh", "verify_partials.cuh", "verify_launch.h",
-           "static_switch.h")
+HEADERS = ("verify_kernel.cuh", "verify_wide.cuh", "verify_wide_lean.cuh", "verify_sm90.cuh", "verify_partials.cuh",
+           "verify_launch.h", "static_switch.h")
 ALL_ARCHS = ("80", "90", "100", "120")
 SCALAR_LOADS_MACRO = "KDENGINE_SCALAR_LOADS"
 

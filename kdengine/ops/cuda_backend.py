@@ -51,8 +51,17 @@ DEFAULT_ROW_GROUPS = 4
 # 65k T=16 101.2 / 102.4 / 102.4, 16k T=64 102.7 / 103.5 / 103.6 (faster by more than the A/A spread), 16k
 # T=16 37.1 / 37.3 / 37.3, 4k T=64 36.6 / 36.7 / 36.7, 4k T=16 20.2 / 20.1 / 20.2 (within it); its auto NSPLIT
 # was the best fixed one or within 0.2% at all six sizes. A small step (<= 1.7%): see csrc/verify_wide.cuh.
-PINGPONGS = (0, 1, 2)
-DEFAULT_PINGPONG = 2
+# 3 (wide2 only, "wide2pp2_lean"): the schedule of 2 with less integer work per tile (32-bit shared addresses,
+# the KV copy after Q*K^T, one "max moved" word instead of 8 alpha checks: csrc/verify_wide_lean.cuh).
+# Default 3: in one H200 run beside 2 and 2 again as an A/A control (perf_history/kernel/
+# verify_kernel_mma3_gpu-nvidia-h200-sm90_a987463.json), 3 / 2 / 2 again, us: 4k T=16 19.9 / 20.2 / 20.3, 4k T=64
+# 34.2 / 36.6 / 36.6, 16k T=16 34.8 / 37.1 / 37.1, 16k T=64 93.2 / 102.8 / 102.8, 65k T=16 92.3 / 100.7 / 101.4,
+# 65k T=64 324.8 / 363.9 / 362.8: faster by more than the A/A spread at all six sizes; ncu at 65k T=16 4.37
+# executed warp instructions per HMMA against 5.29, tensor pipe 33.9% against 30.3%. Timed at 64 rows per block
+# only: 32-row blocks (T*H <= 32, 128 registers) spill in both forms, more in the lean one (ptxas -v).
+PINGPONGS = (0, 1, 2, 3)
+SPLIT_PV_PINGPONGS = (2, 3)  # wide2 only
+DEFAULT_PINGPONG = 3
 # Merge kernel (csrc/verify_kernel.cuh; the split partials are bf16 [B, nsplit, T*H, 512], their lse
 # fp32): 0 = one loop over the splits per thread, 1 = split weights computed in parallel first, then 4
 # thread groups over the splits with 8 partial rows in flight per thread; 2 = the same over 4 blocks
@@ -218,8 +227,9 @@ def launch(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_scale
         raise ValueError(f"row_groups: expected one of {ROW_GROUPS}, got {row_groups!r}")
     if combine not in COMBINES:
         raise ValueError(f"combine: expected one of {COMBINES}, got {combine!r}")
-    if int(pingpong) not in PINGPONGS or (int(pingpong) == 2 and col_warps != WIDE2):
-        raise ValueError(f"pingpong: expected one of {PINGPONGS} (2 with col_warps {WIDE2} only), got {pingpong!r}")
+    if int(pingpong) not in PINGPONGS or (int(pingpong) in SPLIT_PV_PINGPONGS and col_warps != WIDE2):
+        raise ValueError(f"pingpong: expected one of {PINGPONGS} ({SPLIT_PV_PINGPONGS} with col_warps {WIDE2} only), "
+                         f"got {pingpong!r}")
     part_out, part_lse = alloc_partials(q, nsplit)
     module = build.load_extension(scalar_loads=scalar_loads)
     module.launch(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, part_out, part_lse, sm_scale, nsplit,

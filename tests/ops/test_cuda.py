@@ -183,6 +183,8 @@ def test_nsplit_variants_agree(nsplit):
     _check(inp, out, lse)
 
 
+PP_SUFFIX = {2: "2", 3: "2lean"}  # test ids of the split-P*V pingpongs (2; 3 its lean form)
+LAYOUT_ID = lambda cw, pp: f"cw{cw}" + ("pp" if pp else "") + PP_SUFFIX.get(int(pp), "")  # (col_warps, pingpong)
 # The wide2 layout (col_warps 16: streaming loader, lazy rescaling) over the contract sizes and the odd
 # shapes, with both parallel merges; B up to 4, H 8 and 16.
 WIDE2_CASES = CONTRACT + ODD + [TestParam(16, [65000, 17, 4000, 129], B=4), TestParam(7, [33, 3000, 1, 640], B=4, H=16)]
@@ -192,8 +194,8 @@ WIDE2_CASES = CONTRACT + ODD + [TestParam(16, [65000, 17, 4000, 129], B=4), Test
 @pytest.mark.parametrize("layout", [(cuda_backend.WIDE2, 1, False), (cuda_backend.WIDE2, 2, False),
                                     (cuda_backend.WIDE2, 2, True), (cuda_backend.WIDE2, 3, True),
                                     (cuda_backend.WIDE2X16, 2, False), (cuda_backend.WIDE2X16, 3, True),
-                                    (cuda_backend.WIDE2, 3, 2)],
-                         ids=lambda lay: f"cw{lay[0]}-comb{lay[1]}" + ("-pp" if lay[2] else "") + ("2" if lay[2] == 2 else ""))
+                                    (cuda_backend.WIDE2, 3, 2), (cuda_backend.WIDE2, 3, 3)],
+                         ids=lambda lay: f"cw{lay[0]}-comb{lay[1]}" + ("-pp" if lay[2] else "") + PP_SUFFIX.get(lay[2], ""))
 @pytest.mark.parametrize("tp", WIDE2_CASES, ids=lambda tp: f"T{tp.T}-p{tp.prefix}-H{tp.H}-B{tp.B}-s{tp.nsplit}")
 def test_wide2_matches_reference(tp, layout):
     col_warps, combine, pingpong = layout
@@ -204,7 +206,8 @@ def test_wide2_matches_reference(tp, layout):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", [(cuda_backend.WIDE2, False), (cuda_backend.WIDE2, True), (cuda_backend.WIDE2, 2),
-                                    (cuda_backend.WIDE2X16, False), (cuda_backend.WIDE2X16, True)], ids=str)
+                                    (cuda_backend.WIDE2, 3), (cuda_backend.WIDE2X16, False),
+                                    (cuda_backend.WIDE2X16, True)], ids=lambda lay: LAYOUT_ID(*lay))
 @pytest.mark.parametrize("sm_scale", (1.0, 4.0))
 def test_wide2_lazy_rescale_moves_the_max(sm_scale, layout):
     col_warps, pingpong = layout
@@ -220,9 +223,9 @@ def test_wide2_lazy_rescale_moves_the_max(sm_scale, layout):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", [(cw, rg, pp) for cw in cuda_backend.COL_WARPS for rg in cuda_backend.ROW_GROUPS
-                                    for pp in ((0, 1, 2) if cw == cuda_backend.WIDE2 else
+                                    for pp in ((0, 1, 2, 3) if cw == cuda_backend.WIDE2 else
                                                (0, 1) if cw in cuda_backend.WIDE_LAYOUTS else (0,))],
-                         ids=lambda lay: f"cw{lay[0]}rg{lay[1]}" + ("pp" if lay[2] else "") + ("2" if lay[2] == 2 else ""))
+                         ids=lambda lay: f"cw{lay[0]}rg{lay[1]}" + ("pp" if lay[2] else "") + PP_SUFFIX.get(lay[2], ""))
 @pytest.mark.parametrize("tp", [TestParam(1, 70, H=1), TestParam(17, 63, H=2), TestParam(64, [4000, 65], B=2),
                                 TestParam(16, 100, nsplit=256), TestParam(16, 65520 - 16)], ids=str)
 def test_every_warp_layout(tp, layout):
@@ -233,8 +236,9 @@ def test_every_warp_layout(tp, layout):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("layout", [(cuda_backend.WIDE2, True), (cuda_backend.WIDE2, 2), (cuda_backend.WIDE2X16, True),
-                                    (cuda_backend.WIDE2X16, False)], ids=str)
+@pytest.mark.parametrize("layout", [(cuda_backend.WIDE2, True), (cuda_backend.WIDE2, 2), (cuda_backend.WIDE2, 3),
+                                    (cuda_backend.WIDE2X16, True), (cuda_backend.WIDE2X16, False)],
+                         ids=lambda lay: LAYOUT_ID(*lay))
 def test_nan_past_the_end_is_ignored(layout):
     """Pool slots past a sequence's end (same page) may hold anything: NaN there must not leak (the
     zero-filled tail of the last tile is what the kernel reads)."""
@@ -320,8 +324,9 @@ def test_custom_op_fake_shapes():
     assert out.shape == (1, 17, 2, 512) and lse.shape == (1, 17, 2) and lse.dtype == torch.float32
 
 
-def test_split_pv_schedule_is_wide2_only():
+@pytest.mark.parametrize("pingpong", cuda_backend.SPLIT_PV_PINGPONGS)
+def test_split_pv_schedule_is_wide2_only(pingpong):
     q = torch.zeros(1, 1, 1, 576, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="pingpong"):
         cuda_backend.launch(q, None, None, None, None, None, None, sm_scale=1.0, nsplit=1,
-                            col_warps=cuda_backend.WIDE2X16, pingpong=2)
+                            col_warps=cuda_backend.WIDE2X16, pingpong=pingpong)

@@ -1,0 +1,346 @@
+// The lean form of wide2pp2 (WideCfg::LEAN, "wide2pp2_lean", pingpong 3): the schedule of
+// verify_wide.cuh's SPLIT_PV path (P*V of tile i in two column halves, one beside Q*K^T of tile i + 1,
+// one inside its softmax; two row halves with their own barrier), with less integer work per tile:
+//   - every shared-memory operand is a 32-bit shared-window address (ld/st.shared, ldmatrix, cp.async),
+//     each thread's offsets (K and V ldmatrix rows, P rows, partial-score slots, softmax slots, KV copy
+//     target) formed once before the tile loop; a tile adds its stage / buffer offset to them;
+//   - the KV copy map of KvStream with the global source formed as one wide multiply from the page id
+//     (the next tile's token position carried, not recomputed), issued after Q*K^T and just before the
+//     half barrier, so its address registers are not needed again at once;
+//   - each softmax warp writes one "max moved" byte per tile ([NBUF][8] bytes); P*V reads the 8 bytes of
+//     the tile as one 64-bit word (one load, one compare, warp-uniform) instead of 8 alpha loads and
+//     compares per warp; the alphas themselves are read only when a max moved (rarely).
+// Shared memory: verify_wide.cuh's layout plus the 16 flag bytes after the row buffers.
+#pragma once
+
+#include "verify_wide.cuh"
+
+namespace kdengine {
+
+// --- 32-bit shared-memory operands ------------------------------------------------------------------
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t a) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t a) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
+// One 16-byte chunk global -> shared, `bytes` (16 or 0: zero-fill) read; the scalar-load ablation
+// build copies it as four 4-byte pieces.
+__device__ __forceinline__ void copy_chunk(uint32_t dst, const void* src, int bytes) {
+#ifdef KDENGINE_SCALAR_LOADS
+  const int piece = bytes >> 2;
+#pragma unroll
+  for (int w = 0; w < 4; ++w)
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst + 4 * w),
+                 "l"(static_cast<const char*>(src) + 4 * w), "r"(piece));
+#else
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+#endif
+}
+
+__device__ __forceinline__ void st_shared_f32x2(uint32_t a, float x, float y) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(x), "f"(y) : "memory");
+}
+__device__ __forceinline__ void st_shared_f32(uint32_t a, float x) {
+  asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(a), "f"(x) : "memory");
+}
+__device__ __forceinline__ void st_shared_u32(uint32_t a, uint32_t x) {
+  asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(x) : "memory");
+}
+__device__ __forceinline__ void st_shared_u32x2(uint32_t a, uint32_t x, uint32_t y) {
+  asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(a), "r"(x), "r"(y) : "memory");
+}
+__device__ __forceinline__ void st_shared_u8(uint32_t a, uint32_t x) {
+  asm volatile("st.shared.u8 [%0], %1;\n" ::"r"(a), "r"(x) : "memory");
+}
+__device__ __forceinline__ float ld_shared_f32(uint32_t a) {
+  float x;
+  asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(x) : "r"(a) : "memory");
+  return x;
+}
+__device__ __forceinline__ unsigned long long ld_shared_u64(uint32_t a) {
+  unsigned long long x;
+  asm volatile("ld.shared.u64 %0, [%1];\n" : "=l"(x) : "r"(a) : "memory");
+  return x;
+}
+template <int N>
+__device__ __forceinline__ void ld_shared_floats(float (&v)[N], uint32_t a) {
+  if constexpr (N == 4) {
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3])
+                 : "r"(a)
+                 : "memory");
+  } else {
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v[0]), "=f"(v[1]) : "r"(a) : "memory");
+  }
+}
+
+// --- the tile phases --------------------------------------------------------------------------------
+
+// KvStream's copy map (thread t: token t / TPT of a tile, chunks t % TPT + k TPT) with 32-bit targets
+// and the next token position carried.
+template <class C>
+struct KvStreamLean {
+  static constexpr int TPT = C::THREADS / C::BN, PER = (CHUNKS + TPT - 1) / TPT;
+  const int* pages;  // this sequence's page-table row
+  uint32_t dst;      // this thread's first chunk in stage 0 (shared window)
+  int first16;       // its byte offset in a KV row
+  int pos, page;     // this thread's token in the next tile to copy, its page id (0 past the end)
+
+  __device__ __forceinline__ KvStreamLean(const VerifyParams& p, int b, int start, int end, uint32_t kv_base)
+      : pages(p.page_table + (size_t)b * p.max_pages),
+        dst(kv_base + ((threadIdx.x / TPT) * STRIDE + threadIdx.x % TPT * 8) * 2),
+        first16(threadIdx.x % TPT * 16),
+        pos(start + threadIdx.x / TPT) {
+    fetch(p, end);
+  }
+  __device__ __forceinline__ void fetch(const VerifyParams& p, int end) {
+    page = pos < end ? __ldg(pages + (pos >> p.page_shift)) : 0;
+  }
+  // Copy the next tile into the stage at byte offset `stage` (zero-filled past `end`: there page 0's row
+  // is named, in bounds, and none of it read), then read the page id of the tile after it.
+  __device__ __forceinline__ void load(const VerifyParams& p, int end, uint32_t stage) {
+    const int bytes = pos < end ? 16 : 0;
+    const unsigned row = page * p.page_size + (pos & (p.page_size - 1));
+    const char* src = reinterpret_cast<const char*>(p.kv) + (size_t)row * (D_QK * 2) + first16;
+#pragma unroll
+    for (int k = 0; k < PER; ++k)
+      if (CHUNKS % TPT == 0 || first16 + k * TPT * 16 < CHUNKS * 16)
+        copy_chunk(dst + stage + k * TPT * 16, src + k * TPT * 16, bytes);
+    pos += C::BN;
+    fetch(p, end);
+  }
+};
+
+// This warp's partial scores of one tile: `k` its ldmatrix row address in the tile's stage, `dst` its
+// first partial-score slot.
+template <class C>
+__device__ __forceinline__ void lean_partial_scores(uint32_t k, const uint32_t (&qa)[C::QM][C::KSTEPS][4], uint32_t dst) {
+  float s[C::QM][2][4];
+#pragma unroll
+  for (int mi = 0; mi < C::QM; ++mi)
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) s[mi][nt][0] = s[mi][nt][1] = s[mi][nt][2] = s[mi][nt][3] = 0.f;
+#pragma unroll
+  for (int ks = 0; ks < C::KSTEPS; ++ks) {
+    uint32_t kb[4];
+    ldmatrix_x4(kb, k + ks * 32);
+#pragma unroll
+    for (int mi = 0; mi < C::QM; ++mi) {
+      mma_bf16(s[mi][0], qa[mi][ks], kb[0], kb[1]);
+      mma_bf16(s[mi][1], qa[mi][ks], kb[2], kb[3]);
+    }
+  }
+#pragma unroll
+  for (int mi = 0; mi < C::QM; ++mi)
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        st_shared_f32x2(dst + ((mi * 16 + 8 * h) * C::BN + nt * 8) * 4, s[mi][nt][2 * h], s[mi][nt][2 * h + 1]);
+}
+
+// This thread's shared-memory slots in the softmax (buffer 0; the other buffer is + P / A / F_STRIDE).
+struct LeanSoftmaxSlots {
+  uint32_t exch, p, alpha, flag;  // its 4 partial scores (quarter 0), its P, its row's alpha, its warp's flag
+};
+
+// wide_softmax of verify_wide.cuh on 32-bit addresses, plus the warp's "max moved" byte.
+template <class C, class Beside>
+__device__ __forceinline__ void lean_softmax(const VerifyParams& p, const LeanSoftmaxSlots& at, int buf, int stok,
+                                             int mask_off, int tile_start, int prefix, int end, float& m, float& l,
+                                             const Beside& beside) {
+  constexpr int EPT = C::EPT;
+  float v[EPT], part[EPT];
+  ld_shared_floats(v, at.exch);
+#pragma unroll
+  for (int q = 1; q < 4; ++q) {
+    ld_shared_floats(part, at.exch + q * C::BLOCK_M * C::BN * 4);
+#pragma unroll
+    for (int e = 0; e < EPT; ++e) v[e] += part[e];
+  }
+  const bool tail = tile_start + C::BN > prefix;
+  float mx = -INFINITY;
+#pragma unroll
+  for (int e = 0; e < EPT; ++e) {
+    float x = v[e] * p.scale_log2;
+    if (tail) {
+      const int pos = tile_start + stok + e;
+      if (pos >= end) {
+        x = -INFINITY;
+      } else if (pos >= prefix) {
+        const int j = pos - prefix;
+        if (!((__ldg(p.mask_bits + mask_off + (j >> 5)) >> (j & 31)) & 1)) x = -INFINITY;
+      }
+    }
+    v[e] = x;
+    mx = fmaxf(mx, x);
+  }
+  beside();
+#pragma unroll
+  for (int off = 1; off < C::TPR; off *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, off));
+  const float m_new = mx > m + C::LAZY_LOG2 ? mx : m;  // -inf + 8 = -inf: the first finite max moves it
+  const bool moved = m_new != m;
+  const float m_use = m_new == -INFINITY ? 0.f : m_new;
+  const float alpha = moved ? exp2f(m - m_use) : 1.f;
+  float sum = 0.f;
+#pragma unroll
+  for (int e = 0; e < EPT; ++e) {
+    v[e] = exp2f(v[e] - m_use);
+    sum += v[e];
+  }
+  l = l * alpha + sum;
+  m = m_new;
+  const uint32_t pdst = at.p + buf * C::P_ELEMS * 2;
+  if constexpr (EPT == 4)
+    st_shared_u32x2(pdst, pack_bf16(v[0], v[1]), pack_bf16(v[2], v[3]));
+  else
+    st_shared_u32(pdst, pack_bf16(v[0], v[1]));
+  if (threadIdx.x % C::TPR == 0) st_shared_f32(at.alpha + buf * C::BLOCK_M * 4, alpha);
+  st_shared_u8(at.flag + buf * C::WARPS, __any_sync(0xffffffff, moved));  // one byte, the same from every lane
+}
+
+// Whether a row max of the tile in buffer `buf` moved (warp-uniform): the 8 warps' bytes as one word.
+template <class C>
+__device__ __forceinline__ bool lean_moved(uint32_t flags, int buf) {
+  return __any_sync(0xffffffff, ld_shared_u64(flags + buf * C::WARPS) != 0ull);
+}
+
+// PvCols with 32-bit operands: `v` this lane's ldmatrix.trans row address in the tile's stage, `pa` its
+// P row address in the tile's buffer, `alpha` the tile's alpha buffer.
+template <class C, int NP0, int NP1>
+struct PvColsLean : PvCols<C, NP0, NP1> {
+  using PvCols<C, NP0, NP1>::pa;
+  using PvCols<C, NP0, NP1>::vb;
+
+  __device__ __forceinline__ void load(uint32_t v, uint32_t p) {
+#pragma unroll
+    for (int mi = 0; mi < C::RG; ++mi) ldmatrix_x4(pa[mi], p + mi * 16 * C::P_STRIDE * 2);
+#pragma unroll
+    for (int np = NP0; np < NP1; ++np) ldmatrix_x4_trans(vb[np - NP0], v + np * 32);
+  }
+  __device__ __forceinline__ void rescale(float (&o)[C::RG][C::V_PART / 8][4], uint32_t alpha, int lane) const {
+    const uint32_t a = alpha + lane / 4 * 4;
+#pragma unroll
+    for (int mi = 0; mi < C::RG; ++mi) {
+      const float a0 = ld_shared_f32(a + mi * 64), a1 = ld_shared_f32(a + mi * 64 + 32);
+#pragma unroll
+      for (int nt = 2 * NP0; nt < 2 * NP1; ++nt) {
+        o[mi][nt][0] *= a0;
+        o[mi][nt][1] *= a0;
+        o[mi][nt][2] *= a1;
+        o[mi][nt][3] *= a1;
+      }
+    }
+  }
+};
+
+// --- the kernel -------------------------------------------------------------------------------------
+
+template <class C>
+__global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel_lean(const VerifyParams p) {
+  constexpr int BN = C::BN, STAGES = C::STAGES, BLOCK_M = C::BLOCK_M;
+  constexpr int NP = C::V_PART / 16, NPH = NP / 2;
+  constexpr uint32_t TILE_B = C::TILE_ELEMS * 2, P_B = C::P_ELEMS * 2, A_B = BLOCK_M * 4;
+  static_assert(STAGES == 4, "stage offsets as (i & 3) * TILE_B");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const uint32_t kv_sa = smem_addr(smem_raw), exch_sa = kv_sa + C::KV_BYTES, p_sa = exch_sa + C::EXCH_BYTES;
+  const uint32_t row_sa = p_sa + C::P_BYTES, flag_sa = row_sa + (C::NBUF + 1) * BLOCK_M * 4;
+  float* row_s = reinterpret_cast<float*>(smem_raw + C::KV_BYTES + C::EXCH_BYTES + C::P_BYTES);
+
+  const int b = blockIdx.z, split = blockIdx.y, row0 = blockIdx.x * BLOCK_M;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // the row half and dim quarter in Q*K^T, from the warp index through a shuffle: ptxas then knows they are
+  // warp-uniform and keeps their address terms in uniform registers (CUTLASS's canonical_warp_idx_sync);
+  // the same for the P*V column block or the flag byte spilled on sm_90a or saved nothing (ptxas -v, SASS)
+  const int uwarp = __shfl_sync(0xffffffff, warp, 0);
+  const int slice = uwarp / 4, quarter = uwarp % 4;
+  const int prefix = p.prefix_len[b];
+  int start, end;
+  size_t part_row0;
+  if (!split_range<BN, BLOCK_M, C::THREADS>(p, b, split, row0, start, end, part_row0)) return;
+
+  pdl_launch_dependents();
+  const int ntiles = (end - start + BN - 1) / BN;
+  KvStreamLean<C> stream(p, b, start, end, kv_sa);
+#pragma unroll
+  for (int st = 0; st < STAGES - 1; ++st) {
+    if (st < ntiles) stream.load(p, end, st * TILE_B);
+    cp_async_commit();
+  }
+
+  uint32_t qa[C::QM][C::KSTEPS][4];
+#pragma unroll
+  for (int mi = 0; mi < C::QM; ++mi)
+    load_q_fragments<C>(p, b, row0 + slice * (BLOCK_M / C::RS) + mi * 16, quarter * C::K_PART, qa[mi]);
+
+  const int srow = threadIdx.x / C::TPR, stok = (threadIdx.x % C::TPR) * C::EPT;
+  const int mask_off = (b * p.T + min(row0 + srow, p.R - 1) / p.H) * p.W;
+  float m_run = -INFINITY, l_run = 0.f;
+  float o[C::RG][C::V_PART / 8][4];
+#pragma unroll
+  for (int mi = 0; mi < C::RG; ++mi)
+#pragma unroll
+    for (int nt = 0; nt < C::V_PART / 8; ++nt) o[mi][nt][0] = o[mi][nt][1] = o[mi][nt][2] = o[mi][nt][3] = 0.f;
+
+  // This thread's shared-memory addresses, formed once (a tile adds its stage / buffer offset).
+  const uint32_t k_at = kv_sa + (((lane & 7) + ((lane >> 4) << 3)) * STRIDE + quarter * C::K_PART + ((lane >> 3) & 1) * 8) * 2;
+  const uint32_t v_at = kv_sa + (((lane & 7) + ((lane >> 3) & 1) * 8) * STRIDE + warp * C::V_PART + (lane >> 4) * 8) * 2;
+  const uint32_t pa_at = p_sa + ((lane & 15) * C::P_STRIDE + (lane >> 4) * 8) * 2;
+  const uint32_t score_at = exch_sa + ((quarter * BLOCK_M + slice * (BLOCK_M / C::RS) + lane / 4) * BN + (lane % 4) * 2) * 4;
+  const LeanSoftmaxSlots slots{exch_sa + (srow * BN + stok) * 4, p_sa + (srow * C::P_STRIDE + stok) * 2,
+                               row_sa + srow * 4, flag_sa + warp};
+
+  cp_async_wait<STAGES - 2>();  // tile 0
+  __syncthreads();
+  lean_partial_scores<C>(k_at, qa, score_at);
+  __syncthreads();
+  lean_softmax<C>(p, slots, 0, stok, mask_off, start, prefix, end, m_run, l_run, NoWork{});
+
+  for (int it = 0; it < ntiles; ++it) {
+    cp_async_wait<STAGES - 3>();  // tile it + 1 (and P / alpha / flags of tile it) visible after the barrier
+    __syncthreads();
+    const uint32_t cur = (it & 3) * TILE_B;
+    const int bc = it & 1, bn = bc ^ 1;  // tile it's P / alpha / flag buffer, tile it + 1's
+    const bool moved = lean_moved<C>(flag_sa, bc);
+    if (it + 1 < ntiles) {  // [P*V(it) cols 0.5 + Q*K^T(it + 1) + copy(it + 3)], half barrier, [softmax(it + 1) + P*V cols 0.5..1]
+      {
+        PvColsLean<C, 0, NPH> pv;
+        pv.load(v_at + cur, pa_at + bc * P_B);
+        if (moved) pv.rescale(o, row_sa + bc * A_B, lane);
+        pv.mma(o);
+      }
+      lean_partial_scores<C>(k_at + ((it + 1) & 3) * TILE_B, qa, score_at);
+      if (it + STAGES - 1 < ntiles) stream.load(p, end, ((it + 3) & 3) * TILE_B);  // the stage of tile it - 1
+      cp_async_commit();
+      if (slice == 0)  // literal ids: a computed one makes ptxas reserve all 16 named barriers
+        group_barrier(1, C::THREADS / 2);
+      else
+        group_barrier(2, C::THREADS / 2);
+      PvColsLean<C, NPH, NP> pv;
+      if (moved) pv.rescale(o, row_sa + bc * A_B, lane);
+      // the second half's ldmatrix loads beside the softmax, after its masking branches, on both archs (loaded
+      // before the softmax, sm_120 spilled 8 bytes at 255 registers)
+      lean_softmax<C>(p, slots, bn, stok, mask_off, start + (it + 1) * BN, prefix, end, m_run, l_run, [&] {
+        pv.load(v_at + cur, pa_at + bc * P_B);
+        pv.mma(o);
+      });
+    } else {
+      cp_async_commit();
+      PvColsLean<C, 0, NP> pv;
+      pv.load(v_at + cur, pa_at + bc * P_B);
+      if (moved) pv.rescale(o, row_sa + bc * A_B, lane);
+      pv.mma(o);
+    }
+  }
+  write_partials<C>(p, o, m_run, l_run, row_s, srow, row0, part_row0, warp, lane);
+}
+
+}  // namespace kdengine
