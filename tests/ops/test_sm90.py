@@ -240,7 +240,10 @@ def test_sm90_nan_past_the_end_is_ignored():
 
 
 @pytest.mark.gpu
-def test_sm90_through_verify_attention_and_graphs(monkeypatch):
+@pytest.mark.parametrize("capacity,schedule", [(5000, "staggered"), (40000, "staggered_small")])
+def test_sm90_through_verify_attention_and_graphs(monkeypatch, capacity, schedule):
+    """The dispatched call (its schedule picked from the split length, both sides of SMALL_MIN_TILES),
+    captured once and replayed at several lengths with poisoned outputs."""
     _needs_sm90()
     from kdengine.ops.verify import verify_attention
 
@@ -248,8 +251,9 @@ def test_sm90_through_verify_attention_and_graphs(monkeypatch):
     inp = _problem(TestParam(16, [900, 40], B=2), seed=3)
     out, lse = verify_attention(*inp.args(), sm_scale=inp.sm_scale, backend="cuda", return_lse=True)
     _check(inp, out, lse)
-    capacity = 5000
     inp = _problem(TestParam(16, [capacity, capacity], B=2), seed=7)
+    splits = cuda_backend.plan_nsplit_sm90(inp.q, inp.kv_cache, inp.page_table, None)
+    assert cuda_backend.pick_schedule(16, 8, cuda_backend.split_tiles(inp.kv_cache, inp.page_table, splits)) == schedule
     bits = pack_tree_mask(inp.tree_mask)
     prefix_len = inp.prefix_len.clone()
     run = lambda: cuda_backend.run(inp.q, inp.kv_cache, inp.page_table, prefix_len, bits,
