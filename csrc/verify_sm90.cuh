@@ -416,22 +416,22 @@ __device__ __forceinline__ void mask_rowmax(const VerifyParams& p, const Rows& r
     }
   } else {
 #pragma unroll
-  for (int j = 0; j < N / 4; ++j)
+    for (int j = 0; j < N / 4; ++j)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      float v = s[4 * j + e] * p.scale_log2;
-      if (tail) {
-        const int pos = tile_start + 8 * j + 2 * (lane % 4) + (e & 1);
-        if (pos >= end) {
-          v = -INFINITY;
-        } else if (pos >= prefix) {
-          const int k = pos - prefix;
-          const int word = __ldg(p.mask_bits + rows.mask_word[e >> 1] + (k >> 5));
-          if (!((word >> (k & 31)) & 1)) v = -INFINITY;
+      for (int e = 0; e < 4; ++e) {
+        float v = s[4 * j + e] * p.scale_log2;
+        if (tail) {
+          const int pos = tile_start + 8 * j + 2 * (lane % 4) + (e & 1);
+          if (pos >= end) {
+            v = -INFINITY;
+          } else if (pos >= prefix) {
+            const int k = pos - prefix;
+            const int word = __ldg(p.mask_bits + rows.mask_word[e >> 1] + (k >> 5));
+            if (!((word >> (k & 31)) & 1)) v = -INFINITY;
+          }
         }
+        s[4 * j + e] = v;
       }
-      s[4 * j + e] = v;
-    }
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -445,6 +445,28 @@ __device__ __forceinline__ void mask_rowmax(const VerifyParams& p, const Rows& r
 
 // A row max that is usable as an exponent offset (-inf: the row saw nothing yet, P is 0 anyway).
 __device__ __forceinline__ float finite_max(float m) { return m == -INFINITY ? 0.f : m; }
+
+// The running max m after a tile whose row maxima are mx: m_use (the exponent offset of P) and `scale` (the
+// factor of the O and l accumulated so far). LAZY: m moves only when a score passes it by 2^LAZY_LOG2, so
+// scale is exactly 1 (the rescale skips) on most tiles; P stays <= 2^LAZY_LOG2.
+template <bool LAZY>
+__device__ __forceinline__ void move_max(float (&m)[2], const float (&mx)[2], float (&m_use)[2], float (&scale)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if constexpr (LAZY) {
+      const bool move = mx[h] > m[h] + LAZY_LOG2;  // -inf + 8 = -inf: the first finite max moves it
+      const float m_new = move ? mx[h] : m[h];
+      m_use[h] = finite_max(m_new);
+      scale[h] = move ? exp2f(m[h] - m_use[h]) : 1.f;
+      m[h] = m_new;
+    } else {
+      const float m_new = fmaxf(m[h], mx[h]);
+      m_use[h] = finite_max(m_new);
+      scale[h] = exp2f(m[h] - m_use[h]);
+      m[h] = m_new;
+    }
+  }
+}
 
 // 2^x as one MUFU.EX2 (denormal results flushed to 0; exp2f adds a range check and two multiplies).
 __device__ __forceinline__ float exp2_ftz(float x) {
@@ -491,21 +513,7 @@ __device__ __forceinline__ void softmax_tile(const VerifyParams& p, const Rows& 
                                              uint32_t (&pa)[4][4]) {
   float mx[2], m_use[2], sum[2];
   mask_rowmax<32, ROLLED_TAIL>(p, rows, s, tile_start, prefix, end, mx);
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    if constexpr (LAZY) {
-      const bool move = mx[h] > m[h] + LAZY_LOG2;  // -inf + 8 = -inf: the first finite max moves it
-      const float m_new = move ? mx[h] : m[h];
-      m_use[h] = finite_max(m_new);
-      scale[h] = move ? exp2f(m[h] - m_use[h]) : 1.f;  // exactly 1: rescale skips
-      m[h] = m_new;
-      continue;
-    }
-    const float m_new = fmaxf(m[h], mx[h]);
-    m_use[h] = finite_max(m_new);
-    scale[h] = exp2f(m[h] - m_use[h]);
-    m[h] = m_new;
-  }
+  move_max<LAZY>(m, mx, m_use, scale);
   exp_rows<32, LAZY>(s, m_use, sum);
 #pragma unroll
   for (int h = 0; h < 2; ++h) l[h] = l[h] * scale[h] + sum[h];
@@ -549,6 +557,16 @@ __device__ __forceinline__ void store_p_scaled(unsigned char* tile, const Rows& 
       *reinterpret_cast<uint32_t*>(dst + r * 128 + ((unit ^ (r & 7)) << 4) + 4 * q) =
           pack_bf16(s[8 * kk + 2 * i] * f, s[8 * kk + 2 * i + 1] * f);
     }
+}
+
+// HALF, PAIR: each warpgroup's row sums hold the P it computed: add the other's (a table of [2][BM]).
+__device__ __forceinline__ void add_row_sums(float (&l)[2], float* tab, const Rows& rows, int w, int wtid) {
+  if (wtid % 4 == 0)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) tab[w * BM + rows.local[h]] = l[h];
+  bar_sync(BAR_CONSUMERS, 128 * CONSUMERS);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) l[h] += tab[(1 - w) * BM + rows.local[h]];
 }
 
 // HALF: this warpgroup's P (bf16 A fragments of its 32 tokens, from token 32 w of the tile) into the
@@ -844,14 +862,8 @@ __global__ void __launch_bounds__(THREADS, 1)
         for (int h = 0; h < 2; ++h) mx_tab[(2 * stage + w) * BM + rows.local[h]] = mx[h];
       bar_sync(BAR_MAX, 128 * CONSUMERS);  // (also: both S of tile t are complete, its rope chunk is free)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float mt = fmaxf(mx[h], mx_tab[(2 * stage + 1 - w) * BM + rows.local[h]]);
-        const bool move = mt > m[h] + LAZY_LOG2;  // -inf + 8 = -inf: the first finite max moves it
-        const float m_new = move ? mt : m[h];
-        m_use[h] = finite_max(m_new);
-        scale[h] = move ? exp2f(m[h] - m_use[h]) : 1.f;  // exactly 1: rescale skips
-        m[h] = m_new;
-      }
+      for (int h = 0; h < 2; ++h) mx[h] = fmaxf(mx[h], mx_tab[(2 * stage + 1 - w) * BM + rows.local[h]]);
+      move_max<true>(m, mx, m_use, scale);
     };
     auto softmax_exp = [&]() {
       float sum[2];
@@ -898,13 +910,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     issue_pv(ntiles - 1);
     wgmma_wait<0>();
     reg_fence(o);
-    // The row sum is the two warpgroups' parts.
-    if (wtid % 4 == 0)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) sc_tab[w * BM + rows.local[h]] = l[h];
-    bar_sync(BAR_CONSUMERS, 128 * CONSUMERS);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) l[h] += sc_tab[(1 - w) * BM + rows.local[h]];
+    add_row_sums(l, sc_tab, rows, w, wtid);
   } else {
     // PAIR: tiles 2i (stage 0, warpgroup 0 computes S) and 2i + 1 (stage 1, warpgroup 1) per step i.
     // Row state: both warpgroups hold the same running max m; each its own part of the row sum (the
@@ -1049,13 +1055,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     }
     wgmma_wait<0>();
     reg_fence(o);
-    // The row sum is the two warpgroups' parts.
-    if (wtid % 4 == 0)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) sc_tab[w * BM + rows.local[h]] = l[h];
-    bar_sync(BAR_CONSUMERS, 128 * CONSUMERS);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) l[h] += sc_tab[(1 - w) * BM + rows.local[h]];
+    add_row_sums(l, sc_tab, rows, w, wtid);
   }
 
   // Normalise and write this split's partial rows (bf16) and their lse (natural log). The merge may

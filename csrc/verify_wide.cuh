@@ -209,6 +209,32 @@ __device__ __forceinline__ void load_floats(float (&v)[N], const float* src) {
   }
 }
 
+// This thread's EPT summed scores (tokens [stok, +EPT) of the tile) into the log2 domain, masked on the tail
+// tile (past `end`, or a tree token the row may not see: -inf); returns their max.
+template <class C>
+__device__ __forceinline__ float mask_scores(const VerifyParams& p, float (&v)[C::EPT], int stok, int mask_off,
+                                             int tile_start, int prefix, int end) {
+  constexpr int EPT = C::EPT;
+  const bool tail = tile_start + C::BN > prefix;
+  float mx = -INFINITY;
+#pragma unroll
+  for (int e = 0; e < EPT; ++e) {
+    float x = v[e] * p.scale_log2;
+    if (tail) {
+      const int pos = tile_start + stok + e;
+      if (pos >= end) {
+        x = -INFINITY;
+      } else if (pos >= prefix) {
+        const int j = pos - prefix;
+        if (!((__ldg(p.mask_bits + mask_off + (j >> 5)) >> (j & 31)) & 1)) x = -INFINITY;
+      }
+    }
+    v[e] = x;
+    mx = fmaxf(mx, x);
+  }
+  return mx;
+}
+
 struct NoWork {
   __device__ __forceinline__ void operator()() const {}
 };
@@ -231,23 +257,7 @@ __device__ __forceinline__ void wide_softmax(const VerifyParams& p, const float*
 #pragma unroll
     for (int e = 0; e < EPT; ++e) v[e] += part[e];
   }
-  const bool tail = tile_start + C::BN > prefix;
-  float mx = -INFINITY;
-#pragma unroll
-  for (int e = 0; e < EPT; ++e) {
-    float x = v[e] * p.scale_log2;
-    if (tail) {
-      const int pos = tile_start + stok + e;
-      if (pos >= end) {
-        x = -INFINITY;
-      } else if (pos >= prefix) {
-        const int j = pos - prefix;
-        if (!((__ldg(p.mask_bits + mask_off + (j >> 5)) >> (j & 31)) & 1)) x = -INFINITY;
-      }
-    }
-    v[e] = x;
-    mx = fmaxf(mx, x);
-  }
+  float mx = mask_scores<C>(p, v, stok, mask_off, tile_start, prefix, end);
   beside();
 #pragma unroll
   for (int off = 1; off < C::TPR; off *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, off));

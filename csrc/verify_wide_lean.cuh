@@ -166,23 +166,7 @@ __device__ __forceinline__ void lean_softmax(const VerifyParams& p, const LeanSo
 #pragma unroll
     for (int e = 0; e < EPT; ++e) v[e] += part[e];
   }
-  const bool tail = tile_start + C::BN > prefix;
-  float mx = -INFINITY;
-#pragma unroll
-  for (int e = 0; e < EPT; ++e) {
-    float x = v[e] * p.scale_log2;
-    if (tail) {
-      const int pos = tile_start + stok + e;
-      if (pos >= end) {
-        x = -INFINITY;
-      } else if (pos >= prefix) {
-        const int j = pos - prefix;
-        if (!((__ldg(p.mask_bits + mask_off + (j >> 5)) >> (j & 31)) & 1)) x = -INFINITY;
-      }
-    }
-    v[e] = x;
-    mx = fmaxf(mx, x);
-  }
+  float mx = mask_scores<C>(p, v, stok, mask_off, tile_start, prefix, end);
   beside();
 #pragma unroll
   for (int off = 1; off < C::TPR; off *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, off));

@@ -54,6 +54,10 @@ MMA2_LAYOUTS = ("mma_wide2pp2",)
 SM90_BACKENDS = {"cuda_sm90_both": "both", "cuda_sm90_staggered": "staggered", "cuda_sm90_seesaw": "seesaw",
                  "cuda_sm90_pair": "pair", "cuda_sm90_half": "half", "cuda_sm90_staggered_small": "staggered_small",
                  "cuda_sm90_staggered_tail": "staggered_tail"}
+# Short device-run sets of sm90 schedules: (the schedules timed, staggered first; whether staggered is timed
+# again after them as the run's A/A control).
+SM90_SETS = {"pair": (("staggered", "pair"), False), "half": (("staggered", "half"), True),
+             "icache": (("staggered", "staggered_small", "staggered_tail"), True)}
 H = 8
 SAMPLES = 50  # = kdengine.bench.workloads.GPU_VERIFY_SAMPLES
 SCHEMA = 2
@@ -236,18 +240,12 @@ def variants(N: int, T: int, which: str = "full"):
         sched = f"cuda_sm90_{cuda_backend.DEFAULT_SCHEDULE}"
         return [(f"{sched}/c0/sauto", sched, "auto", False, {}),
                 (f"{sched}/c0/splitonly/sauto", sched, "auto", False, {"combine": cuda_backend.SPLIT_ONLY})]
-    if which == "pair":  # the pair schedule against the staggered default and FlashMLA (a short device run)
-        sm90 = [(f"{name}/sauto", name, "auto", False, None) for name in ("cuda_sm90_staggered", "cuda_sm90_pair")]
-        return [*sm90, *[(p, p, None, False, None) for p in peers.PEERS]]
-    if which == "half":  # the half schedule against staggered, staggered again (the A/A control), FlashMLA
-        sm90 = [(f"{name}/sauto", name, "auto", False, None) for name in ("cuda_sm90_staggered", "cuda_sm90_half")]
-        aa = ("cuda_sm90_staggered/aa/sauto", "cuda_sm90_staggered", "auto", False, None)
-        return [*sm90, aa, *[(p, p, None, False, None) for p in peers.PEERS]]
-    if which == "icache":  # staggered, its smaller-code forms, staggered again (the A/A control), FlashMLA
-        sm90 = [(f"{name}/sauto", name, "auto", False, None)
-                for name in ("cuda_sm90_staggered", "cuda_sm90_staggered_small", "cuda_sm90_staggered_tail")]
-        aa = ("cuda_sm90_staggered/aa/sauto", "cuda_sm90_staggered", "auto", False, None)
-        return [*sm90, aa, *[(p, p, None, False, None) for p in peers.PEERS]]
+    if which in SM90_SETS:  # sm90 schedules against staggered (and staggered again: the A/A control), the peers
+        names, aa = SM90_SETS[which]
+        rows = [(f"cuda_sm90_{n}/sauto", f"cuda_sm90_{n}", "auto", False, None) for n in names]
+        if aa:
+            rows.append(("cuda_sm90_staggered/aa/sauto", "cuda_sm90_staggered", "auto", False, None))
+        return rows + [(p, p, None, False, None) for p in peers.PEERS]
     short = NSPLITS[:4] + ("auto",)
     sweeps = (((16, 4, 2, True), NSPLITS), ((8, 4, 1, False), NSPLITS), ((8, 4, 1, True), NSPLITS),
               ((8, 2, 1, True), short), ((2, 4, 0, False), short))
