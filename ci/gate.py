@@ -8,7 +8,9 @@ to be both beyond that margin and past the benchmark's floor of practical signif
 A change past the floor that the noise cannot settle is "noisy": `ci perf` re-measures it (base and head
 interleaved) and only a confirmed regression turns the build red. Verdicts: regressed / improved /
 unchanged / noisy / new / missing. Exit: 0 nothing regressed, 1 a regression, 2 usage or data error (a
-file, an unknown or ambiguous commit is named). Runs with other fingerprints (GPU, driver, CUDA, torch) or
+file, an unknown or ambiguous commit is named), 3 amber: no confirmed regression, but a slowdown that the
+confirmation rounds could neither confirm nor dismiss (still past the floor after every round: the
+machine was too noisy to decide; `unsettled`). Runs with other fingerprints (GPU, driver, CUDA, torch) or
 environments are never compared; a changed benchmark version starts a new series.
 """
 
@@ -347,11 +349,25 @@ def gate_machine(machine: str, runs: list[Run] | MachineHistory, base_sha: str |
     return out
 
 
+def unsettled(row: dict) -> bool:
+    """A row the confirmation left "noisy" although its rounds still put it past the floor in the bad
+    direction: neither confirmed nor dismissed. A first pass alone (`ci gate`, no rounds) is never unsettled:
+    its "noisy" asks for the confirmation that `ci perf` runs."""
+    conf = row.get("confirmation")
+    if row.get("verdict") != "noisy" or not isinstance(conf, dict) or conf.get("worse") is None:
+        return False
+    return float(conf["worse"]) >= float(row.get("threshold") or 0.0)
+
+
 def summarize(base: str | None, head: str, reports: list[dict]) -> dict:
+    """The overall verdict: exit 1 on a confirmed regression, else 3 (amber) when a slowdown stayed unsettled
+    after its confirmation rounds, else 0."""
     rows = [b for r in reports for b in r["benchmarks"]]
     regressed = [b["name"] for b in rows if b["verdict"] == "regressed"]
+    open_rows = [b["name"] for b in rows if unsettled(b)]
     return {"base": base, "head": head, "machines": reports, "benchmarks": rows, "regressed": regressed,
-            "exit_code": 1 if regressed else 0, "counts": {v: sum(b["verdict"] == v for b in rows) for v in VERDICTS}}
+            "unsettled": open_rows, "exit_code": 1 if regressed else 3 if open_rows else 0,
+            "counts": {v: sum(b["verdict"] == v for b in rows) for v in VERDICTS}}
 
 
 def run_gate(results_dir: str, base: str | None, head: str, machine: str | None = None,
@@ -372,7 +388,8 @@ def run_gate(results_dir: str, base: str | None, head: str, machine: str | None 
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("gate", help="judge head against base and history; exit 1 on a regression",
+    p = sub.add_parser("gate", help="judge head against base and history (first pass, no reruns); exit 1 on a "
+                                    "regression",
                        description=__doc__)
     p.add_argument("--results-dir", default="perf_history")
     g = p.add_mutually_exclusive_group(required=True)

@@ -283,7 +283,9 @@ def perf(args) -> int:
         result["first_pass"] = first
         report.write_outputs(result, args.json, args.markdown)
         print(report.render_markdown(result), flush=True)
-        say(f"verdict: {'RED: confirmed regression' if result['exit_code'] else 'green'} "
+        verdict = {1: "RED: confirmed regression",
+                   3: f"AMBER: unsettled slowdown ({', '.join(result['unsettled'])}): not confirmed, not dismissed"}
+        say(f"verdict: {verdict.get(result['exit_code'], 'green')} "
             f"(first pass {first}, final {result['counts']})")
         if not args.no_record:
             out = record.record(new, results_dir, root if args.commit else None, args.push, args.remote,

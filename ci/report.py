@@ -30,7 +30,7 @@ VERIFY_RE = re.compile(r"^(?:cpu-)?verify/(?P<backend>[^/]+)/ctx(?P<ctx>\d+)/T(?
 ROW_FIELDS = ("name", "machine", "unit", "direction", "base", "head", "change", "detectable", "verdict", "history",
               "reason", "change_points", "attribution", "confirmation")
 MACHINE_FIELDS = ("machine", "base", "head", "notes", "benchmarks")
-RESULT_FIELDS = ("base", "head", "machines", "benchmarks", "regressed", "exit_code", "counts")
+RESULT_FIELDS = ("base", "head", "machines", "benchmarks", "regressed", "unsettled", "exit_code", "counts")
 # Markdown: characters that could open a link, image, heading, list, emphasis, table cell, code span or
 # HTML are backslash-escaped; autolink triggers get an invisible word joiner so GitHub links nothing.
 MD_PUNCT = re.compile(r"([\\`*_{}\[\]()#+\-.!|~:=\"'$^])")

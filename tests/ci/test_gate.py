@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import asvdata  # noqa: E402
 from make_fixtures import EXPECTED, MACHINE, sha  # noqa: E402
 
-from ci import gate, history  # noqa: E402
+from ci import gate, history, report  # noqa: E402
 from ci.__main__ import main as ci_main  # noqa: E402
 
 FIX = Path(__file__).parent / "fixtures"
@@ -461,3 +461,39 @@ def test_two_runs_with_a_step_at_base_and_a_calibrated_prior():
     hist = [run(0, 589.0), run(1, 810.0)]
     v = gate.judge("w", "m", hist[-1], run(2, 811.0), hist, config)
     assert v.verdict == "unchanged" and [c["index"] for c in v.change_points] == [1], v.reason
+
+
+# --- amber: a slowdown the confirmation could neither confirm nor dismiss -------------------------------
+
+
+def confirmed_row(base: list[float], head: list[float], name: str = "verify/cuda/ctx4096/T16") -> dict:
+    row = {"name": name, "machine": MACHINE, "direction": "lower", "threshold": 0.02, "verdict": "regressed",
+           "within_run": 0.001, "unit": "seconds"}
+    return gate.confirm(row, base, head, gate.load_thresholds())
+
+
+def test_a_slowdown_left_unsettled_by_the_rounds_is_amber_not_green():
+    # rounds that swing 40% apart: +30% on average but the rounds cannot confirm it at alpha 0.001
+    wild = confirmed_row([1.0, 1.4, 0.9, 1.3], [1.5, 1.2, 1.6, 1.1])
+    assert wild["verdict"] == "noisy" and wild["confirmation"]["worse"] > wild["threshold"]
+    result = gate.summarize("b" * 40, "h" * 40, [{"machine": MACHINE, "benchmarks": [wild], "notes": []}])
+    assert result["exit_code"] == 3 and result["unsettled"] == [wild["name"]]
+    text = report.render_markdown(result)
+    assert "unsettled slowdown" in text and "no regression" not in text
+    # the same wild rounds around no change: dismissed (worse below the floor), green
+    calm = confirmed_row([1.0, 1.4, 0.9, 1.3], [1.3, 0.9, 1.4, 1.0], "verify/cuda/ctx4096/T64")
+    assert calm["verdict"] == "noisy" and calm["confirmation"]["worse"] < calm["threshold"]
+    result = gate.summarize("b" * 40, "h" * 40, [{"machine": MACHINE, "benchmarks": [calm], "notes": []}])
+    assert result["exit_code"] == 0 and result["unsettled"] == []
+    # a confirmed regression beside it: red wins
+    red = confirmed_row([1.0, 1.01, 0.99, 1.0], [1.2, 1.21, 1.19, 1.2], "verify/cuda/ctx65536/T16")
+    assert red["verdict"] == "regressed"
+    result = gate.summarize("b" * 40, "h" * 40, [{"machine": MACHINE, "benchmarks": [wild, red], "notes": []}])
+    assert result["exit_code"] == 1 and "regression" in report.render_markdown(result).splitlines()[0]
+
+
+def test_a_first_pass_noisy_row_without_rounds_is_never_amber():
+    # `ci gate` alone (no confirmation): its "noisy" asks for rounds, it is not an unsettled slowdown
+    row = {"name": "w", "direction": "lower", "threshold": 0.01, "verdict": "noisy", "worse": 0.5}
+    assert not gate.unsettled(row)
+    assert gate.summarize(None, "h" * 40, [{"machine": MACHINE, "benchmarks": [row], "notes": []}])["exit_code"] == 0
