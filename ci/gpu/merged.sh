@@ -3,7 +3,7 @@
 # build for the local arch, the verify kernel's GPU tests (both cuda paths, the default), the kernel sweep's
 # peers set (the dispatched cuda call = what verify/cuda times, the mma.sync default, triton, torch, FlashMLA,
 # same inputs), decode at 4k/16k/65k with the cuda backend (random routing), then, while time is left, the
-# dispatched call at fixed NSPLIT beside its planner and ncu of it at 65k. Steps run in that order and one
+# dispatched call at fixed NSPLIT beside its planner and ncu of it, of the mma.sync default and of FlashMLA at 65k. Steps run in that order and one
 # starts only when DEADLINE (seconds from the start, default 330) leaves room for it, so a run cut short
 # still returns what it measured. $OUT gets the three JSON records and logs.tgz (the device tool returns at
 # most 8 files: the logs travel in one tarball, packed on exit).
@@ -73,6 +73,17 @@ if room 40 && command -v ncu > /dev/null; then
     echo "--- ncu, the dispatched call at 65k T=$T (split kernel, then the merge)"
     grep -E "verify_|Duration|cycles_active|Issue Slots|Achieved Active Warps|DRAM Throughput|Registers Per|Warp Cycles Per Issued" "/tmp/ncu_T$T.txt" | head -24
   done
-  cp /tmp/ncu_T16.txt /tmp/ncu_T64.txt "$LOGS/" 2>/dev/null
+  # the same sections for the mma.sync default (the sm_120 path) and for the peer's split kernel (FlashMLA)
+  for T in 16 64; do
+    room 25 || break
+    timeout 25 ncu --clock-control none -k regex:verify --launch-count 1 --section SpeedOfLight --section Occupancy       --section WarpStateStats --section SchedulerStats --section LaunchStats       --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active       python3 -m kdengine.bench.kernel once --path mma --T $T --prefix $((65536 - T)) > "/tmp/ncu_mma_T$T.txt" 2>&1
+    room 25 || break
+    timeout 25 ncu --clock-control none -k regex:splitkv --launch-skip 2 --launch-count 1 --section SpeedOfLight       --section Occupancy --section WarpStateStats --section SchedulerStats --section LaunchStats       --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active       python3 ci/gpu/flashmla_once.py $T $((65536 - T)) > "/tmp/ncu_flashmla_T$T.txt" 2>&1
+    for f in mma flashmla; do
+      echo "--- ncu, $f at 65k T=$T"
+      grep -E "Duration|cycles_active|Issue Slots|Achieved Active Warps|DRAM Throughput|Registers Per|Warp Cycles Per Issued" "/tmp/ncu_${f}_T$T.txt" | head -10
+    done
+  done
+  cp /tmp/ncu_*T16.txt /tmp/ncu_*T64.txt "$LOGS/" 2>/dev/null
 fi
 step done
