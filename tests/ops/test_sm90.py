@@ -211,6 +211,22 @@ def test_sm90_pair_every_tile_count_and_tail(L, schedule):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("schedule", ["staggered", "staggered_small"])
+@pytest.mark.parametrize("T", [33, 64, 65, 100, 256])
+def test_sm90_tail_mask_words(T, schedule):
+    """staggered_small finds a tail tile's mask from the <= 3 packed words each row's scores reach (csrc
+    tail_bits): trees across word boundaries, the tree starting at every offset class of a word and a tile,
+    tail tiles that hold prefix tokens, splits that end inside the tree (nsplit 3), 16-token pages, a chain."""
+    _needs_sm90()
+    for prefix in (0, 1, 31, 32, 33, 63, 64, 95, 130, 1000 + T % 7):
+        for tp in (TestParam(T, prefix, H=2, nsplit=1), TestParam(T, prefix, H=2, nsplit=3, page_size=16),
+                   TestParam(T, prefix, H=1, nsplit=2, chain=prefix % 2 == 1)):
+            inp = _problem(tp, seed=T + prefix)
+            out, lse = _run_sm90(inp, tp.nsplit, schedule)
+            _check(inp, out, lse)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("schedule", list(cuda_backend.SCHEDULES))
 def test_sm90_running_max_moves_often(schedule):
     """Keys scaled up page by page along the sequence: the rows' max keeps growing, by more than 2^8 (log2)
@@ -240,13 +256,16 @@ def test_sm90_nan_past_the_end_is_ignored():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("capacity,schedule", [(5000, "staggered"), (40000, "staggered_small")])
-def test_sm90_through_verify_attention_and_graphs(monkeypatch, capacity, schedule):
-    """The dispatched call (its schedule picked from the split length, both sides of SMALL_MIN_TILES),
-    captured once and replayed at several lengths with poisoned outputs."""
+@pytest.mark.parametrize("capacity,schedule,min_tiles", [(5000, "staggered", None), (40000, "staggered_small", None),
+                                                         (5000, "staggered_small", 1)])
+def test_sm90_through_verify_attention_and_graphs(monkeypatch, capacity, schedule, min_tiles):
+    """The dispatched call (its schedule picked from the split length, both sides of SMALL_MIN_TILES; with
+    min_tiles: that threshold instead), captured once and replayed at several lengths with poisoned outputs."""
     _needs_sm90()
     from kdengine.ops.verify import verify_attention
 
+    if min_tiles is not None:
+        monkeypatch.setattr(cuda_backend, "SMALL_MIN_TILES", min_tiles)
     monkeypatch.setenv("KDENGINE_CUDA_PATH", "sm90")
     inp = _problem(TestParam(16, [900, 40], B=2), seed=3)
     out, lse = verify_attention(*inp.args(), sm_scale=inp.sm_scale, backend="cuda", return_lse=True)
