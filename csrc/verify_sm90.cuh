@@ -32,22 +32,31 @@
 //     running max moves lazily (only when a score passes it by 2^8; both warpgroups compute the same m),
 //     each P half (bf16) goes over the tile's rope chunk, and each warpgroup runs P V of all 64 tokens on
 //     its own 256 O columns: its own half from registers, the other's from shared memory. Opt-in (below).
-//   STAGGERED_SMALL, STAGGERED_TAIL: STAGGERED with a smaller consumer loop (instruction fetch: ncu's top
-//     stall of STAGGERED at 65k T=16 is no_instruction). TAIL: the tail tile's mask as visibility bits found
-//     in a rolled loop (mask_rowmax ROLLED_TAIL), the same math: 875 SASS instructions in the loop against
-//     1493 (nvcc 13.2). SMALL: that, plus exp2 as one MUFU.EX2 (ftz), the running max moved lazily (HALF's
-//     rule) so that the O rescale is rarely taken, and the producer's empty waits with a suspend-time hint:
-//     790. (S issued as a rolled loop over its 3 chunk groups saved 64 more, but ptxas injects a
-//     warpgroup.arrive there, C7519.) H200, one run (perf_history/kernel/verify_kernel_icache_*_986b231.json,
-//     logs in sm90_icache_986b231/): ncu at 65k T=16, STAGGERED against SMALL: no_instruction stalls 1.08
-//     against 0.15 per issue (STAGGERED's no_instruction samples sit on the long straight FMUL runs: the
-//     S scaling and the O rescale), tensor pipe 63.9 against 72.4%, warp instructions 12.9M against 8.6M
-//     (FMUL 3.5M -> 0.9M, BRA 1.2M -> 0.2M, SYNCS 576K -> 86K: the producer's spin), 50.8 against 46.4 us;
-//     SMALL's top stalls now barrier (the staggered bar.sync) and long scoreboard (the full-barrier waits).
-//     Graph-replayed, staggered / A/A / SMALL / TAIL: 65k T=16 55.5 / 55.6 / 51.2 / 52.6 us, 65k T=64
-//     172.6 / 177.2 / 161.4 / 169.2, 16k T=64 52.8 / 52.8 / 50.4 / 52.1, but 4k T=64 22.0 / 22.1 / 23.9 /
-//     24.4 (3-5 tiles per split: the rolled mask loop, a load per score in series, is on the critical
-//     path). SMALL is the default from cuda_backend.SMALL_MIN_TILES tiles per split.
+//   STAGGERED_SMALL, STAGGERED_TAIL: STAGGERED with a smaller consumer loop (instruction fetch: ncu's top stall of
+//     STAGGERED at 65k T=16 is no_instruction). TAIL: the tail tile's mask as visibility bits found in a rolled loop
+//     (mask_rowmax TAIL_ROLLED), the same math: 875 SASS instructions in the loop against 1493 (nvcc 13.2). SMALL:
+//     the tail's visibility bits from the <= 3 packed mask words each row's scores reach (tail_bits: 6 loads issued
+//     right after the S issue, so they land under S; funnel shifts, a prefix and an end mask and a byte permute, no
+//     branch), plus exp2 as one MUFU.EX2 (ftz), the running max moved lazily (HALF's rule) so that the O rescale is
+//     rarely taken, and the producer's empty waits with a suspend-time hint: 784 (with TAIL's rolled loop instead of
+//     tail_bits: 790; S issued as a rolled loop over its 3 chunk groups saved 64 more, but ptxas injects a
+//     warpgroup.arrive there, C7519). H200, one run (perf_history/kernel/verify_kernel_icache_*_986b231.json, logs in
+//     sm90_icache_986b231/): ncu at 65k T=16, STAGGERED against SMALL (its rolled tail then): no_instruction stalls
+//     1.08 against 0.15 per issue (STAGGERED's no_instruction samples sit on the long straight FMUL runs: the S
+//     scaling and the O rescale), tensor pipe 63.9 against 72.4%, warp instructions 12.9M against 8.6M (FMUL 3.5M ->
+//     0.9M, BRA 1.2M -> 0.2M, SYNCS 576K -> 86K: the producer's spin), 50.8 against 46.4 us; SMALL's top stalls now
+//     barrier (the staggered bar.sync) and long scoreboard (the full-barrier waits). Graph-replayed, staggered / A/A
+//     / SMALL / TAIL: 65k T=16 55.5 / 55.6 / 51.2 / 52.6 us, 65k T=64 172.6 / 177.2 / 161.4 / 169.2, 16k T=64 52.8 /
+//     52.8 / 50.4 / 52.1.
+//     With the rolled tail loop SMALL was 3-9% slower than STAGGERED at 4k (3-5 tiles per split: a load per score in
+//     series on the critical path) and the default only from 8 tiles per split. With tail_bits, one H200 session
+//     timing both commits (perf_history/kernel/verify_kernel_small4k_*_{1cd259e,5d97cc8}.json, logs in
+//     sm90_small4k_5d97cc8/), graph-replayed, staggered / A/A / SMALL before -> after / TAIL, us: 4k T16 15.3 / 15.2
+//     / 15.7 -> 13.3 / 15.8, 4k T64 22.2 / 22.2 / 24.0 -> 21.0 / 24.5, 16k T16 23.8 / 23.9 / 22.6 -> 22.7 / 23.0, 16k
+//     T64 53.1 / 52.8 / 51.0 -> 48.1 / 52.4, 65k T16 55.2 / 55.8 / 51.2 -> 51.1 / 52.9, 65k T64 174.7 / 182.9 / 167.1
+//     -> 163.7 / 172.1; ncu at 4k T=64 (one launch), STAGGERED against SMALL: 19.46 against 16.10 us, warp
+//     instructions 4,218,455 against 3,177,816. SMALL is faster than STAGGERED by more than the A/A spread at all six
+//     sizes: the default at every size (cuda_backend.DEFAULT_SCHEDULE).
 // Splits, partials and lse follow VerifyParams (verify_launch.h); the merge is the shared merge kernel
 // (a programmatic dependent launch). Two merges fused into this kernel were built, tested and measured
 // slower on the H200, and removed: a cluster merge through distributed shared memory (at one 220 KB block

@@ -90,7 +90,7 @@ timeout $(cap 30) $PY -m kdengine.bench.kernel measure --set merge --out "$OUT/v
   --commit "${KDENGINE_COMMIT:-}" 2>&1 | tee "$LOG/bench_merge.log" | grep -E "ctx" || status=1
 
 step checks  # correctness, all at once: the staggered GPU tests, racecheck and memcheck of staggered_small
-timeout $(cap 70) $PY -m pytest -q -m gpu -k "staggered or nan_past" tests/ops/test_sm90.py -p no:cacheprovider \
+timeout $(cap 70) $PY -m pytest -q -m gpu -k "staggered or nan_past or graphs" tests/ops/test_sm90.py -p no:cacheprovider \
   > "$LOG/pytest_sm90.log" 2>&1 &
 t1=$!
 san=()
@@ -106,7 +106,7 @@ for spec in "racecheck --T 64 --prefix 700 --nsplit 4" "memcheck --T 64 --prefix
 done
 checks_ok=1
 wait $t1 || checks_ok=0
-echo "--- pytest_sm90 -k 'staggered or nan_past'"; grep -E "passed|failed|FAILED|Error" "$LOG/pytest_sm90.log" | head -20
+echo "--- pytest_sm90 -k 'staggered or nan_past or graphs'"; grep -E "passed|failed|FAILED|Error" "$LOG/pytest_sm90.log" | head -20
 for j in "${!san[@]}"; do
   wait "${san[$j]}"
   rc=$?

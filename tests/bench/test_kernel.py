@@ -104,13 +104,14 @@ def test_mma2_set_has_an_aa_control_and_the_named_layouts():
 
 
 def test_merge_set_times_and_labels_the_dispatched_schedule():
-    rows = kernel.variants(65536, 16, "merge", "staggered_small")
-    assert [r[0] for r in rows] == ["cuda_sm90_staggered_small/c0/sauto", "cuda_sm90_staggered_small/c0/splitonly/sauto"]
-    assert {r[1] for r in rows} == {"cuda_sm90_staggered_small"} and rows[0][1] in kernel.SM90_BACKENDS
     from kdengine.ops import cuda_backend
 
-    unknown = cuda_backend.pick_schedule(16, kernel.H)  # no inputs: the pick with the tiles per split unknown
-    assert kernel.variants(4096, 16, "merge")[0][1] == f"cuda_sm90_{unknown}"
+    for N, T in ((4096, 16), (65536, 64)):
+        sched = f"cuda_sm90_{cuda_backend.pick_schedule(T, kernel.H)}"  # what launch_sm90 runs with schedule None
+        rows = kernel.variants(N, T, "merge")
+        assert [r[0] for r in rows] == [f"{sched}/c0/sauto", f"{sched}/c0/splitonly/sauto"]
+        assert {r[1] for r in rows} == {sched} and sched in kernel.SM90_BACKENDS
+    assert sched == "cuda_sm90_staggered_small"
 
 
 def test_once_path_names_the_mma_layouts():
