@@ -32,22 +32,31 @@
 //     running max moves lazily (only when a score passes it by 2^8; both warpgroups compute the same m),
 //     each P half (bf16) goes over the tile's rope chunk, and each warpgroup runs P V of all 64 tokens on
 //     its own 256 O columns: its own half from registers, the other's from shared memory. Opt-in (below).
-//   STAGGERED_SMALL, STAGGERED_TAIL: STAGGERED with a smaller consumer loop (instruction fetch: ncu's top
-//     stall of STAGGERED at 65k T=16 is no_instruction). TAIL: the tail tile's mask as visibility bits found
-//     in a rolled loop (mask_rowmax ROLLED_TAIL), the same math: 875 SASS instructions in the loop against
-//     1493 (nvcc 13.2). SMALL: that, plus exp2 as one MUFU.EX2 (ftz), the running max moved lazily (HALF's
-//     rule) so that the O rescale is rarely taken, and the producer's empty waits with a suspend-time hint:
-//     790. (S issued as a rolled loop over its 3 chunk groups saved 64 more, but ptxas injects a
-//     warpgroup.arrive there, C7519.) H200, one run (perf_history/kernel/verify_kernel_icache_*_986b231.json,
-//     logs in sm90_icache_986b231/): ncu at 65k T=16, STAGGERED against SMALL: no_instruction stalls 1.08
-//     against 0.15 per issue (STAGGERED's no_instruction samples sit on the long straight FMUL runs: the
-//     S scaling and the O rescale), tensor pipe 63.9 against 72.4%, warp instructions 12.9M against 8.6M
-//     (FMUL 3.5M -> 0.9M, BRA 1.2M -> 0.2M, SYNCS 576K -> 86K: the producer's spin), 50.8 against 46.4 us;
-//     SMALL's top stalls now barrier (the staggered bar.sync) and long scoreboard (the full-barrier waits).
-//     Graph-replayed, staggered / A/A / SMALL / TAIL: 65k T=16 55.5 / 55.6 / 51.2 / 52.6 us, 65k T=64
-//     172.6 / 177.2 / 161.4 / 169.2, 16k T=64 52.8 / 52.8 / 50.4 / 52.1, but 4k T=64 22.0 / 22.1 / 23.9 /
-//     24.4 (3-5 tiles per split: the rolled mask loop, a load per score in series, is on the critical
-//     path). SMALL is the default from cuda_backend.SMALL_MIN_TILES tiles per split.
+//   STAGGERED_SMALL, STAGGERED_TAIL: STAGGERED with a smaller consumer loop (instruction fetch: ncu's top stall of
+//     STAGGERED at 65k T=16 is no_instruction). TAIL: the tail tile's mask as visibility bits found in a rolled loop
+//     (mask_rowmax TAIL_ROLLED), the same math: 875 SASS instructions in the loop against 1493 (nvcc 13.2). SMALL:
+//     the tail's visibility bits from the <= 3 packed mask words each row's scores reach (tail_bits: 6 loads issued
+//     right after the S issue, so they land under S; funnel shifts, a prefix and an end mask and a byte permute, no
+//     branch), plus exp2 as one MUFU.EX2 (ftz), the running max moved lazily (HALF's rule) so that the O rescale is
+//     rarely taken, and the producer's empty waits with a suspend-time hint: 784 (with TAIL's rolled loop instead of
+//     tail_bits: 790; S issued as a rolled loop over its 3 chunk groups saved 64 more, but ptxas injects a
+//     warpgroup.arrive there, C7519). H200, one run (perf_history/kernel/verify_kernel_icache_*_986b231.json, logs in
+//     sm90_icache_986b231/): ncu at 65k T=16, STAGGERED against SMALL (its rolled tail then): no_instruction stalls
+//     1.08 against 0.15 per issue (STAGGERED's no_instruction samples sit on the long straight FMUL runs: the S
+//     scaling and the O rescale), tensor pipe 63.9 against 72.4%, warp instructions 12.9M against 8.6M (FMUL 3.5M ->
+//     0.9M, BRA 1.2M -> 0.2M, SYNCS 576K -> 86K: the producer's spin), 50.8 against 46.4 us; SMALL's top stalls now
+//     barrier (the staggered bar.sync) and long scoreboard (the full-barrier waits). Graph-replayed, staggered / A/A
+//     / SMALL / TAIL: 65k T=16 55.5 / 55.6 / 51.2 / 52.6 us, 65k T=64 172.6 / 177.2 / 161.4 / 169.2, 16k T=64 52.8 /
+//     52.8 / 50.4 / 52.1.
+//     With the rolled tail loop SMALL was 3-9% slower than STAGGERED at 4k (3-5 tiles per split: a load per score in
+//     series on the critical path) and the default only from 8 tiles per split. With tail_bits, one H200 session
+//     timing both commits (perf_history/kernel/verify_kernel_small4k_*_{1cd259e,5d97cc8}.json, logs in
+//     sm90_small4k_5d97cc8/), graph-replayed, staggered / A/A / SMALL before -> after / TAIL, us: 4k T16 15.3 / 15.2
+//     / 15.7 -> 13.3 / 15.8, 4k T64 22.2 / 22.2 / 24.0 -> 21.0 / 24.5, 16k T16 23.8 / 23.9 / 22.6 -> 22.7 / 23.0, 16k
+//     T64 53.1 / 52.8 / 51.0 -> 48.1 / 52.4, 65k T16 55.2 / 55.8 / 51.2 -> 51.1 / 52.9, 65k T64 174.7 / 182.9 / 167.1
+//     -> 163.7 / 172.1; ncu at 4k T=64 (one launch), STAGGERED against SMALL: 19.46 against 16.10 us, warp
+//     instructions 4,218,455 against 3,177,816. SMALL is faster than STAGGERED by more than the A/A spread at all six
+//     sizes: the default at every size (cuda_backend.DEFAULT_SCHEDULE).
 // Splits, partials and lse follow VerifyParams (verify_launch.h); the merge is the shared merge kernel
 // (a programmatic dependent launch). Two merges fused into this kernel were built, tested and measured
 // slower on the H200, and removed: a cluster merge through distributed shared memory (at one 220 KB block
@@ -384,32 +393,75 @@ __device__ __forceinline__ void issue_pv_ss(float (&o)[128], uint32_t tile, int 
   wgmma_commit();
 }
 
+// Bits [0, n) set (n <= 0: none, n >= 32: all).
+__device__ __forceinline__ uint32_t low_bits(int n) { return __funnelshift_lc(~0u, 0u, max(n, 0)); }
+
+// The tail's visibility of a thread's 32 scores of a 64-token tile as bits (bit 4 j + 2 h + e: score
+// 4 j + 2 h + e, row h, token tile_start + 8 j + 2 (lane % 4) + e), from the <= 3 mask words each row's
+// scores reach: 6 loads issued together (word indices clamped into the row: the words they stand in for
+// cover only prefix tokens, visible, or tokens past the end, not), then funnel shifts, two masks and a
+// byte permute, no branch.
+__device__ __forceinline__ uint32_t tail_bits(const VerifyParams& p, const Rows& rows, int tile_start, int prefix,
+                                              int end) {
+  const int pos0 = tile_start + 2 * (threadIdx.x % 4);  // this thread's scores: tokens pos0 + 8 j + e
+  const int k0 = pos0 - prefix, w0 = k0 >> 5, sh = k0 & 31;  // tree index of pos0 (negative: prefix), its word
+  // per 32 tokens from pos0: the prefix tokens (visible whatever the mask says) and the tokens before the end
+  const uint32_t pre[2] = {low_bits(-k0), low_bits(-k0 - 32)};
+  const uint32_t live[2] = {low_bits(end - pos0), low_bits(end - pos0 - 32)};
+  uint32_t win[2][2];  // win[h][c]: bit i = token pos0 + 32 c + i visible from row h
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int* row = p.mask_bits + rows.mask_word[h];
+    asm("" : "+l"(row));  // (one pointer per row, each load at row + 4 index: not three 64-bit index sums)
+    uint32_t wd[3];
+#pragma unroll
+    for (int c = 0; c < 3; ++c) wd[c] = __ldg(row + static_cast<uint32_t>(min(max(w0 + c, 0), p.W - 1)));
+#pragma unroll
+    for (int c = 0; c < 2; ++c) win[h][c] = (__funnelshift_r(wd[c], wd[c + 1], sh) | pre[c]) & live[c];
+  }
+  uint32_t z[2];  // byte j of z[c]: tokens 8 (4 c + j) + e at bit 2 h + e, then bytes 2 i, 2 i + 1 paired
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {
+    z[c] = (win[0][c] & 0x03030303u) | ((win[1][c] << 2) & 0x0C0C0C0Cu);
+    z[c] |= z[c] >> 4;
+  }
+  return __byte_perm(z[0], z[1], 0x6420);
+}
+
+// How mask_rowmax finds the tail tile's visibility: TAIL_LOADS a load per score, unrolled (a branch and a
+// load per score in the loop); TAIL_ROLLED as bits in a rolled loop, a load per score in series (a small
+// loop, a long critical path); TAIL_BITS as bits the caller found with tail_bits (ahead, under S).
+enum TailMask { TAIL_LOADS = 0, TAIL_ROLLED = 1, TAIL_BITS = 2 };
+
 // Scale S into the log2 domain, mask it (tail tiles only: past `end`, and tree columns the row may not
 // see) and return each row's max (reduced over the row's quad of lanes). N accumulators: 2 N columns,
-// the first at token tile_start.
-template <int N, bool ROLLED_TAIL = false>
+// the first at token tile_start. TAIL_BITS: `bits` = tail_bits of this tile (read on tail tiles only).
+template <int N, int TAIL = TAIL_LOADS>
 __device__ __forceinline__ void mask_rowmax(const VerifyParams& p, const Rows& rows, float (&s)[N], int tile_start,
-                                            int prefix, int end, float (&mx)[2]) {
+                                            int prefix, int end, float (&mx)[2], uint32_t bits = 0) {
   const int lane = threadIdx.x % 32;
   const bool tail = tile_start + 2 * N > prefix;
-  if constexpr (ROLLED_TAIL) {
-    // The tail's visibility of this thread's N scores as bits (bit 4 j + e), found in a rolled loop; the
-    // unrolled part only scales and selects (a few instructions per score instead of a branch and a load).
+  if constexpr (TAIL != TAIL_LOADS) {
+    // The tail's visibility of this thread's N scores as bits (bit 4 j + e); the unrolled part only scales
+    // and selects (a few instructions per score instead of a branch and a load).
     static_assert(N <= 32, "one word of visibility bits");
+    static_assert(TAIL != TAIL_BITS || N == 32, "tail_bits covers a 64-token tile");
 #pragma unroll
     for (int i = 0; i < N; ++i) s[i] *= p.scale_log2;
     if (tail) {
-      uint32_t bits = 0;
+      if constexpr (TAIL == TAIL_ROLLED) {
+        bits = 0;
 #pragma unroll 1
-      for (int i = 0; i < N; ++i) {
-        const int pos = tile_start + 8 * (i / 4) + 2 * (lane % 4) + (i & 1);
-        bool vis = pos < end;
-        if (vis && pos >= prefix) {
-          const int k = pos - prefix;
-          const int word = (i & 2) ? rows.mask_word[1] : rows.mask_word[0];  // (no dynamic index: a local array)
-          vis = (__ldg(p.mask_bits + word + (k >> 5)) >> (k & 31)) & 1;
+        for (int i = 0; i < N; ++i) {
+          const int pos = tile_start + 8 * (i / 4) + 2 * (lane % 4) + (i & 1);
+          bool vis = pos < end;
+          if (vis && pos >= prefix) {
+            const int k = pos - prefix;
+            const int word = (i & 2) ? rows.mask_word[1] : rows.mask_word[0];  // (no dynamic index: a local array)
+            vis = (__ldg(p.mask_bits + word + (k >> 5)) >> (k & 31)) & 1;
+          }
+          bits |= static_cast<uint32_t>(vis) << i;
         }
-        bits |= static_cast<uint32_t>(vis) << i;
       }
 #pragma unroll
       for (int i = 0; i < N; ++i) s[i] = (bits >> i) & 1 ? s[i] : -INFINITY;
@@ -504,15 +556,15 @@ __device__ __forceinline__ void pack_p(const float (&s)[N], uint32_t (&pa)[N / 8
 
 // Online softmax of one tile: scale, mask (tail tiles), new row max / sum from the previous (m, l),
 // P (bf16, A-fragment order) and the rescale factor of the O accumulated so far.
-// ROLLED_TAIL: the tail mask in a rolled loop (mask_rowmax). LAZY: exp2 as one MUFU.EX2 (exp2_ftz) and the
-// running max moved lazily (only when a score passes it by 2^LAZY_LOG2, as in HALF; P <= 2^8 then), so the
-// O rescale is rarely taken.
-template <bool ROLLED_TAIL = false, bool LAZY = false>
+// TAIL: how the tail mask is found (mask_rowmax; TAIL_BITS: `bits` from tail_bits). LAZY: exp2 as one MUFU.EX2
+// (exp2_ftz) and the running max moved lazily (only when a score passes it by 2^LAZY_LOG2, as in HALF; P <= 2^8
+// then), so the O rescale is rarely taken.
+template <int TAIL = TAIL_LOADS, bool LAZY = false>
 __device__ __forceinline__ void softmax_tile(const VerifyParams& p, const Rows& rows, float (&s)[32], int tile_start,
                                              int prefix, int end, float (&m)[2], float (&l)[2], float (&scale)[2],
-                                             uint32_t (&pa)[4][4]) {
+                                             uint32_t (&pa)[4][4], uint32_t bits = 0) {
   float mx[2], m_use[2], sum[2];
-  mask_rowmax<32, ROLLED_TAIL>(p, rows, s, tile_start, prefix, end, mx);
+  mask_rowmax<32, TAIL>(p, rows, s, tile_start, prefix, end, mx, bits);
   move_max<LAZY>(m, mx, m_use, scale);
   exp_rows<32, LAZY>(s, m_use, sum);
 #pragma unroll
@@ -716,7 +768,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   if constexpr (SCHEDULE == BOTH || SCHEDULE == STAGGERED || SCHEDULE == STAGGERED_SMALL ||
                 SCHEDULE == STAGGERED_TAIL) {
     constexpr bool SMALL = SCHEDULE == STAGGERED_SMALL, STAG = SCHEDULE != BOTH;
-    constexpr bool ROLLED_TAIL = SMALL || SCHEDULE == STAGGERED_TAIL;
+    constexpr int TAIL = SMALL ? TAIL_BITS : SCHEDULE == STAGGERED_TAIL ? TAIL_ROLLED : TAIL_LOADS;
     if (STAG && w == 1) bar_arrive(BAR_SCHED, 128 * CONSUMERS);  // warpgroup 0 goes first
     for (int t = 0; t < ntiles; ++t) {
       const int stage = t & 1, tile_start = start + t * BN;
@@ -732,6 +784,8 @@ __global__ void __launch_bounds__(THREADS, 1)
       for (int i = 0; i < 32; ++i) s[i] = 0.f;
       issue_qk(s, q_s, tile, fb, (t >> 1) & 1);
       if (STAG) bar_arrive(BAR_SCHED + 1 - w, 128 * CONSUMERS);
+      uint32_t bits = 0;  // SMALL: a tail tile's mask, its loads in flight under S
+      if (SMALL && tile_start + BN > prefix) bits = tail_bits(p, rows, tile_start, prefix, end);
       if (t > 0) {
         wgmma_wait<1>();  // P V of tile t - 1 done: its stage is free for this warp
         release(empty_bar + 8 * (stage ^ 1));
@@ -739,7 +793,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       wgmma_wait<0>();
       reg_fence(s);
       reg_fence(o);
-      softmax_tile<ROLLED_TAIL, SMALL>(p, rows, s, tile_start, prefix, end, m, l, scale, pa);
+      softmax_tile<TAIL, SMALL>(p, rows, s, tile_start, prefix, end, m, l, scale, pa, bits);
       rescale(o, scale);
       reg_fence(o);
       issue_pv_rs(o, pa, tile, w);

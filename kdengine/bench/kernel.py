@@ -34,9 +34,12 @@ CONTEXTS = (4096, 16384, 65536)
 TREE_SIZES = (16, 64)
 NSPLITS = (16, 32, 64, 128, 256, "auto")
 SETS = ("full", "peers", "mma", "mma2", "sm90", "paths", "pair", "half", "icache", "nsplit", "merge")
-# The `merge` set: the sm90 default schedule with the merge kernel, and the same split kernel alone (no
-# merge: the merge's in-graph share is the difference). Records of the set `fuse` (..._fuse_*.json) also
-# time the fused merges that were removed (csrc/verify_sm90.cuh header).
+# The `merge` set: the sm90 schedule the dispatched call picks (cuda_backend.pick_schedule) with the merge
+# kernel, and the same split kernel alone (no merge: the merge's in-graph share is the difference). Up to
+# commit 1cd259e it timed DEFAULT_SCHEDULE (staggered) at every size, though from 8 KV tiles per split the
+# call dispatched staggered_small (perf_history/kernel/sm90_small4k_5d97cc8/verify_kernel_merge_5d97cc8.json
+# times the schedule each size dispatched then). Records of the set `fuse` (..._fuse_*.json) also time the
+# fused merges that were removed (csrc/verify_sm90.cuh header).
 # mma.sync layouts by name (`once --path`, the `mma2` set): (col_warps, row_groups, combine, pingpong) of
 # kdengine.ops.cuda_backend; "mma" is its default. x16pp: wide2x16 (16 warps, 4 per scheduler) with
 # ping-pong halves of 8 warps; x16: the same without ping-pong; wide2pp: wide2 (8 warps) with ping-pong;
@@ -199,7 +202,8 @@ def variants(N: int, T: int, which: str = "full"):
     control: its spread against the first bounds what a difference means) and the peers (the records of
     f59d68d and 45ed1b3 also hold the probes half_v0, staggered_er and half_fa3, since removed). `icache`:
     staggered, staggered_small (its hot loop shrunk for instruction fetch), staggered_tail (only the tail
-    mask rolled: the same math), staggered again (A/A), the peers."""
+    mask rolled: the same math), staggered again (A/A), the peers. `merge`: the sm90 schedule the dispatched
+    call picks (cuda_backend.pick_schedule) with and without the merge."""
     base = [(default_label(), "cuda", "auto", False, None), ("triton", "triton", None, False, None),
             ("torch", "torch", None, False, None)] + [(p, p, None, False, None) for p in peers.PEERS]
     if which == "peers":  # the dispatched call (the sm90 kernel on Hopper) beside the mma.sync default
@@ -237,7 +241,7 @@ def variants(N: int, T: int, which: str = "full"):
     if which == "merge":  # the merge kernel after the split kernel, and absent (timing only)
         from kdengine.ops import cuda_backend
 
-        sched = f"cuda_sm90_{cuda_backend.DEFAULT_SCHEDULE}"
+        sched = f"cuda_sm90_{cuda_backend.pick_schedule(T, H)}"
         return [(f"{sched}/c0/sauto", sched, "auto", False, {}),
                 (f"{sched}/c0/splitonly/sauto", sched, "auto", False, {"combine": cuda_backend.SPLIT_ONLY})]
     if which in SM90_SETS:  # sm90 schedules against staggered (and staggered again: the A/A control), the peers

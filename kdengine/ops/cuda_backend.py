@@ -8,8 +8,6 @@ implementation so torch.compile and CUDA graphs see it.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from kdengine import env
@@ -110,14 +108,22 @@ SM90_MIN_TOKENS_PER_SPLIT = 128
 # (lazy: it moves only when a score passes it by 2^8) and their bf16 P through the tile's rope chunk, and
 # each runs P V of all 64 tokens on its own 256 O columns (own half from registers, the other's from
 # shared memory). Every hand-off is a bar.sync of both warpgroups. Opt-in, see HALF_MIN_ROWS.
-# staggered_small = staggered with a smaller hot loop (instruction fetch): the tail-tile mask as visibility
-# bits found in a rolled loop, the running max moved lazily (half's rule: only when a score passes it by
-# 2^8, so the O rescale is rarely taken), exp2 as one MUFU.EX2 (ftz), and the
-# producer's empty-barrier waits with a suspend-time hint; staggered_tail = staggered with only the rolled tail
-# mask (the same math as staggered, a smaller loop). staggered_small is the default from SMALL_MIN_TILES
+# staggered_small = staggered with a smaller hot loop (instruction fetch): the tail tile's mask from the <= 3
+# packed words each row's scores reach, loaded under S (csrc tail_bits), the running max moved lazily (half's
+# rule: only when a score passes it by 2^8, so the O rescale is rarely taken), exp2 as one MUFU.EX2 (ftz), and
+# the producer's empty-barrier waits with a suspend-time hint; staggered_tail = staggered with only the tail
+# mask as bits from a rolled loop (the same math as staggered, a smaller loop). staggered_small is the default
 # (below; csrc/verify_sm90.cuh header).
 SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4, "staggered_small": 5, "staggered_tail": 6}
-DEFAULT_SCHEDULE = "staggered"
+# The default sm90 schedule, at every size. staggered_small was the default only from 8 KV tiles per split
+# (SMALL_MIN_TILES) while its tail mask was a rolled loop of a load per score: 3-9% slower than staggered at 4k
+# (perf_history/kernel/verify_kernel_icache_*_986b231.json). With the mask from packed words (tail_bits), one
+# H200 session timing both commits (perf_history/kernel/verify_kernel_small4k_*_{1cd259e,5d97cc8}.json; us,
+# staggered / A/A / staggered_small before -> after (FlashMLA)): 4k T16 15.3 / 15.2 / 15.7 -> 13.3 (20.9), 4k
+# T64 22.2 / 22.2 / 24.0 -> 21.0 (25.5), 16k T16 23.8 / 23.9 / 22.6 -> 22.7 (39.0), 16k T64 53.1 / 52.8 / 51.0
+# -> 48.1 (50.7), 65k T16 55.2 / 55.8 / 51.2 -> 51.1 (52.8), 65k T64 174.7 / 182.9 / 167.1 -> 163.7 (125.8).
+# Faster than staggered by more than the A/A spread at all six sizes, so no threshold.
+DEFAULT_SCHEDULE = "staggered_small"
 # Query rows per sequence (R = T * H) from which the default is pair instead; None: never by default.
 # pair was measured faster than staggered at all six sizes in one run (this pair code as pair_v0 in
 # perf_history/kernel/verify_kernel_pairload_*_752b824.json: 14.2 / 23.5 / 54.8 us at T=16 and 21.3 / 50.8 /
@@ -137,17 +143,6 @@ PAIR_MIN_ROWS: int | None = None
 # 53.1 / 52.9 / 54.3, 65k T16 55.4 / 55.5 / 56.3, 65k T64 171.9 / 173.5 / 171.7), although racecheck is
 # clean for it: it does 0.65x staggered's tensor work in the same time (csrc/verify_sm90.cuh says why).
 HALF_MIN_ROWS: int | None = None
-# KV tiles per split (host-known: ceil(capacity / nsplit) tokens in tiles of 64) from which the default is
-# staggered_small; None: never. One H200 run (perf_history/kernel/verify_kernel_icache_*_986b231.json; us,
-# staggered / A/A / staggered_small / staggered_tail, FlashMLA): 4k T16 15.2 / 15.2 / 15.6 / 15.8 (20.8),
-# 4k T64 22.0 / 22.1 / 23.9 / 24.4 (25.4), 16k T16 23.8 / 23.9 / 22.6 / 22.8 (38.8), 16k T64 52.8 / 52.8 /
-# 50.4 / 52.1 (50.4), 65k T16 55.5 / 55.6 / 51.2 / 52.6 (52.7), 65k T64 172.6 / 177.2 / 161.4 / 169.2 (123.7).
-# Faster by more than the A/A spread from 16k up, slower at 4k (3-5 tiles per split): the tail tile's
-# rolled mask loop (a load per score, in series) is on the critical path there. 8 tiles keeps 4k and
-# 16k T16 (5 tiles) on staggered, 16k T64 (16) and 65k (17, 65) on staggered_small.
-SMALL_MIN_TILES: int | None = 8
-
-
 # The merge of the sm90 kernel is the merge kernel DEFAULT_COMBINE (a programmatic dependent launch). Its
 # own share of a call, timed as the split kernel alone (combine SPLIT_ONLY) against split + merge in the
 # same CUDA graph and flush: 3.0-3.1 / 3.6-3.9 / 5.2-5.6 / 3.8-4.3 / 4.8-5.3 us at 4k T16 / 4k T64 / 16k T16 /
@@ -157,23 +152,13 @@ SMALL_MIN_TILES: int | None = 8
 SPLIT_ONLY = -1  # launch_sm90's combine for the split kernel alone (out / lse not written): timing only
 
 
-def pick_schedule(T: int, H: int, tiles_per_split: int | None = None) -> str:
-    """The default sm90 schedule of a call with T tree tokens, H heads and at most `tiles_per_split` KV
-    tiles in a split (host-known: graph safe; None: unknown)."""
+def pick_schedule(T: int, H: int) -> str:
+    """The default sm90 schedule of a call with T tree tokens and H heads."""
     if HALF_MIN_ROWS is not None and T * H >= HALF_MIN_ROWS:
         return "half"
     if PAIR_MIN_ROWS is not None and T * H >= PAIR_MIN_ROWS:
         return "pair"
-    if SMALL_MIN_TILES is not None and tiles_per_split is not None and tiles_per_split >= SMALL_MIN_TILES:
-        return "staggered_small"
     return DEFAULT_SCHEDULE
-
-
-def split_tiles(kv_cache, page_table, nsplit: int) -> int:
-    """KV tiles of the longest split the page table allows (the kernel's split length rounded to tiles)."""
-    capacity = page_table.shape[1] * kv_cache.shape[1]
-    tokens = math.ceil(capacity / max(1, nsplit))
-    return math.ceil(tokens / SM90_TILE_TOKENS)
 
 
 _REASON: dict[str, str | None] = {}
@@ -270,7 +255,7 @@ def launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_
     """The Hopper kernel + merge into caller-given out/lse (schedule None: pick_schedule; combine None:
     DEFAULT_COMBINE; SPLIT_ONLY: the split kernel alone, out/lse left unwritten)."""
     if schedule is None:
-        schedule = pick_schedule(q.shape[1], q.shape[2], split_tiles(kv_cache, page_table, nsplit))
+        schedule = pick_schedule(q.shape[1], q.shape[2])
     if combine is None:
         combine = DEFAULT_COMBINE
     if combine not in (SPLIT_ONLY, *COMBINES):

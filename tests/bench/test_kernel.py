@@ -103,6 +103,17 @@ def test_mma2_set_has_an_aa_control_and_the_named_layouts():
     assert "flashmla" in rows
 
 
+def test_merge_set_times_and_labels_the_dispatched_schedule():
+    from kdengine.ops import cuda_backend
+
+    for N, T in ((4096, 16), (65536, 64)):
+        sched = f"cuda_sm90_{cuda_backend.pick_schedule(T, kernel.H)}"  # what launch_sm90 runs with schedule None
+        rows = kernel.variants(N, T, "merge")
+        assert [r[0] for r in rows] == [f"{sched}/c0/sauto", f"{sched}/c0/splitonly/sauto"]
+        assert {r[1] for r in rows} == {sched} and sched in kernel.SM90_BACKENDS
+    assert sched == "cuda_sm90_staggered_small"
+
+
 def test_once_path_names_the_mma_layouts():
     args = kernel.build_parser().parse_args(["once", "--path", "mma_wide2pp2", "--T", "5"])
     assert args.path in kernel.MMA_LAYOUTS and args.T == 5

@@ -120,21 +120,10 @@ def test_pick_schedule_uses_half_from_its_row_threshold(monkeypatch):
     assert cuda_backend.pick_schedule(8, 8) == cuda_backend.DEFAULT_SCHEDULE
 
 
-def test_pick_schedule_uses_staggered_small_from_its_tile_threshold(monkeypatch):
-    n = cuda_backend.SMALL_MIN_TILES
-    assert cuda_backend.pick_schedule(16, 8, n) == "staggered_small"
-    assert cuda_backend.pick_schedule(16, 8, n - 1) == cuda_backend.DEFAULT_SCHEDULE
-    assert cuda_backend.pick_schedule(16, 8) == cuda_backend.DEFAULT_SCHEDULE  # tiles unknown
-    monkeypatch.setattr(cuda_backend, "SMALL_MIN_TILES", None)
-    assert cuda_backend.pick_schedule(16, 8, 1000) == cuda_backend.DEFAULT_SCHEDULE
-
-
-def test_split_tiles_is_the_split_length_in_tiles():
-    kv = torch.zeros(300, 64, 1, dtype=torch.bfloat16)  # 64-token pages
-    table = torch.zeros(2, 257, dtype=torch.int32)  # 257 pages: 16448 tokens
-    assert cuda_backend.split_tiles(kv, table, 1) == 257
-    assert cuda_backend.split_tiles(kv, table, 64) == 5  # ceil(16448 / 64) = 257 tokens: 5 tiles
-    assert cuda_backend.split_tiles(kv, table, 16) == 17
+def test_pick_schedule_is_staggered_small_at_every_size():
+    # one schedule for all sizes since its tail mask comes from packed words (cuda_backend.DEFAULT_SCHEDULE)
+    assert cuda_backend.DEFAULT_SCHEDULE == "staggered_small"
+    assert {cuda_backend.pick_schedule(t, h) for t in (1, 16, 64, 256) for h in (1, 8, 16)} == {"staggered_small"}
 
 
 def test_pick_schedule_uses_pair_from_the_row_threshold(monkeypatch):
@@ -211,6 +200,22 @@ def test_sm90_pair_every_tile_count_and_tail(L, schedule):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("schedule", ["staggered", "staggered_small"])
+@pytest.mark.parametrize("T", [33, 64, 65, 100, 256])
+def test_sm90_tail_mask_words(T, schedule):
+    """staggered_small finds a tail tile's mask from the <= 3 packed words each row's scores reach (csrc
+    tail_bits): trees across word boundaries, the tree starting at every offset class of a word and a tile,
+    tail tiles that hold prefix tokens, splits that end inside the tree (nsplit 3), 16-token pages, a chain."""
+    _needs_sm90()
+    for prefix in (0, 1, 31, 32, 33, 63, 64, 95, 130, 1000 + T % 7):
+        for tp in (TestParam(T, prefix, H=2, nsplit=1), TestParam(T, prefix, H=2, nsplit=3, page_size=16),
+                   TestParam(T, prefix, H=1, nsplit=2, chain=prefix % 2 == 1)):
+            inp = _problem(tp, seed=T + prefix)
+            out, lse = _run_sm90(inp, tp.nsplit, schedule)
+            _check(inp, out, lse)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("schedule", list(cuda_backend.SCHEDULES))
 def test_sm90_running_max_moves_often(schedule):
     """Keys scaled up page by page along the sequence: the rows' max keeps growing, by more than 2^8 (log2)
@@ -240,10 +245,10 @@ def test_sm90_nan_past_the_end_is_ignored():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("capacity,schedule", [(5000, "staggered"), (40000, "staggered_small")])
-def test_sm90_through_verify_attention_and_graphs(monkeypatch, capacity, schedule):
-    """The dispatched call (its schedule picked from the split length, both sides of SMALL_MIN_TILES),
-    captured once and replayed at several lengths with poisoned outputs."""
+@pytest.mark.parametrize("capacity", [5000, 40000])
+def test_sm90_through_verify_attention_and_graphs(monkeypatch, capacity):
+    """The dispatched call (staggered_small, with few and with many KV tiles per split), captured once and
+    replayed at several lengths with poisoned outputs."""
     _needs_sm90()
     from kdengine.ops.verify import verify_attention
 
@@ -252,8 +257,7 @@ def test_sm90_through_verify_attention_and_graphs(monkeypatch, capacity, schedul
     out, lse = verify_attention(*inp.args(), sm_scale=inp.sm_scale, backend="cuda", return_lse=True)
     _check(inp, out, lse)
     inp = _problem(TestParam(16, [capacity, capacity], B=2), seed=7)
-    splits = cuda_backend.plan_nsplit_sm90(inp.q, inp.kv_cache, inp.page_table, None)
-    assert cuda_backend.pick_schedule(16, 8, cuda_backend.split_tiles(inp.kv_cache, inp.page_table, splits)) == schedule
+    assert cuda_backend.pick_schedule(16, 8) == "staggered_small"
     bits = pack_tree_mask(inp.tree_mask)
     prefix_len = inp.prefix_len.clone()
     run = lambda: cuda_backend.run(inp.q, inp.kv_cache, inp.page_table, prefix_len, bits,
