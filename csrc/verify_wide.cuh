@@ -44,9 +44,16 @@
 
 namespace kdengine {
 
-template <int RG_, bool PINGPONG_, bool STREAM_ = false, int WARPS_ = 8, bool SPLIT_PV_ = false, bool LEAN_ = false>
+template <int RG_, bool PINGPONG_, bool STREAM_ = false, int WARPS_ = 8, bool SPLIT_PV_ = false, bool LEAN_ = false,
+          int LV_ = 0>
 struct WideCfg {
   static constexpr bool WIDE = true, PINGPONG = PINGPONG_;
+  // LV (LEAN only, probes of branch mma4, bits; 0 = the lean form as it was): 1 = Q*K^T's K fragments double
+  // buffered (the next k-step's ldmatrix before this one's MMAs), 2 = the softmax branches once on "tail tile"
+  // (the common tile runs a copy without the mask code: one basic block from the partial-score loads to the P
+  // store, the second P*V half inside it), 4 = the KV copy issued after the softmax's partial-score loads
+  // instead of before the half barrier (its LDGSTS address registers no longer block those loads).
+  static constexpr int LV = LV_;
   // LEAN (SPLIT_PV only, "wide2pp2_lean", pingpong 3): the same schedule with less integer work per tile:
   // 32-bit shared addresses formed once per thread, the KV copy issued after Q*K^T, one "max moved" byte
   // per softmax warp read as one 64-bit word instead of 8 alpha loads and compares per P*V warp.
@@ -88,6 +95,7 @@ struct WideCfg {
   static_assert(!PINGPONG || WARPS / 2 % 4 == 0, "ping-pong halves of whole row slices (4 dim-quarter warps each)");
   static_assert(!SPLIT_PV || (STREAM && PINGPONG && V_PART % 32 == 0), "split P*V: wide2 ping-pong, 2 x 16k columns");
   static_assert(!LEAN || (SPLIT_PV && WARPS == 8), "lean: the wide2pp2 schedule (8 flag bytes: one 64-bit word)");
+  static_assert(LV == 0 || LEAN, "lean variants: the lean form only");
   static_assert(EPT == 2 || EPT == 4, "softmax vector width");
   static_assert(SMEM <= 99 * 1024, "over sm_120's 99 KB of shared memory per block");
   static_assert(THREADS % BN == 0, "whole threads per KV token in the streaming loader");
@@ -211,11 +219,12 @@ __device__ __forceinline__ void load_floats(float (&v)[N], const float* src) {
 
 // This thread's EPT summed scores (tokens [stok, +EPT) of the tile) into the log2 domain, masked on the tail
 // tile (past `end`, or a tree token the row may not see: -inf); returns their max.
-template <class C>
+// MAYBE_TAIL false: the caller knows the tile is before the tree tail (no mask code at all).
+template <class C, bool MAYBE_TAIL = true>
 __device__ __forceinline__ float mask_scores(const VerifyParams& p, float (&v)[C::EPT], int stok, int mask_off,
                                              int tile_start, int prefix, int end) {
   constexpr int EPT = C::EPT;
-  const bool tail = tile_start + C::BN > prefix;
+  const bool tail = MAYBE_TAIL && tile_start + C::BN > prefix;
   float mx = -INFINITY;
 #pragma unroll
   for (int e = 0; e < EPT; ++e) {

@@ -25,6 +25,10 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t a) {
                : "r"(a));
 }
 
+__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], uint32_t a) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
+}
+
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t a) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -128,14 +132,33 @@ __device__ __forceinline__ void lean_partial_scores(uint32_t k, const uint32_t (
   for (int mi = 0; mi < C::QM; ++mi)
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) s[mi][nt][0] = s[mi][nt][1] = s[mi][nt][2] = s[mi][nt][3] = 0.f;
+  if constexpr (C::LV & 1) {
+    // K fragments per n8 tile (ldmatrix.x2, `k` then the address of lanes 0-15's rows, tokens 0-7; + 8 rows for
+    // tokens 8-15): the next k-step's half for one n tile is loaded while the other n tile's MMAs issue, in the
+    // same 4 registers (ptxas undid a plain double buffer of the x4 fragment at 252 registers)
+    constexpr uint32_t NT1 = 8 * STRIDE * 2;
+    uint32_t k0[2], k1[2];
+    ldmatrix_x2(k0, k);
+    ldmatrix_x2(k1, k + NT1);
 #pragma unroll
-  for (int ks = 0; ks < C::KSTEPS; ++ks) {
-    uint32_t kb[4];
-    ldmatrix_x4(kb, k + ks * 32);
+    for (int ks = 0; ks < C::KSTEPS; ++ks) {
 #pragma unroll
-    for (int mi = 0; mi < C::QM; ++mi) {
-      mma_bf16(s[mi][0], qa[mi][ks], kb[0], kb[1]);
-      mma_bf16(s[mi][1], qa[mi][ks], kb[2], kb[3]);
+      for (int mi = 0; mi < C::QM; ++mi) mma_bf16(s[mi][0], qa[mi][ks], k0[0], k0[1]);
+      if (ks + 1 < C::KSTEPS) ldmatrix_x2(k0, k + (ks + 1) * 32);
+#pragma unroll
+      for (int mi = 0; mi < C::QM; ++mi) mma_bf16(s[mi][1], qa[mi][ks], k1[0], k1[1]);
+      if (ks + 1 < C::KSTEPS) ldmatrix_x2(k1, k + NT1 + (ks + 1) * 32);
+    }
+  } else {
+#pragma unroll
+    for (int ks = 0; ks < C::KSTEPS; ++ks) {
+      uint32_t kb[4];
+      ldmatrix_x4(kb, k + ks * 32);
+#pragma unroll
+      for (int mi = 0; mi < C::QM; ++mi) {
+        mma_bf16(s[mi][0], qa[mi][ks], kb[0], kb[1]);
+        mma_bf16(s[mi][1], qa[mi][ks], kb[2], kb[3]);
+      }
     }
   }
 #pragma unroll
@@ -152,21 +175,14 @@ struct LeanSoftmaxSlots {
   uint32_t exch, p, alpha, flag;  // its 4 partial scores (quarter 0), its P, its row's alpha, its warp's flag
 };
 
-// wide_softmax of verify_wide.cuh on 32-bit addresses, plus the warp's "max moved" byte.
-template <class C, class Beside>
-__device__ __forceinline__ void lean_softmax(const VerifyParams& p, const LeanSoftmaxSlots& at, int buf, int stok,
-                                             int mask_off, int tile_start, int prefix, int end, float& m, float& l,
-                                             const Beside& beside) {
+// The softmax of one tile after its partial scores are summed (v: this thread's EPT scores): wide_softmax of
+// verify_wide.cuh on 32-bit addresses, plus the warp's "max moved" byte. MAYBE_TAIL: mask_scores's.
+template <class C, bool MAYBE_TAIL, class Beside>
+__device__ __forceinline__ void lean_softmax_summed(const VerifyParams& p, float (&v)[C::EPT], const LeanSoftmaxSlots& at,
+                                                    int buf, int stok, int mask_off, int tile_start, int prefix, int end,
+                                                    float& m, float& l, const Beside& beside) {
   constexpr int EPT = C::EPT;
-  float v[EPT], part[EPT];
-  ld_shared_floats(v, at.exch);
-#pragma unroll
-  for (int q = 1; q < 4; ++q) {
-    ld_shared_floats(part, at.exch + q * C::BLOCK_M * C::BN * 4);
-#pragma unroll
-    for (int e = 0; e < EPT; ++e) v[e] += part[e];
-  }
-  float mx = mask_scores<C>(p, v, stok, mask_off, tile_start, prefix, end);
+  float mx = mask_scores<C, MAYBE_TAIL>(p, v, stok, mask_off, tile_start, prefix, end);
   beside();
 #pragma unroll
   for (int off = 1; off < C::TPR; off *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, off));
@@ -189,6 +205,43 @@ __device__ __forceinline__ void lean_softmax(const VerifyParams& p, const LeanSo
     st_shared_u32(pdst, pack_bf16(v[0], v[1]));
   if (threadIdx.x % C::TPR == 0) st_shared_f32(at.alpha + buf * C::BLOCK_M * 4, alpha);
   st_shared_u8(at.flag + buf * C::WARPS, __any_sync(0xffffffff, moved));  // one byte, the same from every lane
+}
+
+// The softmax of one tile: its 4 partial scores summed, then lean_softmax_summed. `early` runs after the
+// partial-score loads are issued (LV & 4: the KV copy); LV & 2: one branch on "tail tile" here, the common
+// tile without any mask code.
+template <class C, class Beside, class Early = NoWork>
+__device__ __forceinline__ void lean_softmax(const VerifyParams& p, const LeanSoftmaxSlots& at, int buf, int stok,
+                                             int mask_off, int tile_start, int prefix, int end, float& m, float& l,
+                                             const Beside& beside, const Early& early = {}) {
+  constexpr int EPT = C::EPT;
+  float v[EPT], part[EPT];
+  ld_shared_floats(v, at.exch);
+  if constexpr (C::LV & 4) {
+    float part2[EPT], part3[EPT];
+    ld_shared_floats(part, at.exch + C::BLOCK_M * C::BN * 4);
+    ld_shared_floats(part2, at.exch + 2 * C::BLOCK_M * C::BN * 4);
+    ld_shared_floats(part3, at.exch + 3 * C::BLOCK_M * C::BN * 4);
+    early();
+#pragma unroll
+    for (int e = 0; e < EPT; ++e) v[e] = v[e] + part[e] + part2[e] + part3[e];
+  } else {
+#pragma unroll
+    for (int q = 1; q < 4; ++q) {
+      ld_shared_floats(part, at.exch + q * C::BLOCK_M * C::BN * 4);
+#pragma unroll
+      for (int e = 0; e < EPT; ++e) v[e] += part[e];
+    }
+    early();
+  }
+  if constexpr (C::LV & 2) {
+    if (tile_start + C::BN > prefix)
+      lean_softmax_summed<C, true>(p, v, at, buf, stok, mask_off, tile_start, prefix, end, m, l, beside);
+    else
+      lean_softmax_summed<C, false>(p, v, at, buf, stok, mask_off, tile_start, prefix, end, m, l, beside);
+  } else {
+    lean_softmax_summed<C, true>(p, v, at, buf, stok, mask_off, tile_start, prefix, end, m, l, beside);
+  }
 }
 
 // Whether a row max of the tile in buffer `buf` moved (warp-uniform): the 8 warps' bytes as one word.
@@ -275,7 +328,9 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
     for (int nt = 0; nt < C::V_PART / 8; ++nt) o[mi][nt][0] = o[mi][nt][1] = o[mi][nt][2] = o[mi][nt][3] = 0.f;
 
   // This thread's shared-memory addresses, formed once (a tile adds its stage / buffer offset).
-  const uint32_t k_at = kv_sa + (((lane & 7) + ((lane >> 4) << 3)) * STRIDE + quarter * C::K_PART + ((lane >> 3) & 1) * 8) * 2;
+  // (LV & 1: ldmatrix.x2 per n8 tile, lanes 0-15 name tokens 0-7 and the rest repeat them)
+  const uint32_t k_at = kv_sa + (((lane & 7) + (C::LV & 1 ? 0 : (lane >> 4) << 3)) * STRIDE + quarter * C::K_PART +
+                                 ((lane >> 3) & 1) * 8) * 2;
   const uint32_t v_at = kv_sa + (((lane & 7) + ((lane >> 3) & 1) * 8) * STRIDE + warp * C::V_PART + (lane >> 4) * 8) * 2;
   const uint32_t pa_at = p_sa + ((lane & 15) * C::P_STRIDE + (lane >> 4) * 8) * 2;
   const uint32_t score_at = exch_sa + ((quarter * BLOCK_M + slice * (BLOCK_M / C::RS) + lane / 4) * BN + (lane % 4) * 2) * 4;
@@ -302,8 +357,11 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
         pv.mma(o);
       }
       lean_partial_scores<C>(k_at + ((it + 1) & 3) * TILE_B, qa, score_at);
-      if (it + STAGES - 1 < ntiles) stream.load(p, end, ((it + 3) & 3) * TILE_B);  // the stage of tile it - 1
-      cp_async_commit();
+      auto copy = [&] {
+        if (it + STAGES - 1 < ntiles) stream.load(p, end, ((it + 3) & 3) * TILE_B);  // the stage of tile it - 1
+        cp_async_commit();
+      };
+      if constexpr (!(C::LV & 4)) copy();
       if (slice == 0)  // literal ids: a computed one makes ptxas reserve all 16 named barriers
         group_barrier(1, C::THREADS / 2);
       else
@@ -312,10 +370,14 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
       if (moved) pv.rescale(o, row_sa + bc * A_B, lane);
       // the second half's ldmatrix loads beside the softmax, after its masking branches, on both archs (loaded
       // before the softmax, sm_120 spilled 8 bytes at 255 registers)
-      lean_softmax<C>(p, slots, bn, stok, mask_off, start + (it + 1) * BN, prefix, end, m_run, l_run, [&] {
+      auto beside = [&] {
         pv.load(v_at + cur, pa_at + bc * P_B);
         pv.mma(o);
-      });
+      };
+      if constexpr (C::LV & 4)  // the KV copy after the partial-score loads
+        lean_softmax<C>(p, slots, bn, stok, mask_off, start + (it + 1) * BN, prefix, end, m_run, l_run, beside, copy);
+      else
+        lean_softmax<C>(p, slots, bn, stok, mask_off, start + (it + 1) * BN, prefix, end, m_run, l_run, beside);
     } else {
       cp_async_commit();
       PvColsLean<C, 0, NP> pv;

@@ -33,7 +33,7 @@ from kdengine.ops.shapes import DV
 CONTEXTS = (4096, 16384, 65536)
 TREE_SIZES = (16, 64)
 NSPLITS = (16, 32, 64, 128, 256, "auto")
-SETS = ("full", "peers", "mma", "mma2", "sm90", "paths", "pair", "half", "icache", "nsplit", "merge")
+SETS = ("full", "peers", "mma", "mma2", "mma4", "sm90", "paths", "pair", "half", "icache", "nsplit", "merge")
 # The `merge` set: the sm90 default schedule with the merge kernel, and the same split kernel alone (no
 # merge: the merge's in-graph share is the difference). Records of the set `fuse` (..._fuse_*.json) also
 # time the fused merges that were removed (csrc/verify_sm90.cuh header).
@@ -43,7 +43,14 @@ SETS = ("full", "peers", "mma", "mma2", "sm90", "paths", "pair", "half", "icache
 # wide2pp2: wide2 with both halves' P*V split around the barrier (pingpong 2); wide2pp2_lean: the same
 # schedule with less integer work per tile (pingpong 3, csrc/verify_wide_lean.cuh).
 MMA_LAYOUTS = {"mma_wide2pp": (16, 4, 3, True), "mma_wide2pp2": (16, 4, 3, 2), "mma_wide2pp2_lean": (16, 4, 3, 3),
-               "mma_x16pp": (32, 4, 3, True), "mma_x16": (32, 4, 3, False)}
+               "mma_x16pp": (32, 4, 3, True), "mma_x16": (32, 4, 3, False),
+               # the probes of branch mma4 (kdengine.ops.cuda_backend.PINGPONGS 4-8)
+               "mma_lean_all": (16, 4, 3, 4), "mma_lean_kx2": (16, 4, 3, 5), "mma_lean_fast": (16, 4, 3, 6),
+               "mma_lean_late": (16, 4, 3, 7), "mma_lean_v3": (16, 4, 3, 8)}
+# the `mma4` set: at 64-row blocks (T * H > 32) the default, the default again (A/A) and these; at 32-row blocks
+# (T * H <= 32, T = 1, 2, 4 at H = 8: --trees) the default (wide2pp2 there), the default again and the lean form
+MMA4_LAYOUTS = ("mma_lean_kx2", "mma_lean_fast", "mma_lean_late", "mma_lean_v3")
+MMA4_SMALL_LAYOUTS = ("mma_lean_all",)
 # the layouts the `mma2` set times beside the default: the previous default (wide2pp2, ping-pong 2). Its runs so far:
 # 2e1c440 (default pingpong 1; mma_x16pp at auto and fixed NSPLIT, mma_x16), 4c2df52 (default pingpong 1;
 # mma_wide2pp2 at auto and fixed NSPLIT, which then became the default), a987463 (default pingpong 2;
@@ -166,9 +173,11 @@ def rotating_call(name: str, nsplit, *, scalar_loads: bool = False, layout=None)
 # --- the sweep ----------------------------------------------------------------------------------------
 
 
+PP_LABELS = {2: "2", 3: "2lean", 4: "2leanall", 5: "2leankx2", 6: "2leanfast", 7: "2leanlate", 8: "2leanv3"}
+
+
 def layout_label(cw, rg, comb, pp) -> str:
-    return f"cw{cw}rg{rg}" + (f"/comb{comb}" if comb else "") + ("/pp" if pp else "") + (
-        {2: "2", 3: "2lean"}.get(int(pp), ""))
+    return f"cw{cw}rg{rg}" + (f"/comb{comb}" if comb else "") + ("/pp" if pp else "") + PP_LABELS.get(int(pp), "")
 
 
 def default_label() -> str:
@@ -227,6 +236,11 @@ def variants(N: int, T: int, which: str = "full"):
         rows += [(f"cuda/{layout_label(*MMA_LAYOUTS[n])}/sauto", "cuda", "auto", False, MMA_LAYOUTS[n])
                  for n in MMA2_LAYOUTS if MMA_LAYOUTS[n] != default]
         return rows + base[3:]
+    if which == "mma4":  # the mma.sync default, the same again as an A/A control, the probes of branch mma4
+        names = MMA4_SMALL_LAYOUTS if T * H <= 32 else MMA4_LAYOUTS
+        rows = [base[0], (f"{base[0][0]}/aa", "cuda", "auto", False, None)]
+        return rows + [(f"cuda/{layout_label(*MMA_LAYOUTS[n])}/sauto", "cuda", "auto", False, MMA_LAYOUTS[n])
+                       for n in names]
     if which == "nsplit":  # the dispatched call at fixed split counts beside its own planner (auto)
         return [(f"{DISPATCH}/s{sp}", "cuda_auto", sp, False, None) for sp in NSPLITS if sp != "auto"] + [
             (DISPATCH, "cuda_auto", "auto", False, None)]
@@ -322,7 +336,7 @@ def measure(args) -> int:
            "fingerprint": start, "clocks_end": None, "ceilings": asdict(ceil), "cases": []}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     for N in contexts:
-        for T in TREE_SIZES:
+        for T in [int(t) for t in args.trees.split(",")]:
             doc["cases"].append(measure_case(N, T, ceil, args.set))
             doc["clocks_end"] = fingerprint().get("clocks")
             Path(args.out).write_text(json.dumps(doc, indent=1))  # after every case: a cut-short run keeps its data
@@ -441,6 +455,7 @@ def build_parser(prog: str = "python -m kdengine.bench.kernel") -> argparse.Argu
     p = sub.add_parser("measure")
     p.add_argument("--out", required=True)
     p.add_argument("--contexts", default=",".join(map(str, CONTEXTS)))
+    p.add_argument("--trees", default=",".join(map(str, TREE_SIZES)), help="tree sizes T (comma-separated)")
     p.add_argument("--set", choices=SETS, default="full",
                    help="full: every layout and NSPLIT; peers: the dispatched cuda call (what verify/cuda "
                         "times), the mma.sync default, triton, torch, the peers; mma / sm90: one path's "
@@ -457,8 +472,9 @@ def build_parser(prog: str = "python -m kdengine.bench.kernel") -> argparse.Argu
     for name, default in (("B", 1), ("T", 16), ("H", 8), ("prefix", 300)):
         p.add_argument(f"--{name}", type=int, default=default)
     p.add_argument("--nsplit", type=int, default=None)
-    p.add_argument("--pingpong", type=int, choices=(0, 1, 2, 3), default=None,
-                   help="ping-pong halves (1; 2: P*V split around the barrier, wide2 only; 3: the same, lean) or not (0) for the wide "
+    p.add_argument("--pingpong", type=int, choices=tuple(range(9)), default=None,
+                   help="ping-pong halves (1; 2: P*V split around the barrier, wide2 only; 3: the same, lean; 4-8: "
+                        "the lean probes, cuda_backend.PINGPONGS) or not (0) for the wide "
                         "layouts; with --col-warps / --combine: that layout instead of the default")
     p.add_argument("--col-warps", type=int, default=None, help="the layout (cuda_backend.COL_WARPS)")
     p.add_argument("--combine", type=int, default=None, help="the merge (cuda_backend.COMBINES)")

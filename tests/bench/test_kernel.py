@@ -103,6 +103,17 @@ def test_mma2_set_has_an_aa_control_and_the_named_layouts():
     assert "flashmla" in rows
 
 
+def test_mma4_set_times_the_probes_beside_the_default_twice():
+    for T, names in ((64, kernel.MMA4_LAYOUTS), (4, kernel.MMA4_SMALL_LAYOUTS)):  # 64-row blocks; 32-row (T * H <= 32)
+        rows = kernel.variants(65536, T, "mma4")
+        labels = [v[0] for v in rows]
+        default = kernel.default_label()
+        assert labels[:2] == [default, f"{default}/aa"] and rows[0][1:] == rows[1][1:]
+        assert labels[2:] == [f"cuda/{kernel.layout_label(*kernel.MMA_LAYOUTS[n])}/sauto" for n in names]
+        assert len(set(labels)) == len(labels) and all(v[2] == "auto" for v in rows)
+    assert kernel.build_parser().parse_args(["measure", "--out", "x", "--set", "mma4", "--trees", "1,2"]).trees == "1,2"
+
+
 def test_once_path_names_the_mma_layouts():
     args = kernel.build_parser().parse_args(["once", "--path", "mma_wide2pp2", "--T", "5"])
     assert args.path in kernel.MMA_LAYOUTS and args.T == 5
