@@ -50,9 +50,11 @@ struct WideCfg {
   static constexpr bool WIDE = true, PINGPONG = PINGPONG_;
   // LV (LEAN only, probes of branch mma4, bits; 0 = the lean form as it was): 1 = Q*K^T's K fragments double
   // buffered (the next k-step's ldmatrix before this one's MMAs), 2 = the softmax branches once on "tail tile"
-  // (the common tile runs a copy without the mask code: one basic block from the partial-score loads to the P
-  // store, the second P*V half inside it), 4 = the KV copy issued after the softmax's partial-score loads
-  // instead of before the half barrier (its LDGSTS address registers no longer block those loads).
+  // (the common tile runs a copy without the mask code) and all of O is rescaled before the first P*V half (no
+  // branch between the half barrier and the softmax: one basic block from the partial-score loads to the P store,
+  // the second P*V half inside it), 4 = the KV copy issued after the softmax's partial-score loads
+  // instead of before the half barrier (its LDGSTS address registers no longer block those loads), 8 = the row max's
+  // shuffles only when a lane's own max passes the lazy threshold (warp vote), 16 = exp2 as one ex2.approx.ftz.
   static constexpr int LV = LV_;
   // LEAN (SPLIT_PV only, "wide2pp2_lean", pingpong 3): the same schedule with less integer work per tile:
   // 32-bit shared addresses formed once per thread, the KV copy issued after Q*K^T, one "max moved" byte

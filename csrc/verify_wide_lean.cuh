@@ -175,6 +175,19 @@ struct LeanSoftmaxSlots {
   uint32_t exch, p, alpha, flag;  // its 4 partial scores (quarter 0), its P, its row's alpha, its warp's flag
 };
 
+// 2^x: exp2f, or (LV & 16) one ex2.approx.ftz (no denormal fix-up: results below 2^-126 flush to 0, nothing
+// against a row sum of at least 1)
+template <class C>
+__device__ __forceinline__ float lean_exp2(float x) {
+  if constexpr (C::LV & 16) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+  } else {
+    return exp2f(x);
+  }
+}
+
 // The softmax of one tile after its partial scores are summed (v: this thread's EPT scores): wide_softmax of
 // verify_wide.cuh on 32-bit addresses, plus the warp's "max moved" byte. MAYBE_TAIL: mask_scores's.
 template <class C, bool MAYBE_TAIL, class Beside>
@@ -184,16 +197,21 @@ __device__ __forceinline__ void lean_softmax_summed(const VerifyParams& p, float
   constexpr int EPT = C::EPT;
   float mx = mask_scores<C, MAYBE_TAIL>(p, v, stok, mask_off, tile_start, prefix, end);
   beside();
+  float m_new = m;
+  // LV & 8: the row max (TPR lanes' shuffles) only where it may move: a lane's own max past m + LAZY_LOG2 means its
+  // row's is too, and where no lane's is, no row's max moves (the same m_new as below, without the shuffles)
+  if (!(C::LV & 8) || __any_sync(0xffffffff, mx > m + C::LAZY_LOG2)) {
 #pragma unroll
-  for (int off = 1; off < C::TPR; off *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, off));
-  const float m_new = mx > m + C::LAZY_LOG2 ? mx : m;  // -inf + 8 = -inf: the first finite max moves it
+    for (int off = 1; off < C::TPR; off *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, off));
+    m_new = mx > m + C::LAZY_LOG2 ? mx : m;  // -inf + 8 = -inf: the first finite max moves it
+  }
   const bool moved = m_new != m;
   const float m_use = m_new == -INFINITY ? 0.f : m_new;
-  const float alpha = moved ? exp2f(m - m_use) : 1.f;
+  const float alpha = moved ? lean_exp2<C>(m - m_use) : 1.f;
   float sum = 0.f;
 #pragma unroll
   for (int e = 0; e < EPT; ++e) {
-    v[e] = exp2f(v[e] - m_use);
+    v[e] = lean_exp2<C>(v[e] - m_use);
     sum += v[e];
   }
   l = l * alpha + sum;
@@ -350,10 +368,16 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
     const int bc = it & 1, bn = bc ^ 1;  // tile it's P / alpha / flag buffer, tile it + 1's
     const bool moved = lean_moved<C>(flag_sa, bc);
     if (it + 1 < ntiles) {  // [P*V(it) cols 0.5 + Q*K^T(it + 1) + copy(it + 3)], half barrier, [softmax(it + 1) + P*V cols 0.5..1]
+      if constexpr (C::LV & 2) {  // all of O rescaled here: no branch between the half barrier and the softmax
+        if (moved) {
+          PvColsLean<C, 0, NP> all;
+          all.rescale(o, row_sa + bc * A_B, lane);
+        }
+      }
       {
         PvColsLean<C, 0, NPH> pv;
         pv.load(v_at + cur, pa_at + bc * P_B);
-        if (moved) pv.rescale(o, row_sa + bc * A_B, lane);
+        if (!(C::LV & 2) && moved) pv.rescale(o, row_sa + bc * A_B, lane);
         pv.mma(o);
       }
       lean_partial_scores<C>(k_at + ((it + 1) & 3) * TILE_B, qa, score_at);
@@ -367,7 +391,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
       else
         group_barrier(2, C::THREADS / 2);
       PvColsLean<C, NPH, NP> pv;
-      if (moved) pv.rescale(o, row_sa + bc * A_B, lane);
+      if (!(C::LV & 2) && moved) pv.rescale(o, row_sa + bc * A_B, lane);
       // the second half's ldmatrix loads beside the softmax, after its masking branches, on both archs (loaded
       // before the softmax, sm_120 spilled 8 bytes at 255 registers)
       auto beside = [&] {

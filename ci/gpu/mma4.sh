@@ -13,11 +13,11 @@ OUT=${OUT:-/tmp/kdengine-mma4-out}; LOGS=/tmp/mma4-logs; rm -rf "$LOGS"; mkdir -
 trap 'tar czf "$OUT/logs.tgz" -C "$LOGS" . 2>/dev/null' EXIT
 export PYTHONUNBUFFERED=1 KDENGINE_CACHE_DIR=${KDENGINE_CACHE_DIR:-/tmp/kdcache}
 PY=${PYTHON:-python3}
-DEADLINE=${DEADLINE:-220}
+DEADLINE=${DEADLINE:-225}
 STEPS=${STEPS:-"build smoke bench checks ncu"}
-PROBES=${PROBES:-"4 5 6 7 8"}   # pingpong values of the probes (kdengine.ops.cuda_backend.PINGPONGS)
+PROBES=${PROBES:-"4 5 6 7 8 9 10 11"}   # pingpong values of the probes (kdengine.ops.cuda_backend.PINGPONGS)
 # pingpong:T profiled at 65k, in this order while time remains (3 = the default)
-NCU=${NCU:-"3:16 3:64 8:16 8:64 5:16 6:16 7:16 5:64 6:64 7:64"}
+NCU=${NCU:-"3:16 3:64 8:16 8:64 10:16 10:64 9:16 11:16 5:16 6:16 7:16"}
 status=0
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 cap() { local left=$((DEADLINE - SECONDS)); echo $(( left < $1 ? (left > 3 ? left : 3) : $1 )); }
@@ -61,7 +61,7 @@ if want checks; then
   for pp in $PROBES; do
     T=17; [ "$pp" = 4 ] && T=3
     for tool in memcheck racecheck; do
-      ( timeout $(cap 70) compute-sanitizer --tool $tool --print-limit 4 --error-exitcode 9 \
+      ( timeout $(cap 80) compute-sanitizer --tool $tool --print-limit 4 --error-exitcode 9 \
           $PY -m kdengine.bench.kernel once --col-warps 16 --pingpong $pp --B 2 --T $T --H 2 --prefix 130 --nsplit 3 \
           > "$LOGS/san_${tool}_pp$pp.log" 2>&1
         echo "$tool cw16 pp$pp T$T rc=$?" >> "$LOGS/san_${tool}_pp$pp.log" ) &

@@ -46,10 +46,12 @@ MMA_LAYOUTS = {"mma_wide2pp": (16, 4, 3, True), "mma_wide2pp2": (16, 4, 3, 2), "
                "mma_x16pp": (32, 4, 3, True), "mma_x16": (32, 4, 3, False),
                # the probes of branch mma4 (kdengine.ops.cuda_backend.PINGPONGS 4-8)
                "mma_lean_all": (16, 4, 3, 4), "mma_lean_kx2": (16, 4, 3, 5), "mma_lean_fast": (16, 4, 3, 6),
-               "mma_lean_late": (16, 4, 3, 7), "mma_lean_v3": (16, 4, 3, 8)}
+               "mma_lean_late": (16, 4, 3, 7), "mma_lean_v5": (16, 4, 3, 8), "mma_lean_short": (16, 4, 3, 9),
+               "mma_lean_v4": (16, 4, 3, 10), "mma_lean_v4k": (16, 4, 3, 11)}
 # the `mma4` set: at 64-row blocks (T * H > 32) the default, the default again (A/A) and these; at 32-row blocks
 # (T * H <= 32, T = 1, 2, 4 at H = 8: --trees) the default (wide2pp2 there), the default again and the lean form
-MMA4_LAYOUTS = ("mma_lean_kx2", "mma_lean_fast", "mma_lean_late", "mma_lean_v3")
+MMA4_LAYOUTS = ("mma_lean_kx2", "mma_lean_fast", "mma_lean_late", "mma_lean_short", "mma_lean_v5", "mma_lean_v4",
+                "mma_lean_v4k")
 MMA4_SMALL_LAYOUTS = ("mma_lean_all",)
 # the layouts the `mma2` set times beside the default: the previous default (wide2pp2, ping-pong 2). Its runs so far:
 # 2e1c440 (default pingpong 1; mma_x16pp at auto and fixed NSPLIT, mma_x16), 4c2df52 (default pingpong 1;
@@ -173,7 +175,8 @@ def rotating_call(name: str, nsplit, *, scalar_loads: bool = False, layout=None)
 # --- the sweep ----------------------------------------------------------------------------------------
 
 
-PP_LABELS = {2: "2", 3: "2lean", 4: "2leanall", 5: "2leankx2", 6: "2leanfast", 7: "2leanlate", 8: "2leanv3"}
+PP_LABELS = {2: "2", 3: "2lean", 4: "2leanall", 5: "2leankx2", 6: "2leanfast", 7: "2leanlate", 8: "2leanv5",
+             9: "2leanshort", 10: "2leanv4", 11: "2leanv4k"}
 
 
 def layout_label(cw, rg, comb, pp) -> str:
@@ -472,8 +475,8 @@ def build_parser(prog: str = "python -m kdengine.bench.kernel") -> argparse.Argu
     for name, default in (("B", 1), ("T", 16), ("H", 8), ("prefix", 300)):
         p.add_argument(f"--{name}", type=int, default=default)
     p.add_argument("--nsplit", type=int, default=None)
-    p.add_argument("--pingpong", type=int, choices=tuple(range(9)), default=None,
-                   help="ping-pong halves (1; 2: P*V split around the barrier, wide2 only; 3: the same, lean; 4-8: "
+    p.add_argument("--pingpong", type=int, choices=tuple(range(12)), default=None,
+                   help="ping-pong halves (1; 2: P*V split around the barrier, wide2 only; 3: the same, lean; 4-11: "
                         "the lean probes, cuda_backend.PINGPONGS) or not (0) for the wide "
                         "layouts; with --col-warps / --combine: that layout instead of the default")
     p.add_argument("--col-warps", type=int, default=None, help="the layout (cuda_backend.COL_WARPS)")

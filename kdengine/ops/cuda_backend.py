@@ -59,12 +59,13 @@ DEFAULT_ROW_GROUPS = 4
 # 65k T=64 324.8 / 363.9 / 362.8: faster by more than the A/A spread at all six sizes; ncu at 65k T=16 4.37
 # executed warp instructions per HMMA against 5.29, tensor pipe 33.9% against 30.3%. Timed at 64 rows per block
 # only: 32-row blocks (T*H <= 32, 128 registers) spill in both forms, more in the lean one (ptxas -v).
-# 4-8 (wide2 only; probes of branch mma4, ci/gpu/mma4.sh): 4 = the lean form at 32-row blocks too (3 runs wide2pp2
-# there); 5-8 = lean variants at 64-row blocks (WideCfg::LV of csrc/verify_wide.cuh: 5 Q*K^T's K fragments loaded per
-# n8 tile a k-step ahead, 6 one branch on the tail tile, 7 the KV copy after the softmax's partial-score loads, 8 all
-# three), wide2pp2 at 32-row blocks.
-PINGPONGS = (0, 1, 2, 3, 4, 5, 6, 7, 8)
-SPLIT_PV_PINGPONGS = (2, 3, 4, 5, 6, 7, 8)  # wide2 only
+# 4-11 (wide2 only; probes of branch mma4, ci/gpu/mma4.sh): 4 = the lean form at 32-row blocks too (3 runs wide2pp2
+# there); 5-11 = lean variants at 64-row blocks, wide2pp2 at 32-row blocks (WideCfg::LV bits of csrc/verify_wide.cuh:
+# 1 Q*K^T's K fragments loaded per n8 tile a k-step ahead, 2 one branch on the tail tile, 4 the KV copy after the
+# softmax's partial-score loads, 8 the row max's shuffles on demand, 16 exp2 as one ex2.approx.ftz): 5 = 1, 6 = 2,
+# 7 = 4, 8 = all, 9 = 8 + 16, 10 = all but 1, 11 = all but 2.
+PINGPONGS = tuple(range(12))
+SPLIT_PV_PINGPONGS = tuple(range(2, 12))  # wide2 only
 DEFAULT_PINGPONG = 3
 # Merge kernel (csrc/verify_kernel.cuh; the split partials are bf16 [B, nsplit, T*H, 512], their lse
 # fp32): 0 = one loop over the splits per thread, 1 = split weights computed in parallel first, then 4
