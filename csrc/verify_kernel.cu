@@ -59,7 +59,7 @@ static cudaError_t launch_split(const VerifyParams& p, cudaStream_t stream) {
 // halves' P*V split in two column halves around the barrier (WideCfg::SPLIT_PV); pingpong 3: the same
 // schedule in its lean form (WideCfg::LEAN, verify_wide_lean.cuh: "wide2pp2_lean") for 64-row blocks,
 // wide2pp2 for 32-row blocks; 4: the lean form for 32-row blocks too; 5-11: lean probes (WideCfg::LV) for
-// 64-row blocks, wide2pp2 for 32-row blocks.
+// 64-row blocks, wide2pp2 for 32-row blocks (8, all five probe bits: the default).
 template <class F>
 static auto with_config(int R, int col_warps, int max_row_groups, int pingpong, F&& fn) {
   return ROWGROUPS_SWITCH(row_groups(R, max_row_groups), RG, [&] {

@@ -41,7 +41,8 @@ SETS = ("full", "peers", "mma", "mma2", "mma4", "sm90", "paths", "pair", "half",
 # kdengine.ops.cuda_backend; "mma" is its default. x16pp: wide2x16 (16 warps, 4 per scheduler) with
 # ping-pong halves of 8 warps; x16: the same without ping-pong; wide2pp: wide2 (8 warps) with ping-pong;
 # wide2pp2: wide2 with both halves' P*V split around the barrier (pingpong 2); wide2pp2_lean: the same
-# schedule with less integer work per tile (pingpong 3, csrc/verify_wide_lean.cuh).
+# schedule with less integer work per tile (pingpong 3, csrc/verify_wide_lean.cuh); mma_lean_*: the lean probes of branch
+# mma4 (pingpong 4-11, kdengine.ops.cuda_backend.PINGPONGS), mma_lean_v5 (all of them, pingpong 8) the default since.
 MMA_LAYOUTS = {"mma_wide2pp": (16, 4, 3, True), "mma_wide2pp2": (16, 4, 3, 2), "mma_wide2pp2_lean": (16, 4, 3, 3),
                "mma_x16pp": (32, 4, 3, True), "mma_x16": (32, 4, 3, False),
                # the probes of branch mma4 (kdengine.ops.cuda_backend.PINGPONGS 4-8)
@@ -50,14 +51,17 @@ MMA_LAYOUTS = {"mma_wide2pp": (16, 4, 3, True), "mma_wide2pp2": (16, 4, 3, 2), "
                "mma_lean_v4": (16, 4, 3, 10), "mma_lean_v4k": (16, 4, 3, 11)}
 # the `mma4` set: at 64-row blocks (T * H > 32) the default, the default again (A/A) and these; at 32-row blocks
 # (T * H <= 32, T = 1, 2, 4 at H = 8: --trees) the default (wide2pp2 there), the default again and the lean form
-MMA4_LAYOUTS = ("mma_lean_kx2", "mma_lean_fast", "mma_lean_late", "mma_lean_short", "mma_lean_v5", "mma_lean_v4",
-                "mma_lean_v4k")
+# (those equal to the default left out: since 896dc1b (perf_history/kernel/verify_kernel_mma4_*_896dc1b.json) the
+# default is mma_lean_v5, and the previous default, mma_wide2pp2_lean, takes its row)
+MMA4_LAYOUTS = ("mma_wide2pp2_lean", "mma_lean_kx2", "mma_lean_fast", "mma_lean_late", "mma_lean_short", "mma_lean_v5",
+                "mma_lean_v4", "mma_lean_v4k")
 MMA4_SMALL_LAYOUTS = ("mma_lean_all",)
 # the layouts the `mma2` set times beside the default: the previous default (wide2pp2, ping-pong 2). Its runs so far:
 # 2e1c440 (default pingpong 1; mma_x16pp at auto and fixed NSPLIT, mma_x16), 4c2df52 (default pingpong 1;
 # mma_wide2pp2 at auto and fixed NSPLIT, which then became the default), a987463 (default pingpong 2;
-# mma_wide2pp2_lean, which then became the default: ci/gpu/mma3.sh)
-MMA2_LAYOUTS = ("mma_wide2pp2",)
+# mma_wide2pp2_lean, which then became the default: ci/gpu/mma3.sh); since 896dc1b (branch mma4: ci/gpu/mma4.sh, set
+# `mma4`) the default is mma_lean_v5 and the previous default, the lean form, is timed beside it
+MMA2_LAYOUTS = ("mma_wide2pp2_lean",)
 # The sm90 path's rows: backend name -> schedule (kdengine.ops.cuda_backend.SCHEDULES). (In the first
 # record, perf_history/kernel/verify_kernel_sm90_*_ebda896.json, "cuda_sm90" was the seesaw schedule.)
 SM90_BACKENDS = {"cuda_sm90_both": "both", "cuda_sm90_staggered": "staggered", "cuda_sm90_seesaw": "seesaw",
@@ -243,7 +247,7 @@ def variants(N: int, T: int, which: str = "full"):
         names = MMA4_SMALL_LAYOUTS if T * H <= 32 else MMA4_LAYOUTS
         rows = [base[0], (f"{base[0][0]}/aa", "cuda", "auto", False, None)]
         return rows + [(f"cuda/{layout_label(*MMA_LAYOUTS[n])}/sauto", "cuda", "auto", False, MMA_LAYOUTS[n])
-                       for n in names]
+                       for n in names if MMA_LAYOUTS[n] != default_layout()]
     if which == "nsplit":  # the dispatched call at fixed split counts beside its own planner (auto)
         return [(f"{DISPATCH}/s{sp}", "cuda_auto", sp, False, None) for sp in NSPLITS if sp != "auto"] + [
             (DISPATCH, "cuda_auto", "auto", False, None)]
