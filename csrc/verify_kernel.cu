@@ -58,7 +58,8 @@ static cudaError_t launch_split(const VerifyParams& p, cudaStream_t stream) {
 // (8 warps each) in opposite phase orders when `pingpong`. pingpong 2 (wide2 only, "wide2pp2"): the
 // halves' P*V split in two column halves around the barrier (WideCfg::SPLIT_PV); pingpong 3: the same
 // schedule in its lean form (WideCfg::LEAN, verify_wide_lean.cuh: "wide2pp2_lean") for 64-row blocks,
-// wide2pp2 for 32-row blocks.
+// wide2pp2 for 32-row blocks; 4: the lean form for 32-row blocks too; 5-11: lean probes (WideCfg::LV) for
+// 64-row blocks, wide2pp2 for 32-row blocks (8, all five probe bits: the default).
 template <class F>
 static auto with_config(int R, int col_warps, int max_row_groups, int pingpong, F&& fn) {
   return ROWGROUPS_SWITCH(row_groups(R, max_row_groups), RG, [&] {
@@ -70,7 +71,19 @@ static auto with_config(int R, int col_warps, int max_row_groups, int pingpong, 
         // the lean form for 64-row blocks only: at 32 rows (128 registers) it spills more than wide2pp2
         // (sm_90a 60 / 52 bytes against 20 / 28) and was never timed there, so those blocks run wide2pp2
         if constexpr (WRG == 4) {
-          if (pingpong == 3) return fn(WideCfg<WRG, true, true, 8, true, true>{});
+          if (pingpong == 3 || pingpong == 4) return fn(WideCfg<WRG, true, true, 8, true, true>{});
+          // the lean probes of branch mma4 (WideCfg::LV bits): 5 K fragments a k-step ahead (1), 6 tail branch once
+          // (2), 7 late KV copy (4), 8 all (31), 9 short softmax (8: shuffles on demand, 16: ex2.approx.ftz),
+          // 10 all but 1, 11 all but 2
+          if (pingpong == 5) return fn(WideCfg<WRG, true, true, 8, true, true, 1>{});
+          if (pingpong == 6) return fn(WideCfg<WRG, true, true, 8, true, true, 2>{});
+          if (pingpong == 7) return fn(WideCfg<WRG, true, true, 8, true, true, 4>{});
+          if (pingpong == 8) return fn(WideCfg<WRG, true, true, 8, true, true, 31>{});
+          if (pingpong == 9) return fn(WideCfg<WRG, true, true, 8, true, true, 24>{});
+          if (pingpong == 10) return fn(WideCfg<WRG, true, true, 8, true, true, 30>{});
+          if (pingpong == 11) return fn(WideCfg<WRG, true, true, 8, true, true, 29>{});
+        } else {  // pingpong 4: the lean form at 32 rows too (to time it against wide2pp2 there)
+          if (pingpong == 4) return fn(WideCfg<WRG, true, true, 8, true, true>{});
         }
         if (pingpong >= 2) return fn(WideCfg<WRG, true, true, 8, true>{});
         return pingpong ? fn(WideCfg<WRG, true, true>{}) : fn(WideCfg<WRG, false, true>{});

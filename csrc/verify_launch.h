@@ -46,7 +46,8 @@ int blocks_per_sm(int R, int col_warps, int max_row_groups, int pingpong);
 // log-sum-exp state, one barrier (any nsplit; verify_kernel.cuh);
 // pingpong (wide layouts only): 1 = the two row halves run softmax and P*V in opposite orders; 2 (wide2
 // only) = both halves run P*V in two column halves, one beside Q*K^T, one beside the softmax; 3 (wide2 only) =
-// the same schedule with less integer work per tile (verify_wide_lean.cuh).
+// the same schedule with less integer work per tile (verify_wide_lean.cuh); 4-11 (wide2 only): its probes
+// (kdengine/ops/cuda_backend.py PINGPONGS; 8 the default).
 cudaError_t launch_verify(const VerifyParams& p, int col_warps, int max_row_groups, int pingpong, int combine,
                           cudaStream_t stream);
 

@@ -33,7 +33,9 @@
 // P*V cols 32-63], the second half's MMAs placed inside the softmax after its masking branches (one basic
 // block), so every phase between the barriers has independent tensor work for the 2 warps per scheduler
 // (the ping-pong order leaves half 0's Q*K^T chains and half 1's softmax alone in theirs). Its lean form
-// (LEAN, pingpong 3, the default: verify_wide_lean.cuh) runs the same schedule with less integer work per tile.
+// (LEAN, pingpong 3: verify_wide_lean.cuh) runs the same schedule with less integer work per tile; with all five
+// probe bits of branch mma4 (LV 31, pingpong 8: K fragments a k-step ahead, the tail tile's branch taken once, the KV
+// copy after the partial-score loads, the row max's shuffles on demand, exp2 as one ex2.approx.ftz) it is the default.
 //
 // Shared memory: 4 * 16 * 584 * 2 (KV) + 4 * BLOCK_M * 16 * 4 (partials) + NBUF * BLOCK_M * 24 * 2
 // (P) + (NBUF + 1) * BLOCK_M * 4: at RG = 4 92.5 KB (95.8 KB with PINGPONG), under sm_120's 99 KB;
@@ -44,9 +46,18 @@
 
 namespace kdengine {
 
-template <int RG_, bool PINGPONG_, bool STREAM_ = false, int WARPS_ = 8, bool SPLIT_PV_ = false, bool LEAN_ = false>
+template <int RG_, bool PINGPONG_, bool STREAM_ = false, int WARPS_ = 8, bool SPLIT_PV_ = false, bool LEAN_ = false,
+          int LV_ = 0>
 struct WideCfg {
   static constexpr bool WIDE = true, PINGPONG = PINGPONG_;
+  // LV (LEAN only, probes of branch mma4, bits; 0 = the lean form as it was): 1 = Q*K^T's K fragments double
+  // buffered (the next k-step's ldmatrix before this one's MMAs), 2 = the softmax branches once on "tail tile"
+  // (the common tile runs a copy without the mask code) and all of O is rescaled before the first P*V half (no
+  // branch between the half barrier and the softmax: one basic block from the partial-score loads to the P store,
+  // the second P*V half inside it), 4 = the KV copy issued after the softmax's partial-score loads
+  // instead of before the half barrier (its LDGSTS address registers no longer block those loads), 8 = the row max's
+  // shuffles only when a lane's own max passes the lazy threshold (warp vote), 16 = exp2 as one ex2.approx.ftz.
+  static constexpr int LV = LV_;
   // LEAN (SPLIT_PV only, "wide2pp2_lean", pingpong 3): the same schedule with less integer work per tile:
   // 32-bit shared addresses formed once per thread, the KV copy issued after Q*K^T, one "max moved" byte
   // per softmax warp read as one 64-bit word instead of 8 alpha loads and compares per P*V warp.
@@ -88,6 +99,7 @@ struct WideCfg {
   static_assert(!PINGPONG || WARPS / 2 % 4 == 0, "ping-pong halves of whole row slices (4 dim-quarter warps each)");
   static_assert(!SPLIT_PV || (STREAM && PINGPONG && V_PART % 32 == 0), "split P*V: wide2 ping-pong, 2 x 16k columns");
   static_assert(!LEAN || (SPLIT_PV && WARPS == 8), "lean: the wide2pp2 schedule (8 flag bytes: one 64-bit word)");
+  static_assert(LV == 0 || LEAN, "lean variants: the lean form only");
   static_assert(EPT == 2 || EPT == 4, "softmax vector width");
   static_assert(SMEM <= 99 * 1024, "over sm_120's 99 KB of shared memory per block");
   static_assert(THREADS % BN == 0, "whole threads per KV token in the streaming loader");
@@ -211,11 +223,12 @@ __device__ __forceinline__ void load_floats(float (&v)[N], const float* src) {
 
 // This thread's EPT summed scores (tokens [stok, +EPT) of the tile) into the log2 domain, masked on the tail
 // tile (past `end`, or a tree token the row may not see: -inf); returns their max.
-template <class C>
+// MAYBE_TAIL false: the caller knows the tile is before the tree tail (no mask code at all).
+template <class C, bool MAYBE_TAIL = true>
 __device__ __forceinline__ float mask_scores(const VerifyParams& p, float (&v)[C::EPT], int stok, int mask_off,
                                              int tile_start, int prefix, int end) {
   constexpr int EPT = C::EPT;
-  const bool tail = tile_start + C::BN > prefix;
+  const bool tail = MAYBE_TAIL && tile_start + C::BN > prefix;
   float mx = -INFINITY;
 #pragma unroll
   for (int e = 0; e < EPT; ++e) {

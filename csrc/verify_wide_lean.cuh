@@ -10,6 +10,10 @@
 //   - each softmax warp writes one "max moved" byte per tile ([NBUF][8] bytes); P*V reads the 8 bytes of
 //     the tile as one 64-bit word (one load, one compare, warp-uniform) instead of 8 alpha loads and
 //     compares per warp; the alphas themselves are read only when a max moved (rarely).
+// WideCfg::LV (bits; the probes of branch mma4, all five = pingpong 8, the default since): 1 Q*K^T's K fragments per n8
+// tile (ldmatrix.x2) a k-step ahead, 2 one branch on the tail tile (the common tile's softmax has no mask code, all of O
+// rescaled before the first P*V half), 4 the KV copy after the softmax's partial-score loads, 8 the row max's
+// shuffles only where a lane's own max passes the lazy threshold, 16 exp2 as one ex2.approx.ftz.
 // Shared memory: verify_wide.cuh's layout plus the 16 flag bytes after the row buffers.
 #pragma once
 
@@ -23,6 +27,10 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t a) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(a));
+}
+
+__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], uint32_t a) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
 }
 
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t a) {
@@ -128,14 +136,33 @@ __device__ __forceinline__ void lean_partial_scores(uint32_t k, const uint32_t (
   for (int mi = 0; mi < C::QM; ++mi)
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) s[mi][nt][0] = s[mi][nt][1] = s[mi][nt][2] = s[mi][nt][3] = 0.f;
+  if constexpr (C::LV & 1) {
+    // K fragments per n8 tile (ldmatrix.x2, `k` then the address of lanes 0-15's rows, tokens 0-7; + 8 rows for
+    // tokens 8-15): the next k-step's half for one n tile is loaded while the other n tile's MMAs issue, in the
+    // same 4 registers (ptxas undid a plain double buffer of the x4 fragment at 252 registers)
+    constexpr uint32_t NT1 = 8 * STRIDE * 2;
+    uint32_t k0[2], k1[2];
+    ldmatrix_x2(k0, k);
+    ldmatrix_x2(k1, k + NT1);
 #pragma unroll
-  for (int ks = 0; ks < C::KSTEPS; ++ks) {
-    uint32_t kb[4];
-    ldmatrix_x4(kb, k + ks * 32);
+    for (int ks = 0; ks < C::KSTEPS; ++ks) {
 #pragma unroll
-    for (int mi = 0; mi < C::QM; ++mi) {
-      mma_bf16(s[mi][0], qa[mi][ks], kb[0], kb[1]);
-      mma_bf16(s[mi][1], qa[mi][ks], kb[2], kb[3]);
+      for (int mi = 0; mi < C::QM; ++mi) mma_bf16(s[mi][0], qa[mi][ks], k0[0], k0[1]);
+      if (ks + 1 < C::KSTEPS) ldmatrix_x2(k0, k + (ks + 1) * 32);
+#pragma unroll
+      for (int mi = 0; mi < C::QM; ++mi) mma_bf16(s[mi][1], qa[mi][ks], k1[0], k1[1]);
+      if (ks + 1 < C::KSTEPS) ldmatrix_x2(k1, k + NT1 + (ks + 1) * 32);
+    }
+  } else {
+#pragma unroll
+    for (int ks = 0; ks < C::KSTEPS; ++ks) {
+      uint32_t kb[4];
+      ldmatrix_x4(kb, k + ks * 32);
+#pragma unroll
+      for (int mi = 0; mi < C::QM; ++mi) {
+        mma_bf16(s[mi][0], qa[mi][ks], kb[0], kb[1]);
+        mma_bf16(s[mi][1], qa[mi][ks], kb[2], kb[3]);
+      }
     }
   }
 #pragma unroll
@@ -152,32 +179,43 @@ struct LeanSoftmaxSlots {
   uint32_t exch, p, alpha, flag;  // its 4 partial scores (quarter 0), its P, its row's alpha, its warp's flag
 };
 
-// wide_softmax of verify_wide.cuh on 32-bit addresses, plus the warp's "max moved" byte.
-template <class C, class Beside>
-__device__ __forceinline__ void lean_softmax(const VerifyParams& p, const LeanSoftmaxSlots& at, int buf, int stok,
-                                             int mask_off, int tile_start, int prefix, int end, float& m, float& l,
-                                             const Beside& beside) {
-  constexpr int EPT = C::EPT;
-  float v[EPT], part[EPT];
-  ld_shared_floats(v, at.exch);
-#pragma unroll
-  for (int q = 1; q < 4; ++q) {
-    ld_shared_floats(part, at.exch + q * C::BLOCK_M * C::BN * 4);
-#pragma unroll
-    for (int e = 0; e < EPT; ++e) v[e] += part[e];
+// 2^x: exp2f, or (LV & 16) one ex2.approx.ftz (no denormal fix-up: results below 2^-126 flush to 0, nothing
+// against a row sum of at least 1)
+template <class C>
+__device__ __forceinline__ float lean_exp2(float x) {
+  if constexpr (C::LV & 16) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+  } else {
+    return exp2f(x);
   }
-  float mx = mask_scores<C>(p, v, stok, mask_off, tile_start, prefix, end);
+}
+
+// The softmax of one tile after its partial scores are summed (v: this thread's EPT scores): wide_softmax of
+// verify_wide.cuh on 32-bit addresses, plus the warp's "max moved" byte. MAYBE_TAIL: mask_scores's.
+template <class C, bool MAYBE_TAIL, class Beside>
+__device__ __forceinline__ void lean_softmax_summed(const VerifyParams& p, float (&v)[C::EPT], const LeanSoftmaxSlots& at,
+                                                    int buf, int stok, int mask_off, int tile_start, int prefix, int end,
+                                                    float& m, float& l, const Beside& beside) {
+  constexpr int EPT = C::EPT;
+  float mx = mask_scores<C, MAYBE_TAIL>(p, v, stok, mask_off, tile_start, prefix, end);
   beside();
+  float m_new = m;
+  // LV & 8: the row max (TPR lanes' shuffles) only where it may move: a lane's own max past m + LAZY_LOG2 means its
+  // row's is too, and where no lane's is, no row's max moves (the same m_new as below, without the shuffles)
+  if (!(C::LV & 8) || __any_sync(0xffffffff, mx > m + C::LAZY_LOG2)) {
 #pragma unroll
-  for (int off = 1; off < C::TPR; off *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, off));
-  const float m_new = mx > m + C::LAZY_LOG2 ? mx : m;  // -inf + 8 = -inf: the first finite max moves it
+    for (int off = 1; off < C::TPR; off *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, off));
+    m_new = mx > m + C::LAZY_LOG2 ? mx : m;  // -inf + 8 = -inf: the first finite max moves it
+  }
   const bool moved = m_new != m;
   const float m_use = m_new == -INFINITY ? 0.f : m_new;
-  const float alpha = moved ? exp2f(m - m_use) : 1.f;
+  const float alpha = moved ? lean_exp2<C>(m - m_use) : 1.f;
   float sum = 0.f;
 #pragma unroll
   for (int e = 0; e < EPT; ++e) {
-    v[e] = exp2f(v[e] - m_use);
+    v[e] = lean_exp2<C>(v[e] - m_use);
     sum += v[e];
   }
   l = l * alpha + sum;
@@ -189,6 +227,43 @@ __device__ __forceinline__ void lean_softmax(const VerifyParams& p, const LeanSo
     st_shared_u32(pdst, pack_bf16(v[0], v[1]));
   if (threadIdx.x % C::TPR == 0) st_shared_f32(at.alpha + buf * C::BLOCK_M * 4, alpha);
   st_shared_u8(at.flag + buf * C::WARPS, __any_sync(0xffffffff, moved));  // one byte, the same from every lane
+}
+
+// The softmax of one tile: its 4 partial scores summed, then lean_softmax_summed. `early` runs after the
+// partial-score loads are issued (LV & 4: the KV copy); LV & 2: one branch on "tail tile" here, the common
+// tile without any mask code.
+template <class C, class Beside, class Early = NoWork>
+__device__ __forceinline__ void lean_softmax(const VerifyParams& p, const LeanSoftmaxSlots& at, int buf, int stok,
+                                             int mask_off, int tile_start, int prefix, int end, float& m, float& l,
+                                             const Beside& beside, const Early& early = {}) {
+  constexpr int EPT = C::EPT;
+  float v[EPT], part[EPT];
+  ld_shared_floats(v, at.exch);
+  if constexpr (C::LV & 4) {
+    float part2[EPT], part3[EPT];
+    ld_shared_floats(part, at.exch + C::BLOCK_M * C::BN * 4);
+    ld_shared_floats(part2, at.exch + 2 * C::BLOCK_M * C::BN * 4);
+    ld_shared_floats(part3, at.exch + 3 * C::BLOCK_M * C::BN * 4);
+    early();
+#pragma unroll
+    for (int e = 0; e < EPT; ++e) v[e] = v[e] + part[e] + part2[e] + part3[e];
+  } else {
+#pragma unroll
+    for (int q = 1; q < 4; ++q) {
+      ld_shared_floats(part, at.exch + q * C::BLOCK_M * C::BN * 4);
+#pragma unroll
+      for (int e = 0; e < EPT; ++e) v[e] += part[e];
+    }
+    early();
+  }
+  if constexpr (C::LV & 2) {
+    if (tile_start + C::BN > prefix)
+      lean_softmax_summed<C, true>(p, v, at, buf, stok, mask_off, tile_start, prefix, end, m, l, beside);
+    else
+      lean_softmax_summed<C, false>(p, v, at, buf, stok, mask_off, tile_start, prefix, end, m, l, beside);
+  } else {
+    lean_softmax_summed<C, true>(p, v, at, buf, stok, mask_off, tile_start, prefix, end, m, l, beside);
+  }
 }
 
 // Whether a row max of the tile in buffer `buf` moved (warp-uniform): the 8 warps' bytes as one word.
@@ -275,7 +350,9 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
     for (int nt = 0; nt < C::V_PART / 8; ++nt) o[mi][nt][0] = o[mi][nt][1] = o[mi][nt][2] = o[mi][nt][3] = 0.f;
 
   // This thread's shared-memory addresses, formed once (a tile adds its stage / buffer offset).
-  const uint32_t k_at = kv_sa + (((lane & 7) + ((lane >> 4) << 3)) * STRIDE + quarter * C::K_PART + ((lane >> 3) & 1) * 8) * 2;
+  // (LV & 1: ldmatrix.x2 per n8 tile, lanes 0-15 name tokens 0-7 and the rest repeat them)
+  const uint32_t k_at = kv_sa + (((lane & 7) + (C::LV & 1 ? 0 : (lane >> 4) << 3)) * STRIDE + quarter * C::K_PART +
+                                 ((lane >> 3) & 1) * 8) * 2;
   const uint32_t v_at = kv_sa + (((lane & 7) + ((lane >> 3) & 1) * 8) * STRIDE + warp * C::V_PART + (lane >> 4) * 8) * 2;
   const uint32_t pa_at = p_sa + ((lane & 15) * C::P_STRIDE + (lane >> 4) * 8) * 2;
   const uint32_t score_at = exch_sa + ((quarter * BLOCK_M + slice * (BLOCK_M / C::RS) + lane / 4) * BN + (lane % 4) * 2) * 4;
@@ -295,27 +372,40 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
     const int bc = it & 1, bn = bc ^ 1;  // tile it's P / alpha / flag buffer, tile it + 1's
     const bool moved = lean_moved<C>(flag_sa, bc);
     if (it + 1 < ntiles) {  // [P*V(it) cols 0.5 + Q*K^T(it + 1) + copy(it + 3)], half barrier, [softmax(it + 1) + P*V cols 0.5..1]
+      if constexpr (C::LV & 2) {  // all of O rescaled here: no branch between the half barrier and the softmax
+        if (moved) {
+          PvColsLean<C, 0, NP> all;
+          all.rescale(o, row_sa + bc * A_B, lane);
+        }
+      }
       {
         PvColsLean<C, 0, NPH> pv;
         pv.load(v_at + cur, pa_at + bc * P_B);
-        if (moved) pv.rescale(o, row_sa + bc * A_B, lane);
+        if (!(C::LV & 2) && moved) pv.rescale(o, row_sa + bc * A_B, lane);
         pv.mma(o);
       }
       lean_partial_scores<C>(k_at + ((it + 1) & 3) * TILE_B, qa, score_at);
-      if (it + STAGES - 1 < ntiles) stream.load(p, end, ((it + 3) & 3) * TILE_B);  // the stage of tile it - 1
-      cp_async_commit();
+      auto copy = [&] {
+        if (it + STAGES - 1 < ntiles) stream.load(p, end, ((it + 3) & 3) * TILE_B);  // the stage of tile it - 1
+        cp_async_commit();
+      };
+      if constexpr (!(C::LV & 4)) copy();
       if (slice == 0)  // literal ids: a computed one makes ptxas reserve all 16 named barriers
         group_barrier(1, C::THREADS / 2);
       else
         group_barrier(2, C::THREADS / 2);
       PvColsLean<C, NPH, NP> pv;
-      if (moved) pv.rescale(o, row_sa + bc * A_B, lane);
+      if (!(C::LV & 2) && moved) pv.rescale(o, row_sa + bc * A_B, lane);
       // the second half's ldmatrix loads beside the softmax, after its masking branches, on both archs (loaded
       // before the softmax, sm_120 spilled 8 bytes at 255 registers)
-      lean_softmax<C>(p, slots, bn, stok, mask_off, start + (it + 1) * BN, prefix, end, m_run, l_run, [&] {
+      auto beside = [&] {
         pv.load(v_at + cur, pa_at + bc * P_B);
         pv.mma(o);
-      });
+      };
+      if constexpr (C::LV & 4)  // the KV copy after the partial-score loads
+        lean_softmax<C>(p, slots, bn, stok, mask_off, start + (it + 1) * BN, prefix, end, m_run, l_run, beside, copy);
+      else
+        lean_softmax<C>(p, slots, bn, stok, mask_off, start + (it + 1) * BN, prefix, end, m_run, l_run, beside);
     } else {
       cp_async_commit();
       PvColsLean<C, 0, NP> pv;

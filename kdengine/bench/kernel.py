@@ -33,7 +33,7 @@ from kdengine.ops.shapes import DV
 CONTEXTS = (4096, 16384, 65536)
 TREE_SIZES = (16, 64)
 NSPLITS = (16, 32, 64, 128, 256, "auto")
-SETS = ("full", "peers", "mma", "mma2", "sm90", "paths", "pair", "half", "icache", "nsplit", "merge")
+SETS = ("full", "peers", "mma", "mma2", "mma4", "sm90", "paths", "pair", "half", "icache", "nsplit", "merge")
 # The `merge` set: the sm90 schedule the dispatched call picks (cuda_backend.pick_schedule) with the merge
 # kernel, and the same split kernel alone (no merge: the merge's in-graph share is the difference). Up to
 # commit 1cd259e it timed DEFAULT_SCHEDULE (staggered) at every size, though from 8 KV tiles per split the
@@ -44,14 +44,27 @@ SETS = ("full", "peers", "mma", "mma2", "sm90", "paths", "pair", "half", "icache
 # kdengine.ops.cuda_backend; "mma" is its default. x16pp: wide2x16 (16 warps, 4 per scheduler) with
 # ping-pong halves of 8 warps; x16: the same without ping-pong; wide2pp: wide2 (8 warps) with ping-pong;
 # wide2pp2: wide2 with both halves' P*V split around the barrier (pingpong 2); wide2pp2_lean: the same
-# schedule with less integer work per tile (pingpong 3, csrc/verify_wide_lean.cuh).
+# schedule with less integer work per tile (pingpong 3, csrc/verify_wide_lean.cuh); mma_lean_*: the lean probes of branch
+# mma4 (pingpong 4-11, kdengine.ops.cuda_backend.PINGPONGS), mma_lean_v5 (all of them, pingpong 8) the default since.
 MMA_LAYOUTS = {"mma_wide2pp": (16, 4, 3, True), "mma_wide2pp2": (16, 4, 3, 2), "mma_wide2pp2_lean": (16, 4, 3, 3),
-               "mma_x16pp": (32, 4, 3, True), "mma_x16": (32, 4, 3, False)}
+               "mma_x16pp": (32, 4, 3, True), "mma_x16": (32, 4, 3, False),
+               # the probes of branch mma4 (kdengine.ops.cuda_backend.PINGPONGS 4-8)
+               "mma_lean_all": (16, 4, 3, 4), "mma_lean_kx2": (16, 4, 3, 5), "mma_lean_fast": (16, 4, 3, 6),
+               "mma_lean_late": (16, 4, 3, 7), "mma_lean_v5": (16, 4, 3, 8), "mma_lean_short": (16, 4, 3, 9),
+               "mma_lean_v4": (16, 4, 3, 10), "mma_lean_v4k": (16, 4, 3, 11)}
+# the `mma4` set: at 64-row blocks (T * H > 32) the default, the default again (A/A) and these; at 32-row blocks
+# (T * H <= 32, T = 1, 2, 4 at H = 8: --trees) the default (wide2pp2 there), the default again and the lean form
+# (those equal to the default left out: since 896dc1b (perf_history/kernel/verify_kernel_mma4_*_896dc1b.json) the
+# default is mma_lean_v5, and the previous default, mma_wide2pp2_lean, takes its row)
+MMA4_LAYOUTS = ("mma_wide2pp2_lean", "mma_lean_kx2", "mma_lean_fast", "mma_lean_late", "mma_lean_short", "mma_lean_v5",
+                "mma_lean_v4", "mma_lean_v4k")
+MMA4_SMALL_LAYOUTS = ("mma_lean_all",)
 # the layouts the `mma2` set times beside the default: the previous default (wide2pp2, ping-pong 2). Its runs so far:
 # 2e1c440 (default pingpong 1; mma_x16pp at auto and fixed NSPLIT, mma_x16), 4c2df52 (default pingpong 1;
 # mma_wide2pp2 at auto and fixed NSPLIT, which then became the default), a987463 (default pingpong 2;
-# mma_wide2pp2_lean, which then became the default: ci/gpu/mma3.sh)
-MMA2_LAYOUTS = ("mma_wide2pp2",)
+# mma_wide2pp2_lean, which then became the default: ci/gpu/mma3.sh); since 896dc1b (branch mma4: ci/gpu/mma4.sh, set
+# `mma4`) the default is mma_lean_v5 and the previous default, the lean form, is timed beside it
+MMA2_LAYOUTS = ("mma_wide2pp2_lean",)
 # The sm90 path's rows: backend name -> schedule (kdengine.ops.cuda_backend.SCHEDULES). (In the first
 # record, perf_history/kernel/verify_kernel_sm90_*_ebda896.json, "cuda_sm90" was the seesaw schedule.)
 SM90_BACKENDS = {"cuda_sm90_both": "both", "cuda_sm90_staggered": "staggered", "cuda_sm90_seesaw": "seesaw",
@@ -169,9 +182,12 @@ def rotating_call(name: str, nsplit, *, scalar_loads: bool = False, layout=None)
 # --- the sweep ----------------------------------------------------------------------------------------
 
 
+PP_LABELS = {2: "2", 3: "2lean", 4: "2leanall", 5: "2leankx2", 6: "2leanfast", 7: "2leanlate", 8: "2leanv5",
+             9: "2leanshort", 10: "2leanv4", 11: "2leanv4k"}
+
+
 def layout_label(cw, rg, comb, pp) -> str:
-    return f"cw{cw}rg{rg}" + (f"/comb{comb}" if comb else "") + ("/pp" if pp else "") + (
-        {2: "2", 3: "2lean"}.get(int(pp), ""))
+    return f"cw{cw}rg{rg}" + (f"/comb{comb}" if comb else "") + ("/pp" if pp else "") + PP_LABELS.get(int(pp), "")
 
 
 def default_label() -> str:
@@ -231,6 +247,11 @@ def variants(N: int, T: int, which: str = "full"):
         rows += [(f"cuda/{layout_label(*MMA_LAYOUTS[n])}/sauto", "cuda", "auto", False, MMA_LAYOUTS[n])
                  for n in MMA2_LAYOUTS if MMA_LAYOUTS[n] != default]
         return rows + base[3:]
+    if which == "mma4":  # the mma.sync default, the same again as an A/A control, the probes of branch mma4
+        names = MMA4_SMALL_LAYOUTS if T * H <= 32 else MMA4_LAYOUTS
+        rows = [base[0], (f"{base[0][0]}/aa", "cuda", "auto", False, None)]
+        return rows + [(f"cuda/{layout_label(*MMA_LAYOUTS[n])}/sauto", "cuda", "auto", False, MMA_LAYOUTS[n])
+                       for n in names if MMA_LAYOUTS[n] != default_layout()]
     if which == "nsplit":  # the dispatched call at fixed split counts beside its own planner (auto)
         return [(f"{DISPATCH}/s{sp}", "cuda_auto", sp, False, None) for sp in NSPLITS if sp != "auto"] + [
             (DISPATCH, "cuda_auto", "auto", False, None)]
@@ -326,7 +347,7 @@ def measure(args) -> int:
            "fingerprint": start, "clocks_end": None, "ceilings": asdict(ceil), "cases": []}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     for N in contexts:
-        for T in TREE_SIZES:
+        for T in [int(t) for t in args.trees.split(",")]:
             doc["cases"].append(measure_case(N, T, ceil, args.set))
             doc["clocks_end"] = fingerprint().get("clocks")
             Path(args.out).write_text(json.dumps(doc, indent=1))  # after every case: a cut-short run keeps its data
@@ -445,6 +466,7 @@ def build_parser(prog: str = "python -m kdengine.bench.kernel") -> argparse.Argu
     p = sub.add_parser("measure")
     p.add_argument("--out", required=True)
     p.add_argument("--contexts", default=",".join(map(str, CONTEXTS)))
+    p.add_argument("--trees", default=",".join(map(str, TREE_SIZES)), help="tree sizes T (comma-separated)")
     p.add_argument("--set", choices=SETS, default="full",
                    help="full: every layout and NSPLIT; peers: the dispatched cuda call (what verify/cuda "
                         "times), the mma.sync default, triton, torch, the peers; mma / sm90: one path's "
@@ -461,8 +483,9 @@ def build_parser(prog: str = "python -m kdengine.bench.kernel") -> argparse.Argu
     for name, default in (("B", 1), ("T", 16), ("H", 8), ("prefix", 300)):
         p.add_argument(f"--{name}", type=int, default=default)
     p.add_argument("--nsplit", type=int, default=None)
-    p.add_argument("--pingpong", type=int, choices=(0, 1, 2, 3), default=None,
-                   help="ping-pong halves (1; 2: P*V split around the barrier, wide2 only; 3: the same, lean) or not (0) for the wide "
+    p.add_argument("--pingpong", type=int, choices=tuple(range(12)), default=None,
+                   help="ping-pong halves (1; 2: P*V split around the barrier, wide2 only; 3: the same, lean; 4-11: "
+                        "the lean probes, cuda_backend.PINGPONGS) or not (0) for the wide "
                         "layouts; with --col-warps / --combine: that layout instead of the default")
     p.add_argument("--col-warps", type=int, default=None, help="the layout (cuda_backend.COL_WARPS)")
     p.add_argument("--combine", type=int, default=None, help="the merge (cuda_backend.COMBINES)")

@@ -57,9 +57,26 @@ DEFAULT_ROW_GROUPS = 4
 # 65k T=64 324.8 / 363.9 / 362.8: faster by more than the A/A spread at all six sizes; ncu at 65k T=16 4.37
 # executed warp instructions per HMMA against 5.29, tensor pipe 33.9% against 30.3%. Timed at 64 rows per block
 # only: 32-row blocks (T*H <= 32, 128 registers) spill in both forms, more in the lean one (ptxas -v).
-PINGPONGS = (0, 1, 2, 3)
-SPLIT_PV_PINGPONGS = (2, 3)  # wide2 only
-DEFAULT_PINGPONG = 3
+# 4-11 (wide2 only; probes of branch mma4, ci/gpu/mma4.sh): 4 = the lean form at 32-row blocks too (3 runs wide2pp2
+# there); 5-11 = lean variants at 64-row blocks, wide2pp2 at 32-row blocks (WideCfg::LV bits of csrc/verify_wide.cuh:
+# 1 Q*K^T's K fragments loaded per n8 tile a k-step ahead, 2 one branch on the tail tile, 4 the KV copy after the
+# softmax's partial-score loads, 8 the row max's shuffles on demand, 16 exp2 as one ex2.approx.ftz): 5 = 1, 6 = 2,
+# 7 = 4, 8 = all (the lean form's second version, "wide2pp2_lean2": the default), 9 = 8 + 16, 10 = all but 1,
+# 11 = all but 2.
+PINGPONGS = tuple(range(12))
+SPLIT_PV_PINGPONGS = tuple(range(2, 12))  # wide2 only
+# 8 (the default since branch mma4): the lean form with all five probe bits (LV 31). In one H200 run beside 3 (the
+# previous default) and 3 again as an A/A control
+# (perf_history/kernel/verify_kernel_mma4_gpu-nvidia-h200-sm90_896dc1b.json), 8 / 3 / 3 again, us: 4k T=16 19.4 /
+# 20.1 / 20.1, 4k T=64 32.3 / 34.2 / 34.2, 16k T=16 32.6 / 34.8 / 34.8, 16k T=64 83.6 / 92.4 / 92.7, 65k T=16 81.9 /
+# 91.1 / 90.7, 65k T=64 287.9 / 325.4 / 327.0: faster by more than the A/A spread at all six sizes (each bit alone,
+# and the combinations 9-11, faster by less: the record's rows pp2leankx2 .. pp2leanv4k); ncu at 65k T=16 4.13
+# executed warp instructions per HMMA against 4.37 (perf_history/kernel/mma4_896dc1b/). 32-row blocks (T * H <= 32)
+# still run wide2pp2: the lean form there (4) / wide2pp2 / wide2pp2 again, us: 4k T=1 12.1 / 11.5 / 11.5, 4k T=2
+# 12.8 / 12.2 / 12.2, 4k T=4 13.7 / 13.3 / 13.2, 16k T=1 19.1 / 18.9 / 18.8, 16k T=2 19.9 / 19.2 / 19.3, 16k T=4
+# 21.1 / 20.5 / 20.5, 65k T=1 42.7 / 44.8 / 44.8, 65k T=2 43.8 / 45.2 / 45.3, 65k T=4 45.2 / 46.7 / 46.7 (faster at
+# 65k, slower at 4k-16k).
+DEFAULT_PINGPONG = 8
 # Merge kernel (csrc/verify_kernel.cuh; the split partials are bf16 [B, nsplit, T*H, 512], their lse
 # fp32): 0 = one loop over the splits per thread, 1 = split weights computed in parallel first, then 4
 # thread groups over the splits with 8 partial rows in flight per thread; 2 = the same over 4 blocks

@@ -114,6 +114,19 @@ def test_merge_set_times_and_labels_the_dispatched_schedule():
     assert sched == "cuda_sm90_staggered_small"
 
 
+def test_mma4_set_times_the_probes_beside_the_default_twice():
+    for T, names in ((64, kernel.MMA4_LAYOUTS), (4, kernel.MMA4_SMALL_LAYOUTS)):  # 64-row blocks; 32-row (T * H <= 32)
+        rows = kernel.variants(65536, T, "mma4")
+        labels = [v[0] for v in rows]
+        default = kernel.default_label()
+        assert labels[:2] == [default, f"{default}/aa"] and rows[0][1:] == rows[1][1:]
+        assert labels[2:] == [f"cuda/{kernel.layout_label(*kernel.MMA_LAYOUTS[n])}/sauto" for n in names
+                              if kernel.MMA_LAYOUTS[n] != kernel.default_layout()]
+        assert T * kernel.H <= 32 or len(labels) == 2 + len(names) - 1  # the default is one of the probes
+        assert len(set(labels)) == len(labels) and all(v[2] == "auto" for v in rows)
+    assert kernel.build_parser().parse_args(["measure", "--out", "x", "--set", "mma4", "--trees", "1,2"]).trees == "1,2"
+
+
 def test_once_path_names_the_mma_layouts():
     args = kernel.build_parser().parse_args(["once", "--path", "mma_wide2pp2", "--T", "5"])
     assert args.path in kernel.MMA_LAYOUTS and args.T == 5

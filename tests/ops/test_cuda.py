@@ -183,7 +183,10 @@ def test_nsplit_variants_agree(nsplit):
     _check(inp, out, lse)
 
 
-PP_SUFFIX = {2: "2", 3: "2lean"}  # test ids of the split-P*V pingpongs (2; 3 its lean form)
+# test ids of the split-P*V pingpongs (2; 3 its lean form; 4-11 the lean probes of branch mma4)
+PP_SUFFIX = {2: "2", 3: "2lean", 4: "2leanall", 5: "2leankx2", 6: "2leanfast", 7: "2leanlate", 8: "2leanv5",
+             9: "2leanshort", 10: "2leanv4", 11: "2leanv4k"}
+LEAN_PROBES = tuple(range(4, 12))
 LAYOUT_ID = lambda cw, pp: f"cw{cw}" + ("pp" if pp else "") + PP_SUFFIX.get(int(pp), "")  # (col_warps, pingpong)
 # The wide2 layout (col_warps 16: streaming loader, lazy rescaling) over the contract sizes and the odd
 # shapes, with both parallel merges; B up to 4, H 8 and 16.
@@ -194,7 +197,8 @@ WIDE2_CASES = CONTRACT + ODD + [TestParam(16, [65000, 17, 4000, 129], B=4), Test
 @pytest.mark.parametrize("layout", [(cuda_backend.WIDE2, 1, False), (cuda_backend.WIDE2, 2, False),
                                     (cuda_backend.WIDE2, 2, True), (cuda_backend.WIDE2, 3, True),
                                     (cuda_backend.WIDE2X16, 2, False), (cuda_backend.WIDE2X16, 3, True),
-                                    (cuda_backend.WIDE2, 3, 2), (cuda_backend.WIDE2, 3, 3)],
+                                    (cuda_backend.WIDE2, 3, 2), (cuda_backend.WIDE2, 3, 3),
+                                    *[(cuda_backend.WIDE2, 3, pp) for pp in LEAN_PROBES]],
                          ids=lambda lay: f"cw{lay[0]}-comb{lay[1]}" + ("-pp" if lay[2] else "") + PP_SUFFIX.get(lay[2], ""))
 @pytest.mark.parametrize("tp", WIDE2_CASES, ids=lambda tp: f"T{tp.T}-p{tp.prefix}-H{tp.H}-B{tp.B}-s{tp.nsplit}")
 def test_wide2_matches_reference(tp, layout):
@@ -207,7 +211,8 @@ def test_wide2_matches_reference(tp, layout):
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", [(cuda_backend.WIDE2, False), (cuda_backend.WIDE2, True), (cuda_backend.WIDE2, 2),
                                     (cuda_backend.WIDE2, 3), (cuda_backend.WIDE2X16, False),
-                                    (cuda_backend.WIDE2X16, True)], ids=lambda lay: LAYOUT_ID(*lay))
+                                    (cuda_backend.WIDE2X16, True), *[(cuda_backend.WIDE2, pp) for pp in LEAN_PROBES]],
+                         ids=lambda lay: LAYOUT_ID(*lay))
 @pytest.mark.parametrize("sm_scale", (1.0, 4.0))
 def test_wide2_lazy_rescale_moves_the_max(sm_scale, layout):
     col_warps, pingpong = layout
@@ -223,7 +228,7 @@ def test_wide2_lazy_rescale_moves_the_max(sm_scale, layout):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", [(cw, rg, pp) for cw in cuda_backend.COL_WARPS for rg in cuda_backend.ROW_GROUPS
-                                    for pp in ((0, 1, 2, 3) if cw == cuda_backend.WIDE2 else
+                                    for pp in ((0, 1, 2, 3, *LEAN_PROBES) if cw == cuda_backend.WIDE2 else
                                                (0, 1) if cw in cuda_backend.WIDE_LAYOUTS else (0,))],
                          ids=lambda lay: f"cw{lay[0]}rg{lay[1]}" + ("pp" if lay[2] else "") + PP_SUFFIX.get(lay[2], ""))
 @pytest.mark.parametrize("tp", [TestParam(1, 70, H=1), TestParam(17, 63, H=2), TestParam(64, [4000, 65], B=2),
@@ -237,7 +242,8 @@ def test_every_warp_layout(tp, layout):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", [(cuda_backend.WIDE2, True), (cuda_backend.WIDE2, 2), (cuda_backend.WIDE2, 3),
-                                    (cuda_backend.WIDE2X16, True), (cuda_backend.WIDE2X16, False)],
+                                    (cuda_backend.WIDE2X16, True), (cuda_backend.WIDE2X16, False),
+                                    *[(cuda_backend.WIDE2, pp) for pp in LEAN_PROBES]],
                          ids=lambda lay: LAYOUT_ID(*lay))
 def test_nan_past_the_end_is_ignored(layout):
     """Pool slots past a sequence's end (same page) may hold anything: NaN there must not leak (the
