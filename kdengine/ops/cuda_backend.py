@@ -116,7 +116,15 @@ SM90_MIN_TOKENS_PER_SPLIT = 128
 # producer's empty-barrier waits with a suspend-time hint; staggered_tail = staggered with only the rolled tail
 # mask (the same math as staggered, a smaller loop). staggered_small is the default from SMALL_MIN_TILES
 # (below; csrc/verify_sm90.cuh header).
-SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4, "staggered_small": 5, "staggered_tail": 6}
+# seesaw2 = FlashMLA's order in our layout, without a producer warpgroup (256 threads): per step of two
+# tiles warpgroup 0 computes S of the even tile, 1 of the odd one; warpgroup 0's softmax and P V run
+# while warpgroup 1's S is on the tensor cores and the other way round; the rows' running max (lazy, as in
+# staggered_small) crosses through shared memory twice per step, each P through a rope chunk (the even
+# tile's own; the odd tile's over Q's, whose rope dims stay in registers); each chunk of a tile arrives on
+# its own barrier and is reloaded by the consumer that saw its last reader finish (csrc/verify_sm90.cuh).
+# Opt-in: SEESAW2_MIN_TILES.
+SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4, "staggered_small": 5, "staggered_tail": 6,
+             "seesaw2": 7}
 DEFAULT_SCHEDULE = "staggered"
 # Query rows per sequence (R = T * H) from which the default is pair instead; None: never by default.
 # pair was measured faster than staggered at all six sizes in one run (this pair code as pair_v0 in
@@ -146,6 +154,10 @@ HALF_MIN_ROWS: int | None = None
 # rolled mask loop (a load per score, in series) is on the critical path there. 8 tiles keeps 4k and
 # 16k T16 (5 tiles) on staggered, 16k T64 (16) and 65k (17, 65) on staggered_small.
 SMALL_MIN_TILES: int | None = 8
+# KV tiles per split from which the default is seesaw2 instead (checked before SMALL_MIN_TILES); None: never.
+# Opt-in until its timing beside staggered_small and its A/A control (kernel sweep set `seesaw2`) and a
+# clean racecheck support a threshold.
+SEESAW2_MIN_TILES: int | None = None
 
 
 # The merge of the sm90 kernel is the merge kernel DEFAULT_COMBINE (a programmatic dependent launch). Its
@@ -164,6 +176,8 @@ def pick_schedule(T: int, H: int, tiles_per_split: int | None = None) -> str:
         return "half"
     if PAIR_MIN_ROWS is not None and T * H >= PAIR_MIN_ROWS:
         return "pair"
+    if SEESAW2_MIN_TILES is not None and tiles_per_split is not None and tiles_per_split >= SEESAW2_MIN_TILES:
+        return "seesaw2"
     if SMALL_MIN_TILES is not None and tiles_per_split is not None and tiles_per_split >= SMALL_MIN_TILES:
         return "staggered_small"
     return DEFAULT_SCHEDULE
