@@ -52,18 +52,23 @@ step smoke
 i=0
 for args in "--T 1 --H 1 --prefix 63" "--T 64 --prefix 700 --B 2" "--T 16 --prefix 4000" "--T 33 --H 2 --prefix 900 --nsplit 1" \
     "--T 17 --H 4 --prefix 150 --nsplit 1" "--T 64 --prefix 3000 --H 16"; do
-  timeout $(cap 40) $PY -m kdengine.bench.kernel once --path sm90_seesaw2 $args > "$LOG/smoke$i.log" 2>&1 &
+  timeout $(cap 30) $PY -m kdengine.bench.kernel once --path sm90_seesaw2 $args > "$LOG/smoke$i.log" 2>&1 &
   pids[$i]=$!
   i=$((i + 1))
 done
 smoke_ok=1
+hung=0
 for j in "${!pids[@]}"; do
-  wait "${pids[$j]}" || smoke_ok=0
+  wait "${pids[$j]}"
+  rc=$?
+  [ $rc = 0 ] || smoke_ok=0
+  [ $rc = 124 ] && hung=1
   tail -1 "$LOG/smoke$j.log"
 done
 if [ $smoke_ok = 0 ]; then
   status=1
   for j in "${!pids[@]}"; do tail -3 "$LOG/smoke$j.log"; done
+  if [ $hung = 1 ]; then echo "--- a smoke call hung: no diagnostic"; wait $ptxas_pid; grep -E "registers|spill|C75" "$LOG/ptxas.txt"; finish; fi
   timeout $(cap 60) $PY ci/gpu/sm90_diag.py seesaw2 staggered_small 2>&1 | tee "$LOG/diag.log" | grep -E "^seesaw2|^staggered" | head -40
   timeout $(cap 60) $PY -m pytest -q -m gpu -k seesaw2 -x tests/ops/test_sm90.py -p no:cacheprovider > "$LOG/pytest_sm90.log" 2>&1
   grep -E "passed|failed|FAILED|Error|rel L2" "$LOG/pytest_sm90.log" | head -20
