@@ -18,7 +18,7 @@ export KDENGINE_CACHE_DIR=${KDENGINE_CACHE_DIR:-/tmp/kdengine-cache}
 PY=${PYTHON:-python3}
 status=0
 DEADLINE=${DEADLINE:-200}
-NCU=${NCU:-"seesaw2:64 seesaw2:16 staggered_small:64"}
+NCU=${NCU:-"seesaw2:64 seesaw2:16"}
 cap() { local left=$((DEADLINE - SECONDS)); echo $(( left < $1 ? (left > 5 ? left : 5) : $1 )); }  # step limit
 step() { echo "=== $1 ($(date -u +%T), ${SECONDS}s)"; }
 finish() {
@@ -111,9 +111,15 @@ for tool in racecheck memcheck; do
     specs+=("$tool $args")
   done
 done
+# (second run) the barrier usage itself (synccheck), and racecheck's single hazards with the threads and blocks involved
+specs+=("synccheck --T 64 --prefix 700 --nsplit 4")
+specs+=("racecheck --racecheck-report hazard --print-limit 40 --T 3 --H 2 --prefix 300 --nsplit 1")
 for spec in "${specs[@]}"; do
-  read -r tool args <<< "$spec"
-  timeout $(cap 110) compute-sanitizer --tool $tool --error-exitcode 9 $PY -m kdengine.bench.kernel once --path sm90_seesaw2 $args \
+  read -r tool rest <<< "$spec"
+  opts=""
+  args=$rest
+  if [[ $rest == --racecheck-report* ]]; then opts="--racecheck-report hazard --print-limit 40"; args=${rest#--racecheck-report hazard --print-limit 40 }; fi
+  timeout $(cap 110) compute-sanitizer --tool $tool $opts --error-exitcode 9 $PY -m kdengine.bench.kernel once --path sm90_seesaw2 $args \
     > "$LOG/san$i.log" 2>&1 &
   san[$i]=$!
   echo "$spec" > "$LOG/san$i.spec"
@@ -127,7 +133,8 @@ for j in "${!san[@]}"; do
   rc=$?
   [ $rc = 0 ] || status=1
   echo "--- $(cat "$LOG/san$j.spec") rc=$rc"
-  grep -E "Race reported|and (Read|Write) access|RACECHECK SUMMARY|ERROR SUMMARY|rel L2|Invalid|out of bounds" "$LOG/san$j.log" | head -8
+  grep -E "Race reported|and (Read|Write) access|RACECHECK SUMMARY|ERROR SUMMARY|rel L2|Invalid|out of bounds|Barrier|barrier" "$LOG/san$j.log" | head -8
+  grep -E "(Read|Write) Thread|Thread \(|in block" "$LOG/san$j.log" | head -12
 done
 wait $ptxas_pid
 grep -E "registers|spill|C75" "$LOG/ptxas.txt"
