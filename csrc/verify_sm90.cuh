@@ -48,6 +48,40 @@
 //     172.6 / 177.2 / 161.4 / 169.2, 16k T=64 52.8 / 52.8 / 50.4 / 52.1, but 4k T=64 22.0 / 22.1 / 23.9 /
 //     24.4 (3-5 tiles per split: the rolled mask loop, a load per score in series, is on the critical
 //     path). SMALL is the default from cuda_backend.SMALL_MIN_TILES tiles per split.
+//   SEESAW2: FlashMLA's order (deepseek-ai/FlashMLA csrc/sm90/kernels/splitkv_mla.cu, read, not copied)
+//     in this layout: 256 threads, no producer warpgroup. Per step of two tiles, warpgroup 0 computes S of
+//     the even tile a (stage 0), warpgroup 1 of the odd tile b (stage 1), each S of the next step issued
+//     at the end of the step behind the group's last P V, so one group's softmax runs while the other's S
+//     or P V is on the tensor cores. The rows' running max (lazy, STAGGERED_SMALL's rule; both groups hold
+//     the same m) crosses twice per step through [2][BM] tables on named barriers: m' after tile a (0 -> 1,
+//     bar 11), the step's m'' (1 -> 0, bar 12). P_a goes (bf16, relative to m'') over stage 0's rope chunk
+//     (bar 13), P_b over Q's rope chunk (bar 14): Q's rope dims stay in registers (A fragments of an RS
+//     wgmma) for both S. Each warpgroup runs P V of both tiles on its 256 O columns (own P from registers,
+//     the other's from shared memory). Every 64-dim chunk of a stage has its own full barrier and no empty
+//     barrier: a chunk range is reloaded by one thread of the warpgroup that just waited for its last
+//     reader (stage 0 chunks 0-3: warpgroup 0 after P_a V_aL; stage 0 chunks 4-8: warpgroup 1 after P_a
+//     V_aR; stage 1 chunks 0-3: warpgroup 0 after P_b V_bL; stage 1 chunks 4-8: warpgroup 1 after P_b
+//     V_bR). The rolled tail mask and ex2.ftz as in STAGGERED_SMALL; the TMA issue loops rolled.
+//     H200, two runs beside staggered_small, its A/A control and FlashMLA (perf_history/kernel/
+//     verify_kernel_seesaw2_*_{66c932a,d5a6c13}.json, logs in sm90_seesaw2_*/; d5a6c13 = this code, 66c932a
+//     = the TMA issue loops unrolled), us, staggered_small / seesaw2 / A/A / FlashMLA in d5a6c13: 4k T16
+//     15.6 / 14.8 / 15.6 / 20.8, 4k T64 23.9 / 20.0 / 24.0 / 25.3, 16k T16 22.5 / 20.8 / 22.5 / 38.9, 16k
+//     T64 50.8 / 41.4 / 50.8 / 50.8, 65k T16 51.2 / 45.0 / 51.2 / 53.2, 65k T64 158.2 / 131.4 / 161.9 /
+//     125.0 (66c932a: seesaw2 14.6 / 19.9 / 21.8 / 39.8 / 46.3 / 131.0). Faster than staggered_small
+//     beyond the A/A spread at all six sizes in both runs; beside FlashMLA slower only at 65k T=64. ncu at
+//     65k (one launch, d5a6c13): T=64 128.16 us, tensor pipe 65.31% busy (FlashMLA 73.8% in the lead's
+//     probe, perf_history/kernel/sm90_seesaw2_66c932a/probe1_flashmla_vs_small/), issue slots 24.01%,
+//     stalls per issue wait 1.84, barrier 1.73, long scoreboard 1.20, gmma 0.94, no_instruction 0.75;
+//     T=16 42.46 us, tensor 49.60%, long scoreboard 2.57, wait 1.78, barrier 1.51, no_instruction 1.32
+//     (66c932a with the unrolled issue loops: 48.42 us, no_instruction 2.69; SASS 9320 -> 6104
+//     instructions). 253 -> 248 registers, no spills. compute-sanitizer: memcheck and synccheck clean,
+//     28 seesaw2 GPU tests pass; racecheck reports RAW hazards on the two row-max tables (line of the
+//     m'' store by warpgroup 1 -> warpgroup 0's load, and m' the other way), e.g. writer thread 160 /
+//     reader thread 32 on the same row (sm90_seesaw2_d5a6c13/san7.log). In the SASS these hand-offs are
+//     STS, BAR.ARV n, 256 (writer) and BAR.SYNC n, 256, LDS (reader), the form that the minimal kernels of
+//     ci/gpu/racecheck_repro.cu pass clean, and that PTX orders (a bar.arrive synchronizes with the
+//     bar.sync that completes the barrier); not yet shown a false positive, so SEESAW2 stays opt-in
+//     (cuda_backend.SEESAW2_MIN_TILES).
 // Splits, partials and lse follow VerifyParams (verify_launch.h); the merge is the shared merge kernel
 // (a programmatic dependent launch). Two merges fused into this kernel were built, tested and measured
 // slower on the H200, and removed: a cluster merge through distributed shared memory (at one 220 KB block
@@ -59,7 +93,8 @@
 // the code: git history before this note (branches fuse, fuse-acqrel).
 // Tiles past the sequence end: rows at and past `end` of the last tile are zeroed in shared memory
 // before use (TMA copies whole pages; a pool slot past the end may hold anything, NaN included).
-// Shared memory: Q 72 KB + 2 KV stages of 72 KB + barriers + the row tables (seesaw, pair) = 219 KB (of 227).
+// Shared memory: Q 72 KB + 2 KV stages of 72 KB + barriers + the row tables (seesaw, pair) = 219 KB (of 227);
+// SEESAW2 the same with 256 bytes of barriers (19 mbarriers).
 // Descriptors are built by hand (make_desc, 5 lines) instead of CuTe's: no CUTLASS dependency for one
 // swizzle mode and three operand shapes; ci/gpu/sm90_probe.cu checks them (and the TMA swizzle) on the
 // device against a host product.

@@ -155,8 +155,13 @@ HALF_MIN_ROWS: int | None = None
 # 16k T16 (5 tiles) on staggered, 16k T64 (16) and 65k (17, 65) on staggered_small.
 SMALL_MIN_TILES: int | None = 8
 # KV tiles per split from which the default is seesaw2 instead (checked before SMALL_MIN_TILES); None: never.
-# Opt-in until its timing beside staggered_small and its A/A control (kernel sweep set `seesaw2`) and a
-# clean racecheck support a threshold.
+# Two H200 runs (perf_history/kernel/verify_kernel_seesaw2_*_{66c932a,d5a6c13}.json; us in d5a6c13,
+# staggered_small / seesaw2 / staggered_small again, FlashMLA): 4k T16 15.6 / 14.8 / 15.6 (20.8), 4k T64
+# 23.9 / 20.0 / 24.0 (25.3), 16k T16 22.5 / 20.8 / 22.5 (38.9), 16k T64 50.8 / 41.4 / 50.8 (50.8), 65k T16
+# 51.2 / 45.0 / 51.2 (53.2), 65k T64 158.2 / 131.4 / 161.9 (125.0): faster beyond the A/A spread at all six
+# sizes, down to 2 tiles per split (4k T16 at nsplit 32), in both runs. The proposed rule is 2 (1-tile splits
+# are unmeasured). None while compute-sanitizer racecheck reports its row-max hand-offs (bar.arrive ->
+# bar.sync, as PAIR's; csrc/verify_sm90.cuh); memcheck and synccheck are clean.
 SEESAW2_MIN_TILES: int | None = None
 
 
