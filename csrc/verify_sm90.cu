@@ -44,7 +44,8 @@ cudaError_t configure_sm90() {
   static bool configured = false;
   if (configured) return cudaSuccess;
   const cudaError_t err = cudaFuncSetAttribute(sm90::verify_sm90_kernel<SCHEDULE>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, sm90::SMEM);
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               sm90::smem_of(SCHEDULE));
   configured = err == cudaSuccess;
   return err;
 }
@@ -55,7 +56,8 @@ cudaError_t launch_sm90_kernel(const VerifyParams& p, const CUtensorMap& kv_map,
   const cudaError_t err = configure_sm90<SCHEDULE>();
   if (err != cudaSuccess) return err;
   const dim3 grid((p.R + sm90::BM - 1) / sm90::BM, p.nsplit, p.B);
-  sm90::verify_sm90_kernel<SCHEDULE><<<grid, sm90::THREADS, sm90::SMEM, stream>>>(p, kv_map, q_map);
+  sm90::verify_sm90_kernel<SCHEDULE>
+      <<<grid, sm90::threads_of(SCHEDULE), sm90::smem_of(SCHEDULE), stream>>>(p, kv_map, q_map);
   return cudaGetLastError();
 }
 
@@ -85,6 +87,7 @@ cudaError_t launch_split_sm90(const VerifyParams& p, long long pool_tokens, int 
   if (!make_map(&kv_map, p.kv, pool_tokens, p.page_size < sm90::BN ? p.page_size : sm90::BN) ||
       !make_map(&q_map, p.q, static_cast<long long>(p.B) * p.R, sm90::BM))
     return cudaErrorInvalidValue;
+  if (schedule == sm90::SEESAW2) return launch_sm90_kernel<sm90::SEESAW2>(p, kv_map, q_map, stream);
   if (schedule == sm90::HALF) return launch_sm90_kernel<sm90::HALF>(p, kv_map, q_map, stream);
   if (schedule == sm90::PAIR) return launch_sm90_kernel<sm90::PAIR>(p, kv_map, q_map, stream);
   if (schedule == sm90::SEESAW) return launch_sm90_kernel<sm90::SEESAW>(p, kv_map, q_map, stream);

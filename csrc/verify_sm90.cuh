@@ -57,6 +57,40 @@
 //     -> 163.7 / 172.1; ncu at 4k T=64 (one launch), STAGGERED against SMALL: 19.46 against 16.10 us, warp
 //     instructions 4,218,455 against 3,177,816. SMALL is faster than STAGGERED by more than the A/A spread at all six
 //     sizes: the default at every size (cuda_backend.DEFAULT_SCHEDULE).
+//   SEESAW2: FlashMLA's order (deepseek-ai/FlashMLA csrc/sm90/kernels/splitkv_mla.cu, read, not copied)
+//     in this layout: 256 threads, no producer warpgroup. Per step of two tiles, warpgroup 0 computes S of
+//     the even tile a (stage 0), warpgroup 1 of the odd tile b (stage 1), each S of the next step issued
+//     at the end of the step behind the group's last P V, so one group's softmax runs while the other's S
+//     or P V is on the tensor cores. The rows' running max (lazy, STAGGERED_SMALL's rule; both groups hold
+//     the same m) crosses twice per step through [2][BM] tables on named barriers: m' after tile a (0 -> 1,
+//     bar 11), the step's m'' (1 -> 0, bar 12). P_a goes (bf16, relative to m'') over stage 0's rope chunk
+//     (bar 13), P_b over Q's rope chunk (bar 14): Q's rope dims stay in registers (A fragments of an RS
+//     wgmma) for both S. Each warpgroup runs P V of both tiles on its 256 O columns (own P from registers,
+//     the other's from shared memory). Every 64-dim chunk of a stage has its own full barrier and no empty
+//     barrier: a chunk range is reloaded by one thread of the warpgroup that just waited for its last
+//     reader (stage 0 chunks 0-3: warpgroup 0 after P_a V_aL; stage 0 chunks 4-8: warpgroup 1 after P_a
+//     V_aR; stage 1 chunks 0-3: warpgroup 0 after P_b V_bL; stage 1 chunks 4-8: warpgroup 1 after P_b
+//     V_bR). The rolled tail mask and ex2.ftz as in STAGGERED_SMALL; the TMA issue loops rolled.
+//     H200, two runs beside staggered_small, its A/A control and FlashMLA (perf_history/kernel/
+//     verify_kernel_seesaw2_*_{66c932a,d5a6c13}.json, logs in sm90_seesaw2_*/; d5a6c13 = this code, 66c932a
+//     = the TMA issue loops unrolled), us, staggered_small / seesaw2 / A/A / FlashMLA in d5a6c13: 4k T16
+//     15.6 / 14.8 / 15.6 / 20.8, 4k T64 23.9 / 20.0 / 24.0 / 25.3, 16k T16 22.5 / 20.8 / 22.5 / 38.9, 16k
+//     T64 50.8 / 41.4 / 50.8 / 50.8, 65k T16 51.2 / 45.0 / 51.2 / 53.2, 65k T64 158.2 / 131.4 / 161.9 /
+//     125.0 (66c932a: seesaw2 14.6 / 19.9 / 21.8 / 39.8 / 46.3 / 131.0). Faster than staggered_small
+//     beyond the A/A spread at all six sizes in both runs; beside FlashMLA slower only at 65k T=64. ncu at
+//     65k (one launch, d5a6c13): T=64 128.16 us, tensor pipe 65.31% busy (FlashMLA 73.8% in the lead's
+//     probe, perf_history/kernel/sm90_seesaw2_66c932a/probe1_flashmla_vs_small/), issue slots 24.01%,
+//     stalls per issue wait 1.84, barrier 1.73, long scoreboard 1.20, gmma 0.94, no_instruction 0.75;
+//     T=16 42.46 us, tensor 49.60%, long scoreboard 2.57, wait 1.78, barrier 1.51, no_instruction 1.32
+//     (66c932a with the unrolled issue loops: 48.42 us, no_instruction 2.69; SASS 9320 -> 6104
+//     instructions). 253 -> 248 registers, no spills. compute-sanitizer: memcheck and synccheck clean,
+//     28 seesaw2 GPU tests pass; racecheck reports RAW hazards on the two row-max tables (line of the
+//     m'' store by warpgroup 1 -> warpgroup 0's load, and m' the other way), e.g. writer thread 160 /
+//     reader thread 32 on the same row (sm90_seesaw2_d5a6c13/san7.log). In the SASS these hand-offs are
+//     STS, BAR.ARV n, 256 (writer) and BAR.SYNC n, 256, LDS (reader), the form that the minimal kernels of
+//     ci/gpu/racecheck_repro.cu pass clean, and that PTX orders (a bar.arrive synchronizes with the
+//     bar.sync that completes the barrier); not yet shown a false positive, so SEESAW2 stays opt-in
+//     (cuda_backend.SEESAW2_MIN_ROWS).
 // Splits, partials and lse follow VerifyParams (verify_launch.h); the merge is the shared merge kernel
 // (a programmatic dependent launch). Two merges fused into this kernel were built, tested and measured
 // slower on the H200, and removed: a cluster merge through distributed shared memory (at one 220 KB block
@@ -68,7 +102,8 @@
 // the code: git history before this note (branches fuse, fuse-acqrel).
 // Tiles past the sequence end: rows at and past `end` of the last tile are zeroed in shared memory
 // before use (TMA copies whole pages; a pool slot past the end may hold anything, NaN included).
-// Shared memory: Q 72 KB + 2 KV stages of 72 KB + barriers + the row tables (seesaw, pair) = 219 KB (of 227).
+// Shared memory: Q 72 KB + 2 KV stages of 72 KB + barriers + the row tables (seesaw, pair) = 219 KB (of 227);
+// SEESAW2 the same with 256 bytes of barriers (19 mbarriers).
 // Descriptors are built by hand (make_desc, 5 lines) instead of CuTe's: no CUTLASS dependency for one
 // swizzle mode and three operand shapes; ci/gpu/sm90_probe.cu checks them (and the TMA swizzle) on the
 // device against a host product.
@@ -138,6 +173,12 @@ constexpr int BAR_OFF = KV_OFF + STAGES * TILE_BYTES;  // full[STAGES][NGROUP], 
 constexpr int STATE_OFF = BAR_OFF + 128;         // m, l, rescale: [3][2 slots][BM] fp32
 constexpr int SMEM = STATE_OFF + 3 * 2 * BM * 4 + 1024;  // + slack to align the base to 1024 B
 static_assert(SMEM <= 227 * 1024, "over sm_90's 227 KB of shared memory per block");
+// SEESAW2: one full barrier per chunk and stage (18) and the Q barrier; no empty barriers (each chunk
+// range is reloaded by the consumer thread that saw its last reader finish), no producer warpgroup.
+constexpr int S2_BAR_BYTES = 256;
+constexpr int S2_STATE_OFF = BAR_OFF + S2_BAR_BYTES;  // the same three [2][BM] fp32 tables
+constexpr int S2_SMEM = S2_STATE_OFF + 3 * 2 * BM * 4 + 1024;
+static_assert((STAGES * NCHUNK + 1) * 8 <= S2_BAR_BYTES && S2_SMEM <= 227 * 1024, "SEESAW2 layout");
 static_assert(NCHUNK % NGROUP == 0 && (STAGES * (2 * NGROUP + 1) + 1) * 8 <= 128, "barrier layout");
 // setmaxnreg: 384 threads x 168 registers at launch; the producer gives 128 of its 168 back.
 constexpr int PRODUCER_REGS = 40;
@@ -147,7 +188,15 @@ constexpr int CONSUMER_REGS = 232;
 // pair: 8 = the row max of the even tile ready, 9 = the pair's row max ready, 10 = warpgroup 0 issued S.
 // half: 8 = both warpgroups' row maxima of a tile published, 3 = both halves of its P written.
 constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6, BAR_MAX = 8, BAR_ISSUE = 10;
-enum Schedule { BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, STAGGERED_SMALL = 5, STAGGERED_TAIL = 6 };
+enum Schedule {
+  BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, STAGGERED_SMALL = 5, STAGGERED_TAIL = 6, SEESAW2 = 7
+};
+// SEESAW2 (two warpgroups, no producer): 11 = warpgroup 0's running max after its tile published, 12 =
+// warpgroup 1's (the step's) published, 13 = P of the even tile (over its rope chunk) written, 14 = P of
+// the odd tile (over Q's rope chunk) written.
+constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14;
+__host__ __device__ constexpr int threads_of(int schedule) { return schedule == SEESAW2 ? 128 * CONSUMERS : THREADS; }
+__host__ __device__ constexpr int smem_of(int schedule) { return schedule == SEESAW2 ? S2_SMEM : SMEM; }
 constexpr int HALF_N = BN / CONSUMERS;  // HALF: tokens of a tile per warpgroup in S
 constexpr float LAZY_LOG2 = 8.f;        // HALF, STAGGERED_SMALL: a row's max moves only when a score passes it by 2^8
 // STAGGERED_SMALL: the producer's empty-barrier waits suspend up to this many ns per try (CUTLASS's hint).
@@ -273,6 +322,16 @@ __device__ __forceinline__ void wgmma_pv_rs(float (&d)[128], const uint32_t (&a)
       "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" KD_ACC128_TEXT "}, {%128, %129, %130, %131}, "
       "%132, p, 1, 1, 1;\n}\n"
       : KD_ACC128(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+}
+
+// S[64 x 64] (+)= A[64 x 16] (registers, the m16n8k16 A fragment per warp) * B[64 x 16]^T (K-major, shared
+// memory): SEESAW2's rope chunk of Q, kept in registers.
+__device__ __forceinline__ void wgmma_qk_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" KD_ACC32_TEXT "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+      : KD_ACC32(d, 0)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
@@ -667,10 +726,94 @@ __device__ __forceinline__ void load_group(const VerifyParams& p, const CUtensor
   }
 }
 
+// --- pieces of SEESAW2 ---------------------------------------------------------------------------------
+
+// The pool row of the KV tile at tile_start when one page holds the whole tile (page_size >= BN), else -1
+// (load_chunks then looks up each page itself). Read when the load is issued: consecutive tiles' entries share
+// a 128-byte line, so it mostly hits L1 (holding rows read a step ahead in registers spilled).
+__device__ __forceinline__ int tile_row(const VerifyParams& p, const int* pages, int tile_start) {
+  const int ps = p.page_size;
+  return ps >= BN ? __ldg(pages + (tile_start >> p.page_shift)) * ps + (tile_start & (ps - 1)) : -1;
+}
+
+// The TMA loads of chunks [c0, c1) of the KV tile at tile_start (pool row `row`: tile_row) into dst, chunk k
+// counted on its own full barrier fb + 8 k (so S starts on a chunk as soon as it lands). Called by one thread.
+__device__ __forceinline__ void load_chunks(const VerifyParams& p, const CUtensorMap* kv_map, const int* pages,
+                                            int tile_start, int row, int end, uint32_t dst, int c0, int c1,
+                                            uint32_t fb) {
+  // (rolled loops: one thread issues them, and unrolled they took a quarter of the hot loops' code)
+  const int ps = p.page_size;
+  if (ps >= BN) {
+#pragma unroll 1
+    for (int k = c0; k < c1; ++k) {
+      mbar_expect_tx(fb + 8 * k, CHUNK_BYTES);
+      tma_load(dst + k * CHUNK_BYTES, kv_map, k * SW, row, fb + 8 * k);
+    }
+  } else {  // several pages per tile: one box of ps rows per page that holds tokens before `end`
+    const int npages = min(BN / ps, (end - tile_start + ps - 1) / ps);
+#pragma unroll 1
+    for (int k = c0; k < c1; ++k) mbar_expect_tx(fb + 8 * k, npages * ps * 128);
+#pragma unroll 1
+    for (int pg = 0; pg < npages; ++pg) {
+      const int row = __ldg(pages + ((tile_start + pg * ps) >> p.page_shift)) * ps;
+#pragma unroll 1
+      for (int k = c0; k < c1; ++k) tma_load(dst + k * CHUNK_BYTES + pg * ps * 128, kv_map, k * SW, row, fb + 8 * k);
+    }
+  }
+}
+
+// S k-steps of chunks [C0, C1) of a tile, each chunk once its full barrier (fb + 8 chunk, `parity`) has
+// flipped; the rope chunk (8) from Q in registers (q8), the others from shared memory. FIRST: the first
+// k-step starts S (scale-d 0). Not committed.
+template <int C0, int C1, bool FIRST>
+__device__ __forceinline__ void issue_qk_chunks(float (&s)[32], uint64_t qd, uint64_t kd, const uint32_t (&q8)[4][4],
+                                                uint32_t fb, int parity) {
+  asm volatile("" : "+l"(qd), "+l"(kd));  // opaque per call: no descriptors hoisted and kept live across the loop
+#pragma unroll
+  for (int c = C0; c < C1; ++c) {
+    mbar_wait(fb + 8 * c, parity);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const uint64_t off = c * (CHUNK_BYTES >> 4) + kk * 2;  // 16-byte units
+      const int acc = !FIRST || c > C0 || kk > 0;
+      if (c == P_CHUNK)
+        wgmma_qk_rs(s, q8[kk], kd + off, acc);
+      else
+        wgmma_qk(s, qd + off, kd + off, acc);
+    }
+  }
+}
+
+// Q's rope chunk (64 rows x 64 dims, 128-byte swizzled) as the A fragments of its 4 k-steps: the inverse
+// of store_p.
+__device__ __forceinline__ void load_q8(const unsigned char* q_tile, const Rows& rows, uint32_t (&q8)[4][4]) {
+  const int q = threadIdx.x % 4;
+  const unsigned char* src = q_tile + P_CHUNK * CHUNK_BYTES;
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = rows.local[i & 1], unit = 2 * kk + (i >> 1);
+      q8[kk][i] = *reinterpret_cast<const uint32_t*>(src + r * 128 + ((unit ^ (r & 7)) << 4) + 4 * q);
+    }
+}
+
+// O[:, 256 w + (0..255)] += P V with P (64 x 64 bf16, the store_p layout) in the rope chunk of `p_tile`
+// and V in `tile`.
+__device__ __forceinline__ void issue_pv_ss_from(float (&o)[128], uint32_t p_tile, uint32_t tile, int w) {
+  const uint64_t vd = make_desc(tile + w * (V_COLS / SW) * CHUNK_BYTES, CHUNK_BYTES, 1024);
+  const uint64_t pd = make_desc(p_tile + P_CHUNK * CHUNK_BYTES, 16, 1024);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk) wgmma_pv_ss(o, pd + kk * 2, vd + kk * (16 * 128 >> 4), 1);
+  wgmma_commit();
+}
+
 // --- the kernel -------------------------------------------------------------------------------------
 
 template <int SCHEDULE>
-__global__ void __launch_bounds__(THREADS, 1)
+__global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
     verify_sm90_kernel(const VerifyParams p, const __grid_constant__ CUtensorMap kv_map,
                        const __grid_constant__ CUtensorMap q_map) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -681,8 +824,10 @@ __global__ void __launch_bounds__(THREADS, 1)
   const uint32_t q_s = base + Q_OFF, kv_s = base + KV_OFF;
   // full[stage][group] at full_bar + 8 (NGROUP stage + group); empty[stage]; q; PAIR's empty[stage][group]
   const uint32_t full_bar = base + BAR_OFF, empty_bar = full_bar + 8 * STAGES * NGROUP;
-  const uint32_t q_bar = empty_bar + 8 * STAGES, pair_empty = q_bar + 8;
-  float* m_tab = reinterpret_cast<float*>(sm + STATE_OFF);  // [2][BM]
+  // SEESAW2: full[stage][chunk] at full_bar + 8 (NCHUNK stage + chunk), then q
+  const uint32_t q_bar = SCHEDULE == SEESAW2 ? full_bar + 8 * STAGES * NCHUNK : empty_bar + 8 * STAGES;
+  const uint32_t pair_empty = q_bar + 8;
+  float* m_tab = reinterpret_cast<float*>(sm + (SCHEDULE == SEESAW2 ? S2_STATE_OFF : STATE_OFF));  // [2][BM]
   float* l_tab = m_tab + 2 * BM;
   float* sc_tab = l_tab + 2 * BM;
 
@@ -702,7 +847,13 @@ __global__ void __launch_bounds__(THREADS, 1)
   const int ntiles = (end - start + BN - 1) / BN;
 
   const bool producer = wg == CONSUMERS && wtid == 0;
-  if (producer) {
+  if constexpr (SCHEDULE == SEESAW2) {
+    if (tid == 0) {
+      for (int i = 0; i < STAGES * NCHUNK; ++i) mbar_init(full_bar + 8 * i, 1);
+      mbar_init(q_bar, 1);
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+  } else if (producer) {
     for (int s = 0; s < STAGES; ++s) {
       for (int g = 0; g < NGROUP; ++g) mbar_init(full_bar + 8 * (NGROUP * s + g), 1);
       mbar_init(empty_bar + 8 * s, 4 * CONSUMERS);  // one arrival per consumer warp
@@ -713,7 +864,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   }
   __syncthreads();
 
-  if (wg == CONSUMERS) {
+  if (SCHEDULE != SEESAW2 && wg == CONSUMERS) {
     // --- producer: Q (rows of the flattened [B * R, 576] q; past R: the next sequence's rows or the
     // zero fill past B * R, never written out), then the split's KV tiles ---
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
@@ -754,7 +905,20 @@ __global__ void __launch_bounds__(THREADS, 1)
   }
 
   // --- consumers ---
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
+  if constexpr (SCHEDULE != SEESAW2) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
+  if constexpr (SCHEDULE == SEESAW2) {  // Q, all of tile 0, tile 1 (its chunks 4-8 first: the order of its S)
+    if (tid == 0) {
+      const int* pages = p.page_table + (size_t)b * p.max_pages;
+      mbar_expect_tx(q_bar, TILE_BYTES);
+      for (int k = 0; k < NCHUNK; ++k) tma_load(q_s + k * CHUNK_BYTES, &q_map, k * SW, b * p.R + row0, q_bar);
+      load_chunks(p, &kv_map, pages, start, tile_row(p, pages, start), end, kv_s, 0, NCHUNK, full_bar);
+      if (ntiles > 1) {
+        const int row1 = tile_row(p, pages, start + BN);
+        load_chunks(p, &kv_map, pages, start + BN, row1, end, kv_s + TILE_BYTES, 4, NCHUNK, full_bar + 8 * NCHUNK);
+        load_chunks(p, &kv_map, pages, start + BN, row1, end, kv_s + TILE_BYTES, 0, 4, full_bar + 8 * NCHUNK);
+      }
+    }
+  }
   const int w = wg;
   mbar_wait(q_bar, 0);
   const Rows rows = make_rows(p, b, row0, wtid);
@@ -876,6 +1040,169 @@ __global__ void __launch_bounds__(THREADS, 1)
       wgmma_wait<0>();
       reg_fence(o);
     }
+  } else if constexpr (SCHEDULE == SEESAW2) {
+    // SEESAW2 (FlashMLA's order in our layout): per step i, warpgroup 0 owns the even tile a = 2i (stage
+    // 0), warpgroup 1 the odd tile b = 2i + 1 (stage 1); each computes S of its tile only. The step starts
+    // with both S complete. Warpgroup 0: softmax of a (running max m -> m', lazy), m' published (bar 11),
+    // P_a V_aL issued and waited, stage 0's chunks 0-3 (read only by it) reloaded with tile a + 2; then the
+    // step's max m'' (bar 12), P_a relative to m'' over stage 0's rope chunk (bar 13), O rescaled, P_b V_bL
+    // from Q's rope chunk (bar 14) issued, S of tile a + 2 on chunks 0-3 issued, P_b V_bL waited, stage
+    // 1's chunks 0-3 reloaded with tile b + 2, S on chunks 4-8 issued, all waited. Warpgroup 1: the row
+    // max of b (before it waits), m' (bar 11) -> m'' (published, bar 12), P_b over Q's rope chunk (bar 14),
+    // P_b V_bR from registers, P_a V_aR from shared memory (bar 13), reloads stage 1's chunks 4-8 (b + 2)
+    // once P_b V_bR is done and stage 0's chunks 4-8 (a + 2) once P_a V_aR is done, then S of tile b + 2
+    // (chunks 4-8, then 0-3), waited. Q's rope chunk lives in registers (q8) for both S, so its shared
+    // memory holds P_b. Every chunk has its own full barrier; no empty barriers, no producer warpgroup.
+    // The running max moves lazily (STAGGERED_SMALL's rule); both warpgroups hold the same m.
+    const int* pages = p.page_table + (size_t)b * p.max_pages;
+    const bool loader = wtid == 0;
+    uint32_t q8[4][4];
+    load_q8(sm + Q_OFF, rows, q8);
+    const uint64_t qd = make_desc(q_s, 16, 1024);
+    const uint32_t stage0 = kv_s, stage1 = kv_s + TILE_BYTES;
+    const uint64_t kd0 = make_desc(stage0, 16, 1024), kd1 = make_desc(stage1, 16, 1024);
+    const uint32_t fb0 = full_bar, fb1 = full_bar + 8 * NCHUNK;
+    float* mid_tab = m_tab;  // [step parity][BM]: m' (warpgroup 0's running max after tile a)
+    float* max_tab = l_tab;  // [step parity][BM]: m'' (the step's running max, warpgroup 1)
+    const int steps = (ntiles + 1) / 2;
+    auto zero_tail = [&](int t, int st, uint32_t fb) {  // rows past `end` of tile t (stage st), this warpgroup
+      const int tile_start = start + t * BN;
+      if (tile_start + BN > end) {
+        for (int c = 0; c < NCHUNK; ++c) mbar_wait(fb + 8 * c, (t >> 1) & 1);
+        zero_rows(sm + KV_OFF + st * TILE_BYTES, end - tile_start, wtid, 128);
+        bar_sync(BAR_WG + w, 128);
+      }
+    };
+    if (w == 0) {
+      zero_tail(0, 0, fb0);
+      issue_qk_chunks<0, NCHUNK, true>(s, qd, kd0, q8, fb0, 0);
+      wgmma_commit();
+      wgmma_wait<0>();
+      reg_fence(s);
+      for (int i = 0; i < steps; ++i) {
+        const int ta = 2 * i, slot = (i & 1) * BM;
+        const bool has_b = ta + 1 < ntiles, next_a = ta + 2 < ntiles, next_b = ta + 3 < ntiles;
+        float mx[2], m_use[2], sc[2], sum[2];
+        mask_rowmax<32, true>(p, rows, s, start + ta * BN, prefix, end, mx);
+        move_max<true>(m, mx, m_use, sc);
+        if (wtid % 4 == 0)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) mid_tab[slot + rows.local[h]] = m[h];
+        bar_arrive(BAR_S2_MAX0, 128 * CONSUMERS);
+        exp_rows<32, true>(s, m_use, sum);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) l[h] = l[h] * sc[h] + sum[h];
+        reg_fence(o);
+        rescale(o, sc);
+        reg_fence(o);
+        pack_p(s, pa);
+        issue_pv_rs(o, pa, stage0, 0);  // O_L += P_a V_aL
+        wgmma_wait<0>();
+        reg_fence(o);
+        if (next_a && loader) load_chunks(p, &kv_map, pages, start + (ta + 2) * BN, tile_row(p, pages, start + (ta + 2) * BN), end, stage0, 0, 4, fb0);
+        bar_sync(BAR_S2_MAX1, 128 * CONSUMERS);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float m2 = max_tab[slot + rows.local[h]];
+          sc[h] = m2 != m[h] ? exp2f(m[h] - finite_max(m2)) : 1.f;
+          m[h] = m2;
+          l[h] *= sc[h];
+        }
+        if (__any_sync(0xffffffff, sc[0] != 1.f || sc[1] != 1.f)) {  // (rare: the max moved in tile b)
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              pa[kk][e] = pack_bf16(s[8 * kk + 2 * e] * sc[e & 1], s[8 * kk + 2 * e + 1] * sc[e & 1]);
+        }
+        store_p(sm + KV_OFF, rows, pa);  // P_a relative to m'', over stage 0's rope chunk (S of a read it)
+        fence_async_smem();
+        bar_arrive(BAR_S2_P0, 128 * CONSUMERS);
+        reg_fence(o);
+        rescale(o, sc);
+        reg_fence(o);
+        if (has_b) {
+          bar_sync(BAR_S2_P1, 128 * CONSUMERS);
+          issue_pv_ss_from(o, q_s, stage1, 0);  // O_L += P_b V_bL
+        }
+        if (next_a) {  // (then has_b too)
+          zero_tail(ta + 2, 0, fb0);
+          issue_qk_chunks<0, 4, true>(s, qd, kd0, q8, fb0, (i + 1) & 1);
+          wgmma_commit();
+          wgmma_wait<1>();  // P_b V_bL done: stage 1's chunks 0-3 are free
+          reg_fence(o);
+          if (next_b && loader) load_chunks(p, &kv_map, pages, start + (ta + 3) * BN, tile_row(p, pages, start + (ta + 3) * BN), end, stage1, 0, 4, fb1);
+          issue_qk_chunks<4, NCHUNK, false>(s, qd, kd0, q8, fb0, (i + 1) & 1);
+          wgmma_commit();
+        }
+        wgmma_wait<0>();
+        reg_fence(s);
+        reg_fence(o);
+      }
+    } else {
+      if (ntiles > 1) {
+        zero_tail(1, 1, fb1);
+        issue_qk_chunks<4, NCHUNK, true>(s, qd, kd1, q8, fb1, 0);
+        issue_qk_chunks<0, 4, false>(s, qd, kd1, q8, fb1, 0);
+        wgmma_commit();
+        wgmma_wait<0>();
+        reg_fence(s);
+      }
+      for (int i = 0; i < steps; ++i) {
+        const int ta = 2 * i, tb = ta + 1, slot = (i & 1) * BM;
+        const bool has_b = tb < ntiles, next_a = ta + 2 < ntiles, next_b = tb + 2 < ntiles;
+        float mx[2] = {-INFINITY, -INFINITY}, m_use[2], sc[2], sc0[2], sum[2] = {0.f, 0.f};
+        if (has_b) mask_rowmax<32, true>(p, rows, s, start + tb * BN, prefix, end, mx);
+        bar_sync(BAR_S2_MAX0, 128 * CONSUMERS);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float m1 = mid_tab[slot + rows.local[h]];
+          sc0[h] = m1 != m[h] ? exp2f(m[h] - finite_max(m1)) : 1.f;
+          m[h] = m1;
+        }
+        move_max<true>(m, mx, m_use, sc);
+        if (wtid % 4 == 0)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) max_tab[slot + rows.local[h]] = m[h];
+        bar_arrive(BAR_S2_MAX1, 128 * CONSUMERS);
+        if (has_b) {
+          exp_rows<32, true>(s, m_use, sum);
+          pack_p(s, pa);
+          store_p(sm + Q_OFF, rows, pa);  // over Q's rope chunk (held in registers)
+          fence_async_smem();
+          bar_arrive(BAR_S2_P1, 128 * CONSUMERS);
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          sc[h] *= sc0[h];
+          l[h] = l[h] * sc[h] + sum[h];
+        }
+        reg_fence(o);
+        rescale(o, sc);
+        reg_fence(o);
+        if (has_b) issue_pv_rs(o, pa, stage1, 1);  // O_R += P_b V_bR
+        bar_sync(BAR_S2_P0, 128 * CONSUMERS);
+        issue_pv_ss_from(o, stage0, stage0, 1);  // O_R += P_a V_aR
+        if (has_b) {
+          wgmma_wait<1>();  // P_b V_bR done: stage 1's chunks 4-8 are free
+          if (next_b && loader) load_chunks(p, &kv_map, pages, start + (tb + 2) * BN, tile_row(p, pages, start + (tb + 2) * BN), end, stage1, 4, NCHUNK, fb1);
+        }
+        wgmma_wait<0>();
+        reg_fence(o);
+        if (next_a && loader) load_chunks(p, &kv_map, pages, start + (ta + 2) * BN, tile_row(p, pages, start + (ta + 2) * BN), end, stage0, 4, NCHUNK, fb0);
+        if (next_b) {
+          zero_tail(tb + 2, 1, fb1);
+          issue_qk_chunks<4, NCHUNK, true>(s, qd, kd1, q8, fb1, (i + 1) & 1);
+          issue_qk_chunks<0, 4, false>(s, qd, kd1, q8, fb1, (i + 1) & 1);
+          wgmma_commit();
+          wgmma_wait<0>();
+          reg_fence(s);
+        }
+      }
+    }
+    wgmma_wait<0>();
+    reg_fence(o);
+    add_row_sums(l, sc_tab, rows, w, wtid);
   } else if constexpr (SCHEDULE == HALF) {
     // HALF: warpgroup w computes S of tokens [32 w, 32 w + 32) of every tile (m64n32k16). Per tile: the
     // rows' max over its tokens into mx_tab[tile parity][w], both warpgroups meet (bar 8), each takes the

@@ -33,7 +33,7 @@ from kdengine.ops.shapes import DV
 CONTEXTS = (4096, 16384, 65536)
 TREE_SIZES = (16, 64)
 NSPLITS = (16, 32, 64, 128, 256, "auto")
-SETS = ("full", "peers", "mma", "mma2", "mma4", "sm90", "paths", "pair", "half", "icache", "nsplit", "merge")
+SETS = ("full", "peers", "mma", "mma2", "mma4", "sm90", "paths", "pair", "half", "icache", "seesaw2", "nsplit", "merge")
 # The `merge` set: the sm90 schedule the dispatched call picks (cuda_backend.pick_schedule) with the merge
 # kernel, and the same split kernel alone (no merge: the merge's in-graph share is the difference). Up to
 # commit 1cd259e it timed DEFAULT_SCHEDULE (staggered) at every size, though from 8 KV tiles per split the
@@ -69,11 +69,12 @@ MMA2_LAYOUTS = ("mma_wide2pp2_lean",)
 # record, perf_history/kernel/verify_kernel_sm90_*_ebda896.json, "cuda_sm90" was the seesaw schedule.)
 SM90_BACKENDS = {"cuda_sm90_both": "both", "cuda_sm90_staggered": "staggered", "cuda_sm90_seesaw": "seesaw",
                  "cuda_sm90_pair": "pair", "cuda_sm90_half": "half", "cuda_sm90_staggered_small": "staggered_small",
-                 "cuda_sm90_staggered_tail": "staggered_tail"}
-# Short device-run sets of sm90 schedules: (the schedules timed, staggered first; whether staggered is timed
-# again after them as the run's A/A control).
+                 "cuda_sm90_staggered_tail": "staggered_tail", "cuda_sm90_seesaw2": "seesaw2"}
+# Short device-run sets of sm90 schedules: (the schedules timed, the baseline first; whether the baseline is
+# timed again after them as the run's A/A control).
 SM90_SETS = {"pair": (("staggered", "pair"), False), "half": (("staggered", "half"), True),
-             "icache": (("staggered", "staggered_small", "staggered_tail"), True)}
+             "icache": (("staggered", "staggered_small", "staggered_tail"), True),
+             "seesaw2": (("staggered_small", "seesaw2"), True)}
 H = 8
 SAMPLES = 50  # = kdengine.bench.workloads.GPU_VERIFY_SAMPLES
 SCHEMA = 2
@@ -218,7 +219,8 @@ def variants(N: int, T: int, which: str = "full"):
     control: its spread against the first bounds what a difference means) and the peers (the records of
     f59d68d and 45ed1b3 also hold the probes half_v0, staggered_er and half_fa3, since removed). `icache`:
     staggered, staggered_small (its hot loop shrunk for instruction fetch), staggered_tail (only the tail
-    mask rolled: the same math), staggered again (A/A), the peers. `merge`: the sm90 schedule the dispatched
+    mask rolled: the same math), staggered again (A/A), the peers. `seesaw2`: staggered_small, seesaw2
+    (FlashMLA's order in our layout), staggered_small again (A/A), the peers. `merge`: the sm90 schedule the dispatched
     call picks (cuda_backend.pick_schedule) with and without the merge."""
     base = [(default_label(), "cuda", "auto", False, None), ("triton", "triton", None, False, None),
             ("torch", "torch", None, False, None)] + [(p, p, None, False, None) for p in peers.PEERS]
@@ -265,11 +267,11 @@ def variants(N: int, T: int, which: str = "full"):
         sched = f"cuda_sm90_{cuda_backend.pick_schedule(T, H)}"
         return [(f"{sched}/c0/sauto", sched, "auto", False, {}),
                 (f"{sched}/c0/splitonly/sauto", sched, "auto", False, {"combine": cuda_backend.SPLIT_ONLY})]
-    if which in SM90_SETS:  # sm90 schedules against staggered (and staggered again: the A/A control), the peers
+    if which in SM90_SETS:  # sm90 schedules against a baseline (and the baseline again: the A/A control), the peers
         names, aa = SM90_SETS[which]
         rows = [(f"cuda_sm90_{n}/sauto", f"cuda_sm90_{n}", "auto", False, None) for n in names]
         if aa:
-            rows.append(("cuda_sm90_staggered/aa/sauto", "cuda_sm90_staggered", "auto", False, None))
+            rows.append((f"cuda_sm90_{names[0]}/aa/sauto", f"cuda_sm90_{names[0]}", "auto", False, None))
         return rows + [(p, p, None, False, None) for p in peers.PEERS]
     short = NSPLITS[:4] + ("auto",)
     sweeps = (((16, 4, 2, True), NSPLITS), ((8, 4, 1, False), NSPLITS), ((8, 4, 1, True), NSPLITS),
@@ -437,7 +439,8 @@ def once(args) -> int:
     from kdengine.ops.mask import pack_tree_mask
     from kdengine.ops.verify import verify_attention
 
-    inp = make_verify_inputs(B=args.B, T=args.T, H=args.H, prefix=args.prefix, seed=1, device="cuda")
+    inp = make_verify_inputs(B=args.B, T=args.T, H=args.H, prefix=args.prefix, page_size=args.page_size, seed=1,
+                             device="cuda")
     if args.path is not None:  # the mma.sync default or a named mma layout, or the sm90 kernel (--combine)
         mma = args.path == "mma" or args.path in MMA_LAYOUTS
         layout = MMA_LAYOUTS.get(args.path) if mma else {"combine": args.combine}
@@ -483,6 +486,7 @@ def build_parser(prog: str = "python -m kdengine.bench.kernel") -> argparse.Argu
     for name, default in (("B", 1), ("T", 16), ("H", 8), ("prefix", 300)):
         p.add_argument(f"--{name}", type=int, default=default)
     p.add_argument("--nsplit", type=int, default=None)
+    p.add_argument("--page-size", type=int, default=64)
     p.add_argument("--pingpong", type=int, choices=tuple(range(12)), default=None,
                    help="ping-pong halves (1; 2: P*V split around the barrier, wide2 only; 3: the same, lean; 4-11: "
                         "the lean probes, cuda_backend.PINGPONGS) or not (0) for the wide "

@@ -131,7 +131,15 @@ SM90_MIN_TOKENS_PER_SPLIT = 128
 # the producer's empty-barrier waits with a suspend-time hint; staggered_tail = staggered with only the tail
 # mask as bits from a rolled loop (the same math as staggered, a smaller loop). staggered_small is the default
 # (below; csrc/verify_sm90.cuh header).
-SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4, "staggered_small": 5, "staggered_tail": 6}
+# seesaw2 = FlashMLA's order in our layout, without a producer warpgroup (256 threads): per step of two
+# tiles warpgroup 0 computes S of the even tile, 1 of the odd one; warpgroup 0's softmax and P V run
+# while warpgroup 1's S is on the tensor cores and the other way round; the rows' running max (lazy, as in
+# staggered_small) crosses through shared memory twice per step, each P through a rope chunk (the even
+# tile's own; the odd tile's over Q's, whose rope dims stay in registers); each chunk of a tile arrives on
+# its own barrier and is reloaded by the consumer that saw its last reader finish (csrc/verify_sm90.cuh).
+# Opt-in: SEESAW2_MIN_ROWS.
+SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4, "staggered_small": 5, "staggered_tail": 6,
+             "seesaw2": 7}
 # The default sm90 schedule, at every size. staggered_small was the default only from 8 KV tiles per split
 # (SMALL_MIN_TILES) while its tail mask was a rolled loop of a load per score: 3-9% slower than staggered at 4k
 # (perf_history/kernel/verify_kernel_icache_*_986b231.json). With the mask from packed words (tail_bits), one
@@ -160,6 +168,16 @@ PAIR_MIN_ROWS: int | None = None
 # 53.1 / 52.9 / 54.3, 65k T16 55.4 / 55.5 / 56.3, 65k T64 171.9 / 173.5 / 171.7), although racecheck is
 # clean for it: it does 0.65x staggered's tensor work in the same time (csrc/verify_sm90.cuh says why).
 HALF_MIN_ROWS: int | None = None
+# Query rows per sequence (R = T * H) from which the default is seesaw2 instead (checked first); None:
+# never. Two H200 runs (perf_history/kernel/verify_kernel_seesaw2_*_{66c932a,d5a6c13}.json; us in d5a6c13,
+# staggered_small / seesaw2 / staggered_small again, FlashMLA): 4k T16 15.6 / 14.8 / 15.6 (20.8), 4k T64
+# 23.9 / 20.0 / 24.0 (25.3), 16k T16 22.5 / 20.8 / 22.5 (38.9), 16k T64 50.8 / 41.4 / 50.8 (50.8), 65k T16
+# 51.2 / 45.0 / 51.2 (53.2), 65k T64 158.2 / 131.4 / 161.9 (125.0): faster beyond the A/A spread at all six
+# sizes (R = 128 and 512), in both runs. None while compute-sanitizer racecheck reports its row-max
+# hand-offs (bar.arrive -> bar.sync, as PAIR's; csrc/verify_sm90.cuh); memcheck and synccheck are clean.
+SEESAW2_MIN_ROWS: int | None = None
+
+
 # The merge of the sm90 kernel is the merge kernel DEFAULT_COMBINE (a programmatic dependent launch). Its
 # own share of a call, timed as the split kernel alone (combine SPLIT_ONLY) against split + merge in the
 # same CUDA graph and flush: 3.0-3.1 / 3.6-3.9 / 5.2-5.6 / 3.8-4.3 / 4.8-5.3 us at 4k T16 / 4k T64 / 16k T16 /
@@ -171,6 +189,8 @@ SPLIT_ONLY = -1  # launch_sm90's combine for the split kernel alone (out / lse n
 
 def pick_schedule(T: int, H: int) -> str:
     """The default sm90 schedule of a call with T tree tokens and H heads."""
+    if SEESAW2_MIN_ROWS is not None and T * H >= SEESAW2_MIN_ROWS:
+        return "seesaw2"
     if HALF_MIN_ROWS is not None and T * H >= HALF_MIN_ROWS:
         return "half"
     if PAIR_MIN_ROWS is not None and T * H >= PAIR_MIN_ROWS:

@@ -42,6 +42,7 @@ def ptxas_report() -> str:
 
 HALF_KERNEL = f"verify_sm90_kernelILi{cuda_backend.SCHEDULES['half']}E"  # (mangled template argument)
 SMALL_KERNELS = [f"verify_sm90_kernelILi{cuda_backend.SCHEDULES[s]}E" for s in ("staggered_small", "staggered_tail")]
+SEESAW2_KERNEL = f"verify_sm90_kernelILi{cuda_backend.SCHEDULES['seesaw2']}E"  # 256 threads, no producer
 
 
 def kernel_bodies(ptx: str) -> dict[str, str]:
@@ -65,7 +66,11 @@ def test_sm90a_build_uses_wgmma_tma_and_setmaxnreg():
         assert "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16" in body  # O += P V
         assert "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes" in body
         assert "mbarrier.try_wait.parity" in body and "mbarrier.arrive.expect_tx" in body
-        assert "setmaxnreg.dec.sync.aligned.u32" in body and "setmaxnreg.inc.sync.aligned.u32" in body
+        if SEESAW2_KERNEL in name:  # no producer warpgroup: nothing to hand registers to; Q's rope chunk from registers
+            assert "setmaxnreg" not in body
+            assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.bf16\.bf16 \{[^}]*\}, \{", body)
+        else:
+            assert "setmaxnreg.dec.sync.aligned.u32" in body and "setmaxnreg.inc.sync.aligned.u32" in body
         assert "wgmma.wait_group.sync.aligned" in body
         assert "ld.local" not in body and "st.local" not in body
 
@@ -81,7 +86,7 @@ def test_sm90a_build_has_no_spills():
 def test_sm90a_half_wgmma_is_not_serialized():
     """ptxas reports a wgmma it had to wait for or serialize (C7514 / C7515 / C7517) by kernel name."""
     lines = [ln for ln in ptxas_report().splitlines() if re.search(r"C751[0-9]", ln)]
-    assert not [ln for ln in lines if any(k in ln for k in [HALF_KERNEL, *SMALL_KERNELS])], lines
+    assert not [ln for ln in lines if any(k in ln for k in [HALF_KERNEL, *SMALL_KERNELS, SEESAW2_KERNEL])], lines
 
 
 @pytest.mark.nvcc
@@ -124,6 +129,14 @@ def test_pick_schedule_is_staggered_small_at_every_size():
     # one schedule for all sizes since its tail mask comes from packed words (cuda_backend.DEFAULT_SCHEDULE)
     assert cuda_backend.DEFAULT_SCHEDULE == "staggered_small"
     assert {cuda_backend.pick_schedule(t, h) for t in (1, 16, 64, 256) for h in (1, 8, 16)} == {"staggered_small"}
+
+
+def test_pick_schedule_uses_seesaw2_from_its_row_threshold(monkeypatch):
+    assert cuda_backend.SEESAW2_MIN_ROWS is None  # opt-in: never picked by default
+    assert "seesaw2" not in {cuda_backend.pick_schedule(t, h) for t in (1, 16, 64, 256) for h in (1, 8, 16)}
+    monkeypatch.setattr(cuda_backend, "SEESAW2_MIN_ROWS", 128)
+    assert cuda_backend.pick_schedule(16, 8) == "seesaw2"  # checked first
+    assert cuda_backend.pick_schedule(15, 8) == cuda_backend.DEFAULT_SCHEDULE
 
 
 def test_pick_schedule_uses_pair_from_the_row_threshold(monkeypatch):
@@ -187,11 +200,11 @@ def test_sm90_matches_reference(tp, schedule):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("schedule", ["pair", "half", "staggered_small", "staggered_tail"])
+@pytest.mark.parametrize("schedule", ["pair", "half", "staggered_small", "staggered_tail", "seesaw2"])
 @pytest.mark.parametrize("L", [40, 64, 100, 128, 150, 192, 250, 1000])
 def test_sm90_pair_every_tile_count_and_tail(L, schedule):
-    """pair splits a block's tiles into (even, odd) steps, half peels the last tile's P V: one split of 1-16
-    tiles, the tail in either half of a tile."""
+    """pair and seesaw2 split a block's tiles into (even, odd) steps, half peels the last tile's P V: one split
+    of 1-16 tiles, the tail in either half of a tile."""
     _needs_sm90()
     for tp in (TestParam(17, L - 17, H=2, nsplit=1), TestParam(17, L - 17, H=4, nsplit=1, page_size=16)):
         inp = _problem(tp, seed=L)
