@@ -40,12 +40,14 @@ step "tests + sanitizers"
   san memcheck m4 --path mma --T 3 --H 2 --prefix 2000 --nsplit 300 &
   san memcheck m5 --path sm90_half --B 3 --T 17 --prefix 130 --nsplit 4 &
   san memcheck m6 --path sm90_staggered_small --B 3 --T 17 --prefix 700 --nsplit 4 &
+  san memcheck m7 --path sm90_seesaw2 --B 3 --T 17 --prefix 700 --nsplit 4 &
   wait
   san racecheck r1 --path sm90_pair --T 3 --H 2 --prefix 140 &
   san racecheck r2 --path sm90_staggered --T 3 --H 2 --prefix 140 &
   san racecheck r3 --path mma --T 3 --H 2 --prefix 140 &
   san racecheck r4 --path sm90_half --T 3 --H 2 --prefix 140 &
   san racecheck r5 --path sm90_staggered_small --T 3 --H 2 --prefix 140 &
+  san racecheck r6 --path sm90_seesaw2 --T 3 --H 2 --prefix 140 &
   wait
   for f in /tmp/san_*.txt; do grep -vE "^=========\s*$" "$f" | head -8; tail -1 "$f"; done
 ) > "$LOGS/sanitize.log" 2>&1 &
@@ -63,6 +65,10 @@ room 60 && timeout ${DECODE_TIMEOUT:-100} python3 ci/gpu/engine_decode.py --out 
 step nsplit
 room 45 && timeout $(( DEADLINE - $(now) > 90 ? 90 : DEADLINE - $(now) )) python3 -m kdengine.bench.kernel measure --set nsplit \
   --out "$OUT/verify_kernel_nsplit_$sha.json" --commit "$full" 2>&1 | tee "$LOGS/nsplit.log" | grep -E "^ctx" | tail -40
+step seesaw2
+# the opt-in seesaw2 beside the default staggered_small (and staggered_small again: the A/A control), FlashMLA
+room 50 && timeout 60 python3 -m kdengine.bench.kernel measure --set seesaw2 \
+  --out "$OUT/verify_kernel_seesaw2_$sha.json" --commit "$full" 2>&1 | tee "$LOGS/seesaw2.log" | grep -E "^ctx" | tail -30
 step ncu
 if room 40 && command -v ncu > /dev/null; then
   for T in 16 64; do
