@@ -10,8 +10,8 @@ interleaved) and only a confirmed regression turns the build red. Verdicts: regr
 unchanged / noisy / new / missing. Exit: 0 nothing regressed, 1 a regression, 2 usage or data error (a
 file, an unknown or ambiguous commit is named), 3 amber: no confirmed regression, but a slowdown that the
 confirmation rounds could neither confirm nor dismiss (still past the floor after every round: the
-machine was too noisy to decide; `unsettled`). Runs with other fingerprints (GPU, driver, CUDA, torch) or
-environments are never compared; a changed benchmark version starts a new series.
+machine was too noisy to decide; `unsettled`). Runs with other fingerprints (GPU, driver, CUDA, torch, the
+KDENGINE_* overrides that change what is measured) or environments are never compared; a changed benchmark version starts a new series.
 """
 
 from __future__ import annotations

@@ -32,7 +32,9 @@ from kdengine.bench import metrics
 from kdengine.bench import samples as sidecars
 
 # Fingerprint fields that must agree for two runs to be compared (other GPU, driver, toolkit, torch).
-COMPARABLE_KEYS = ("gpu", "sm_count", "driver", "cuda", "torch")
+# "overrides": the KDENGINE_* variables that change what is measured (kdengine.env.MEASUREMENT_VARS; runs
+# recorded before it existed lack the key and compare with either)
+COMPARABLE_KEYS = ("gpu", "sm_count", "driver", "cuda", "torch", "overrides")
 ASV_RESULT_VERSION = 2
 MIN_PREFIX = 4  # shortest abbreviated sha accepted
 RECORD_JOURNAL = ".record-journal.json"  # ci/record.py's install journal: while it exists, results are half-written

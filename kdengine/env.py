@@ -16,6 +16,9 @@ Variables:
                        workload default; the GPU timer still takes at least its minimum).
   WORLD_SIZE, LOCAL_RANK  set by torchrun in each process it launches (read-only): the tensor-
                        parallel launch path (kdengine.engine.parallel) relaunches itself when unset.
+
+KDENGINE_BACKEND, KDENGINE_CUDA_PATH and KDENGINE_NSPLIT change what a benchmark measures: every result's
+fingerprint records the ones that are set (`overrides`), and the gate never compares runs that differ there.
 """
 
 from __future__ import annotations
@@ -30,6 +33,10 @@ SAMPLES_OUT_VAR = "KDENGINE_SAMPLES_OUT"
 BENCH_SAMPLES_VAR = "KDENGINE_BENCH_SAMPLES"
 CUDA_PATH_VAR = "KDENGINE_CUDA_PATH"
 CUDA_PATHS = ("mma", "sm90", "auto")
+# The variables above that change what a benchmark measures (not how many samples, nor where files go):
+# recorded in every result's fingerprint (kdengine.bench.fingerprint) so history never compares a run made
+# under an override with one made without it.
+MEASUREMENT_VARS = (BACKEND_VAR, CUDA_PATH_VAR, NSPLIT_VAR)
 
 
 def nsplit_override() -> int | str | None:
@@ -74,6 +81,13 @@ def cuda_path_override() -> str | None:
     if raw not in CUDA_PATHS:
         raise ValueError(f"{CUDA_PATH_VAR}: expected one of {CUDA_PATHS}, got {raw!r}")
     return raw
+
+
+def measurement_overrides() -> str:
+    """The MEASUREMENT_VARS that are set, as "NAME=value" joined by "," in name order ("" when none): raw
+    values, so a bad one is recorded as given (the backend that reads it raises on it)."""
+    return ",".join(f"{name}={os.environ[name].strip()}" for name in sorted(MEASUREMENT_VARS)
+                    if os.environ.get(name, "").strip())
 
 
 def triton_interpret() -> bool:

@@ -101,8 +101,12 @@ def commit() -> dict:
 
 
 def collect() -> dict:
-    """A flat dict: software, GPU identity, commit. (Clocks and throttling are added by the timer.)"""
-    return {**software(), **gpu(), **commit()}
+    """A flat dict: software, GPU identity, commit, and the environment overrides that change what is
+    measured (`overrides`: kdengine.env.measurement_overrides, "" for none; history compares only runs
+    that agree on it). (Clocks and throttling are added by the timer.)"""
+    from kdengine import env
+
+    return {**software(), **gpu(), **commit(), "overrides": env.measurement_overrides()}
 
 
 # --- machine name ---------------------------------------------------------------------------------

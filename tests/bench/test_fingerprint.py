@@ -23,6 +23,18 @@ def test_collect_has_the_recorded_fields():
     assert info["commit"] is None or len(info["commit"]) == 40
 
 
+def test_collect_records_the_overrides_that_change_what_is_measured(monkeypatch):
+    from kdengine import env
+
+    for name in env.MEASUREMENT_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(env.CACHE_DIR_VAR, "/tmp/kdengine-fp-test")  # where files go: not an override
+    assert fp.collect()["overrides"] == ""
+    monkeypatch.setenv(env.NSPLIT_VAR, " 32 ")
+    monkeypatch.setenv(env.CUDA_PATH_VAR, "mma")
+    assert fp.collect()["overrides"] == "KDENGINE_CUDA_PATH=mma,KDENGINE_NSPLIT=32"
+
+
 def test_gpu_uuid_spelled_as_nvidia_smi_prints_it():
     class Props:
         uuid = "8c7e2f0a-1b2c-4d5e-8f90-123456789abc"

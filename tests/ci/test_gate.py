@@ -102,6 +102,21 @@ def test_physical_gpu_change_is_noted_but_still_compared(tmp_path):
     assert "physical GPUs" not in " ".join(result["machines"][0]["notes"])
 
 
+def test_a_run_under_a_measurement_override_is_never_compared_with_default_runs(tmp_path):
+    # KDENGINE_NSPLIT=32 on the runner measures another configuration: its 30% slower head is "new", not a
+    # regression against default runs; runs recorded before the key existed (no "overrides") still compare
+    root = tmp_path / "overrides"
+    asvdata.write_benchmarks(root)
+    for i in range(4):
+        write(root, sha(f"o{i}"), 1_700_000_000_000 + i * 60_000, 1.0, fingerprint={"overrides": ""} if i else {})
+    write(root, sha("ohead"), 1_700_000_999_000, 1.3, fingerprint={"overrides": "KDENGINE_NSPLIT=32"})
+    result = gate.run_gate(str(root), sha("o3"), sha("ohead"), MACHINE)
+    assert result["exit_code"] == 0 and set(verdicts(result).values()) == {"new"}
+    assert "KDENGINE_NSPLIT=32" in " ".join(result["machines"][0]["notes"])
+    write(root, sha("ohead2"), 1_700_001_999_000, 1.3, fingerprint={"overrides": ""})
+    assert gate.run_gate(str(root), sha("o3"), sha("ohead2"), MACHINE)["exit_code"] == 1  # same config: red
+
+
 def test_short_history_with_a_step_still_sends_a_real_change_to_confirmation(tmp_path):
     # Seen on the H200: 4 runs, the oldest 40% slower. With two-run segments only, the 4 runs split 2 + 2 and
     # read as ~20% run-to-run noise; the oldest run may now stand alone, so the spread comes from the three
