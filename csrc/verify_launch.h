@@ -60,7 +60,9 @@ const char* sm90_unsupported(const VerifyParams& p);
 // schedule (verify_sm90.cuh): 0 = both warpgroups compute S of every tile, 1 = seesaw (they alternate
 // S + softmax per tile and share P), 2 = as 0 with the warpgroups' S issue ordered (staggered), 3 = pair
 // (each computes S of every other tile, only the row max crosses before P V, both run P V of every tile),
-// 4 = half (each computes S of half of every tile's tokens, the row max and P cross, both run P V of all).
+// 4 = half (each computes S of half of every tile's tokens, the row max and P cross, both run P V of all),
+// 5 = staggered_small (2 with a smaller consumer loop: the default), 6 = staggered_tail, 7 = seesaw2 (FlashMLA's
+// order: each warpgroup computes S of every other tile, 256 threads, no producer warpgroup).
 cudaError_t launch_split_sm90(const VerifyParams& p, long long pool_tokens, int schedule, cudaStream_t stream);
 // The sm90 split kernel then the merge (the same merge kernels as launch_verify, combine as there;
 // combine -1: the split kernel alone, out / lse not written: for timing the merge's share only).

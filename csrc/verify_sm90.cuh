@@ -440,16 +440,22 @@ __device__ __forceinline__ void issue_pv_rs(float (&o)[128], const uint32_t (&pa
   wgmma_commit();
 }
 
-// The same with P read from shared memory (the rope chunk of the tile, written by the owner): tokens
-// [16 k0, 16 (k0 + K)).
+// The same with P (64 x 64 bf16, the store_p layout) read from the rope chunk of `p_tile` and V from `tile`:
+// tokens [16 k0, 16 (k0 + K)).
 template <int K = BN / 16>
-__device__ __forceinline__ void issue_pv_ss(float (&o)[128], uint32_t tile, int w, int k0 = 0) {
+__device__ __forceinline__ void issue_pv_ss_from(float (&o)[128], uint32_t p_tile, uint32_t tile, int w, int k0 = 0) {
   const uint64_t vd = make_desc(tile + w * (V_COLS / SW) * CHUNK_BYTES, CHUNK_BYTES, 1024);
-  const uint64_t pd = make_desc(tile + P_CHUNK * CHUNK_BYTES, 16, 1024);
+  const uint64_t pd = make_desc(p_tile + P_CHUNK * CHUNK_BYTES, 16, 1024);
   wgmma_fence();
 #pragma unroll
   for (int kk = k0; kk < k0 + K; ++kk) wgmma_pv_ss(o, pd + kk * 2, vd + kk * (16 * 128 >> 4), 1);
   wgmma_commit();
+}
+
+// P from the tile's own rope chunk (written by the owner over it).
+template <int K = BN / 16>
+__device__ __forceinline__ void issue_pv_ss(float (&o)[128], uint32_t tile, int w, int k0 = 0) {
+  issue_pv_ss_from<K>(o, tile, tile, w, k0);
 }
 
 // Bits [0, n) set (n <= 0: none, n >= 32: all).
@@ -708,12 +714,20 @@ __device__ __forceinline__ void release(uint32_t empty_bar) {
   if (threadIdx.x % 32 == 0) mbar_arrive(empty_bar);
 }
 
+// The pool row of the KV tile at tile_start when one page holds the whole tile (page_size >= BN), else -1
+// (load_group / load_chunks then look up each page itself). Read when the load is issued: consecutive tiles' entries share
+// a 128-byte line, so it mostly hits L1 (holding rows read a step ahead in registers spilled).
+__device__ __forceinline__ int tile_row(const VerifyParams& p, const int* pages, int tile_start) {
+  const int ps = p.page_size;
+  return ps >= BN ? __ldg(pages + (tile_start >> p.page_shift)) * ps + (tile_start & (ps - 1)) : -1;
+}
+
 // The TMA loads of chunks [c0, c1) of the KV tile at tile_start into dst, counted on full barrier fb.
 __device__ __forceinline__ void load_group(const VerifyParams& p, const CUtensorMap* kv_map, const int* pages,
                                            int tile_start, int end, uint32_t dst, int c0, int c1, uint32_t fb) {
   const int ps = p.page_size;
   if (ps >= BN) {
-    const int row = __ldg(pages + (tile_start >> p.page_shift)) * ps + (tile_start & (ps - 1));
+    const int row = tile_row(p, pages, tile_start);
     mbar_expect_tx(fb, (c1 - c0) * CHUNK_BYTES);
     for (int k = c0; k < c1; ++k) tma_load(dst + k * CHUNK_BYTES, kv_map, k * SW, row, fb);
   } else {  // several pages per tile: one box of ps rows per page that holds tokens before `end`
@@ -727,14 +741,6 @@ __device__ __forceinline__ void load_group(const VerifyParams& p, const CUtensor
 }
 
 // --- pieces of SEESAW2 ---------------------------------------------------------------------------------
-
-// The pool row of the KV tile at tile_start when one page holds the whole tile (page_size >= BN), else -1
-// (load_chunks then looks up each page itself). Read when the load is issued: consecutive tiles' entries share
-// a 128-byte line, so it mostly hits L1 (holding rows read a step ahead in registers spilled).
-__device__ __forceinline__ int tile_row(const VerifyParams& p, const int* pages, int tile_start) {
-  const int ps = p.page_size;
-  return ps >= BN ? __ldg(pages + (tile_start >> p.page_shift)) * ps + (tile_start & (ps - 1)) : -1;
-}
 
 // The TMA loads of chunks [c0, c1) of the KV tile at tile_start (pool row `row`: tile_row) into dst, chunk k
 // counted on its own full barrier fb + 8 k (so S starts on a chunk as soon as it lands). Called by one thread.
@@ -797,17 +803,6 @@ __device__ __forceinline__ void load_q8(const unsigned char* q_tile, const Rows&
       const int r = rows.local[i & 1], unit = 2 * kk + (i >> 1);
       q8[kk][i] = *reinterpret_cast<const uint32_t*>(src + r * 128 + ((unit ^ (r & 7)) << 4) + 4 * q);
     }
-}
-
-// O[:, 256 w + (0..255)] += P V with P (64 x 64 bf16, the store_p layout) in the rope chunk of `p_tile`
-// and V in `tile`.
-__device__ __forceinline__ void issue_pv_ss_from(float (&o)[128], uint32_t p_tile, uint32_t tile, int w) {
-  const uint64_t vd = make_desc(tile + w * (V_COLS / SW) * CHUNK_BYTES, CHUNK_BYTES, 1024);
-  const uint64_t pd = make_desc(p_tile + P_CHUNK * CHUNK_BYTES, 16, 1024);
-  wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < BN / 16; ++kk) wgmma_pv_ss(o, pd + kk * 2, vd + kk * (16 * 128 >> 4), 1);
-  wgmma_commit();
 }
 
 // --- the kernel -------------------------------------------------------------------------------------
@@ -1182,7 +1177,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         reg_fence(o);
         if (has_b) issue_pv_rs(o, pa, stage1, 1);  // O_R += P_b V_bR
         bar_sync(BAR_S2_P0, 128 * CONSUMERS);
-        issue_pv_ss_from(o, stage0, stage0, 1);  // O_R += P_a V_aR
+        issue_pv_ss(o, stage0, 1);  // O_R += P_a V_aR
         if (has_b) {
           wgmma_wait<1>();  // P_b V_bR done: stage 1's chunks 4-8 are free
           if (next_b && loader) load_chunks(p, &kv_map, pages, start + (tb + 2) * BN, tile_row(p, pages, start + (tb + 2) * BN), end, stage1, 4, NCHUNK, fb1);

@@ -13,6 +13,7 @@ import re
 import subprocess
 from pathlib import Path
 
+from kdengine import env
 from kdengine.bench import names
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -104,8 +105,6 @@ def collect() -> dict:
     """A flat dict: software, GPU identity, commit, and the environment overrides that change what is
     measured (`overrides`: kdengine.env.measurement_overrides, "" for none; history compares only runs
     that agree on it). (Clocks and throttling are added by the timer.)"""
-    from kdengine import env
-
     return {**software(), **gpu(), **commit(), "overrides": env.measurement_overrides()}
 
 

@@ -464,6 +464,8 @@ def once(args) -> int:
 
 
 def build_parser(prog: str = "python -m kdengine.bench.kernel") -> argparse.ArgumentParser:
+    from kdengine.ops import cuda_backend
+
     parser = argparse.ArgumentParser(prog=prog)
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("measure")
@@ -487,7 +489,7 @@ def build_parser(prog: str = "python -m kdengine.bench.kernel") -> argparse.Argu
         p.add_argument(f"--{name}", type=int, default=default)
     p.add_argument("--nsplit", type=int, default=None)
     p.add_argument("--page-size", type=int, default=64)
-    p.add_argument("--pingpong", type=int, choices=tuple(range(12)), default=None,
+    p.add_argument("--pingpong", type=int, choices=cuda_backend.PINGPONGS, default=None,
                    help="ping-pong halves (1; 2: P*V split around the barrier, wide2 only; 3: the same, lean; 4-11: "
                         "the lean probes, cuda_backend.PINGPONGS) or not (0) for the wide "
                         "layouts; with --col-warps / --combine: that layout instead of the default")
