@@ -62,7 +62,8 @@ const char* sm90_unsupported(const VerifyParams& p);
 // (each computes S of every other tile, only the row max crosses before P V, both run P V of every tile),
 // 4 = half (each computes S of half of every tile's tokens, the row max and P cross, both run P V of all),
 // 5 = staggered_small (2 with a smaller consumer loop: the default), 6 = staggered_tail, 7 = seesaw2 (FlashMLA's
-// order: each warpgroup computes S of every other tile, 256 threads, no producer warpgroup).
+// order: each warpgroup computes S of every other tile, 256 threads, no producer warpgroup; its hand-offs between
+// the warpgroups on mbarriers), 8 = seesaw2_bar (seesaw2 with those hand-offs on named barriers: a probe).
 cudaError_t launch_split_sm90(const VerifyParams& p, long long pool_tokens, int schedule, cudaStream_t stream);
 // The sm90 split kernel then the merge (the same merge kernels as launch_verify, combine as there;
 // combine -1: the split kernel alone, out / lse not written: for timing the merge's share only).

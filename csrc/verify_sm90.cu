@@ -88,6 +88,7 @@ cudaError_t launch_split_sm90(const VerifyParams& p, long long pool_tokens, int 
       !make_map(&q_map, p.q, static_cast<long long>(p.B) * p.R, sm90::BM))
     return cudaErrorInvalidValue;
   if (schedule == sm90::SEESAW2) return launch_sm90_kernel<sm90::SEESAW2>(p, kv_map, q_map, stream);
+  if (schedule == sm90::SEESAW2_BAR) return launch_sm90_kernel<sm90::SEESAW2_BAR>(p, kv_map, q_map, stream);
   if (schedule == sm90::HALF) return launch_sm90_kernel<sm90::HALF>(p, kv_map, q_map, stream);
   if (schedule == sm90::PAIR) return launch_sm90_kernel<sm90::PAIR>(p, kv_map, q_map, stream);
   if (schedule == sm90::SEESAW) return launch_sm90_kernel<sm90::SEESAW>(p, kv_map, q_map, stream);

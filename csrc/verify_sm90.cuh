@@ -176,9 +176,10 @@ static_assert(SMEM <= 227 * 1024, "over sm_90's 227 KB of shared memory per bloc
 // SEESAW2: one full barrier per chunk and stage (18) and the Q barrier; no empty barriers (each chunk
 // range is reloaded by the consumer thread that saw its last reader finish), no producer warpgroup.
 constexpr int S2_BAR_BYTES = 256;
+constexpr int S2_HANDOFFS = 4;  // SEESAW2's one-way hand-off mbarriers: m', m'', P_a, P_b (after the q barrier)
 constexpr int S2_STATE_OFF = BAR_OFF + S2_BAR_BYTES;  // the same three [2][BM] fp32 tables
 constexpr int S2_SMEM = S2_STATE_OFF + 3 * 2 * BM * 4 + 1024;
-static_assert((STAGES * NCHUNK + 1) * 8 <= S2_BAR_BYTES && S2_SMEM <= 227 * 1024, "SEESAW2 layout");
+static_assert((STAGES * NCHUNK + 1 + S2_HANDOFFS) * 8 <= S2_BAR_BYTES && S2_SMEM <= 227 * 1024, "SEESAW2 layout");
 static_assert(NCHUNK % NGROUP == 0 && (STAGES * (2 * NGROUP + 1) + 1) * 8 <= 128, "barrier layout");
 // setmaxnreg: 384 threads x 168 registers at launch; the producer gives 128 of its 168 back.
 constexpr int PRODUCER_REGS = 40;
@@ -189,14 +190,16 @@ constexpr int CONSUMER_REGS = 232;
 // half: 8 = both warpgroups' row maxima of a tile published, 3 = both halves of its P written.
 constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6, BAR_MAX = 8, BAR_ISSUE = 10;
 enum Schedule {
-  BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, STAGGERED_SMALL = 5, STAGGERED_TAIL = 6, SEESAW2 = 7
+  BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, STAGGERED_SMALL = 5, STAGGERED_TAIL = 6, SEESAW2 = 7,
+  SEESAW2_BAR = 8
 };
 // SEESAW2 (two warpgroups, no producer): 11 = warpgroup 0's running max after its tile published, 12 =
 // warpgroup 1's (the step's) published, 13 = P of the even tile (over its rope chunk) written, 14 = P of
 // the odd tile (over Q's rope chunk) written.
 constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14;
-__host__ __device__ constexpr int threads_of(int schedule) { return schedule == SEESAW2 ? 128 * CONSUMERS : THREADS; }
-__host__ __device__ constexpr int smem_of(int schedule) { return schedule == SEESAW2 ? S2_SMEM : SMEM; }
+__host__ __device__ constexpr bool is_seesaw2(int schedule) { return schedule == SEESAW2 || schedule == SEESAW2_BAR; }
+__host__ __device__ constexpr int threads_of(int schedule) { return is_seesaw2(schedule) ? 128 * CONSUMERS : THREADS; }
+__host__ __device__ constexpr int smem_of(int schedule) { return is_seesaw2(schedule) ? S2_SMEM : SMEM; }
 constexpr int HALF_N = BN / CONSUMERS;  // HALF: tokens of a tile per warpgroup in S
 constexpr float LAZY_LOG2 = 8.f;        // HALF, STAGGERED_SMALL: a row's max moves only when a score passes it by 2^8
 // STAGGERED_SMALL: the producer's empty-barrier waits suspend up to this many ns per try (CUTLASS's hint).
@@ -820,9 +823,9 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
   // full[stage][group] at full_bar + 8 (NGROUP stage + group); empty[stage]; q; PAIR's empty[stage][group]
   const uint32_t full_bar = base + BAR_OFF, empty_bar = full_bar + 8 * STAGES * NGROUP;
   // SEESAW2: full[stage][chunk] at full_bar + 8 (NCHUNK stage + chunk), then q
-  const uint32_t q_bar = SCHEDULE == SEESAW2 ? full_bar + 8 * STAGES * NCHUNK : empty_bar + 8 * STAGES;
+  const uint32_t q_bar = is_seesaw2(SCHEDULE) ? full_bar + 8 * STAGES * NCHUNK : empty_bar + 8 * STAGES;
   const uint32_t pair_empty = q_bar + 8;
-  float* m_tab = reinterpret_cast<float*>(sm + (SCHEDULE == SEESAW2 ? S2_STATE_OFF : STATE_OFF));  // [2][BM]
+  float* m_tab = reinterpret_cast<float*>(sm + (is_seesaw2(SCHEDULE) ? S2_STATE_OFF : STATE_OFF));  // [2][BM]
   float* l_tab = m_tab + 2 * BM;
   float* sc_tab = l_tab + 2 * BM;
 
@@ -842,10 +845,11 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
   const int ntiles = (end - start + BN - 1) / BN;
 
   const bool producer = wg == CONSUMERS && wtid == 0;
-  if constexpr (SCHEDULE == SEESAW2) {
+  if constexpr (is_seesaw2(SCHEDULE)) {
     if (tid == 0) {
       for (int i = 0; i < STAGES * NCHUNK; ++i) mbar_init(full_bar + 8 * i, 1);
       mbar_init(q_bar, 1);
+      for (int i = 0; i < S2_HANDOFFS; ++i) mbar_init(q_bar + 8 * (1 + i), 128);  // every thread of the writing warpgroup
       asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
   } else if (producer) {
@@ -859,7 +863,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
   }
   __syncthreads();
 
-  if (SCHEDULE != SEESAW2 && wg == CONSUMERS) {
+  if (!is_seesaw2(SCHEDULE) && wg == CONSUMERS) {
     // --- producer: Q (rows of the flattened [B * R, 576] q; past R: the next sequence's rows or the
     // zero fill past B * R, never written out), then the split's KV tiles ---
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
@@ -900,8 +904,8 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
   }
 
   // --- consumers ---
-  if constexpr (SCHEDULE != SEESAW2) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
-  if constexpr (SCHEDULE == SEESAW2) {  // Q, all of tile 0, tile 1 (its chunks 4-8 first: the order of its S)
+  if constexpr (!is_seesaw2(SCHEDULE)) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
+  if constexpr (is_seesaw2(SCHEDULE)) {  // Q, all of tile 0, tile 1 (its chunks 4-8 first: the order of its S)
     if (tid == 0) {
       const int* pages = p.page_table + (size_t)b * p.max_pages;
       mbar_expect_tx(q_bar, TILE_BYTES);
@@ -1035,7 +1039,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
       wgmma_wait<0>();
       reg_fence(o);
     }
-  } else if constexpr (SCHEDULE == SEESAW2) {
+  } else if constexpr (is_seesaw2(SCHEDULE)) {
     // SEESAW2 (FlashMLA's order in our layout): per step i, warpgroup 0 owns the even tile a = 2i (stage
     // 0), warpgroup 1 the odd tile b = 2i + 1 (stage 1); each computes S of its tile only. The step starts
     // with both S complete. Warpgroup 0: softmax of a (running max m -> m', lazy), m' published (bar 11),
@@ -1057,6 +1061,22 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
     const uint32_t stage0 = kv_s, stage1 = kv_s + TILE_BYTES;
     const uint64_t kd0 = make_desc(stage0, 16, 1024), kd1 = make_desc(stage1, 16, 1024);
     const uint32_t fb0 = full_bar, fb1 = full_bar + 8 * NCHUNK;
+    // The four one-way hand-offs between the warpgroups, once per step i (k = 0: m', 1: m'', 2: P_a, 3: P_b).
+    // SEESAW2: on mbarriers (every thread of the writing warpgroup arrives, with release semantics; the
+    // readers wait on the step's parity, with acquire). SEESAW2_BAR: on named barriers 11-14 (the writers
+    // bar.arrive, the readers bar.sync), the same order for the hardware, but compute-sanitizer racecheck
+    // does not model bar.arrive and reports the tables handed through them (perf_history/kernel/s2race_6a95ae1/).
+    // A side cannot arrive twice before the other has waited: each one's next arrival on k follows its wait
+    // on a hand-off that the other side signals after its wait on k.
+    const uint32_t handoff_bar = q_bar + 8;
+    auto handoff_signal = [&](int k) {
+      if constexpr (SCHEDULE == SEESAW2) mbar_arrive(handoff_bar + 8 * k);
+      else bar_arrive(BAR_S2_MAX0 + k, 128 * CONSUMERS);
+    };
+    auto handoff_wait = [&](int k, int step) {
+      if constexpr (SCHEDULE == SEESAW2) mbar_wait(handoff_bar + 8 * k, step & 1);
+      else bar_sync(BAR_S2_MAX0 + k, 128 * CONSUMERS);
+    };
     float* mid_tab = m_tab;  // [step parity][BM]: m' (warpgroup 0's running max after tile a)
     float* max_tab = l_tab;  // [step parity][BM]: m'' (the step's running max, warpgroup 1)
     const int steps = (ntiles + 1) / 2;
@@ -1083,7 +1103,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         if (wtid % 4 == 0)
 #pragma unroll
           for (int h = 0; h < 2; ++h) mid_tab[slot + rows.local[h]] = m[h];
-        bar_arrive(BAR_S2_MAX0, 128 * CONSUMERS);
+        handoff_signal(0);
         exp_rows<32, true>(s, m_use, sum);
 #pragma unroll
         for (int h = 0; h < 2; ++h) l[h] = l[h] * sc[h] + sum[h];
@@ -1095,7 +1115,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         wgmma_wait<0>();
         reg_fence(o);
         if (next_a && loader) load_chunks(p, &kv_map, pages, start + (ta + 2) * BN, tile_row(p, pages, start + (ta + 2) * BN), end, stage0, 0, 4, fb0);
-        bar_sync(BAR_S2_MAX1, 128 * CONSUMERS);
+        handoff_wait(1, i);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const float m2 = max_tab[slot + rows.local[h]];
@@ -1112,12 +1132,12 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         }
         store_p(sm + KV_OFF, rows, pa);  // P_a relative to m'', over stage 0's rope chunk (S of a read it)
         fence_async_smem();
-        bar_arrive(BAR_S2_P0, 128 * CONSUMERS);
+        handoff_signal(2);
         reg_fence(o);
         rescale(o, sc);
         reg_fence(o);
         if (has_b) {
-          bar_sync(BAR_S2_P1, 128 * CONSUMERS);
+          handoff_wait(3, i);
           issue_pv_ss_from(o, q_s, stage1, 0);  // O_L += P_b V_bL
         }
         if (next_a) {  // (then has_b too)
@@ -1148,7 +1168,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         const bool has_b = tb < ntiles, next_a = ta + 2 < ntiles, next_b = tb + 2 < ntiles;
         float mx[2] = {-INFINITY, -INFINITY}, m_use[2], sc[2], sc0[2], sum[2] = {0.f, 0.f};
         if (has_b) mask_rowmax<32, true>(p, rows, s, start + tb * BN, prefix, end, mx);
-        bar_sync(BAR_S2_MAX0, 128 * CONSUMERS);
+        handoff_wait(0, i);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const float m1 = mid_tab[slot + rows.local[h]];
@@ -1159,13 +1179,13 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         if (wtid % 4 == 0)
 #pragma unroll
           for (int h = 0; h < 2; ++h) max_tab[slot + rows.local[h]] = m[h];
-        bar_arrive(BAR_S2_MAX1, 128 * CONSUMERS);
+        handoff_signal(1);
         if (has_b) {
           exp_rows<32, true>(s, m_use, sum);
           pack_p(s, pa);
           store_p(sm + Q_OFF, rows, pa);  // over Q's rope chunk (held in registers)
           fence_async_smem();
-          bar_arrive(BAR_S2_P1, 128 * CONSUMERS);
+          handoff_signal(3);
         }
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -1176,7 +1196,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         rescale(o, sc);
         reg_fence(o);
         if (has_b) issue_pv_rs(o, pa, stage1, 1);  // O_R += P_b V_bR
-        bar_sync(BAR_S2_P0, 128 * CONSUMERS);
+        handoff_wait(2, i);
         issue_pv_ss(o, stage0, 1);  // O_R += P_a V_aR
         if (has_b) {
           wgmma_wait<1>();  // P_b V_bR done: stage 1's chunks 4-8 are free

@@ -69,12 +69,13 @@ MMA2_LAYOUTS = ("mma_wide2pp2_lean",)
 # record, perf_history/kernel/verify_kernel_sm90_*_ebda896.json, "cuda_sm90" was the seesaw schedule.)
 SM90_BACKENDS = {"cuda_sm90_both": "both", "cuda_sm90_staggered": "staggered", "cuda_sm90_seesaw": "seesaw",
                  "cuda_sm90_pair": "pair", "cuda_sm90_half": "half", "cuda_sm90_staggered_small": "staggered_small",
-                 "cuda_sm90_staggered_tail": "staggered_tail", "cuda_sm90_seesaw2": "seesaw2"}
+                 "cuda_sm90_staggered_tail": "staggered_tail", "cuda_sm90_seesaw2": "seesaw2",
+                 "cuda_sm90_seesaw2_bar": "seesaw2_bar"}
 # Short device-run sets of sm90 schedules: (the schedules timed, the baseline first; whether the baseline is
 # timed again after them as the run's A/A control).
 SM90_SETS = {"pair": (("staggered", "pair"), False), "half": (("staggered", "half"), True),
              "icache": (("staggered", "staggered_small", "staggered_tail"), True),
-             "seesaw2": (("staggered_small", "seesaw2"), True)}
+             "seesaw2": (("staggered_small", "seesaw2", "seesaw2_bar"), True)}
 H = 8
 SAMPLES = 50  # = kdengine.bench.workloads.GPU_VERIFY_SAMPLES
 SCHEMA = 2
@@ -220,7 +221,8 @@ def variants(N: int, T: int, which: str = "full"):
     f59d68d and 45ed1b3 also hold the probes half_v0, staggered_er and half_fa3, since removed). `icache`:
     staggered, staggered_small (its hot loop shrunk for instruction fetch), staggered_tail (only the tail
     mask rolled: the same math), staggered again (A/A), the peers. `seesaw2`: staggered_small, seesaw2
-    (FlashMLA's order in our layout), staggered_small again (A/A), the peers. `merge`: the sm90 schedule the dispatched
+    (FlashMLA's order in our layout), seesaw2_bar (its hand-offs on named barriers), staggered_small again (A/A),
+    the peers. `merge`: the sm90 schedule the dispatched
     call picks (cuda_backend.pick_schedule) with and without the merge."""
     base = [(default_label(), "cuda", "auto", False, None), ("triton", "triton", None, False, None),
             ("torch", "torch", None, False, None)] + [(p, p, None, False, None) for p in peers.PEERS]

@@ -137,9 +137,11 @@ SM90_MIN_TOKENS_PER_SPLIT = 128
 # staggered_small) crosses through shared memory twice per step, each P through a rope chunk (the even
 # tile's own; the odd tile's over Q's, whose rope dims stay in registers); each chunk of a tile arrives on
 # its own barrier and is reloaded by the consumer that saw its last reader finish (csrc/verify_sm90.cuh).
+# Its four one-way hand-offs between the warpgroups (two row maxima, two P) are on mbarriers; seesaw2_bar is the
+# same kernel with them on named barriers (bar.arrive / bar.sync), which racecheck does not model (a probe).
 # Opt-in: SEESAW2_MIN_ROWS.
 SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4, "staggered_small": 5, "staggered_tail": 6,
-             "seesaw2": 7}
+             "seesaw2": 7, "seesaw2_bar": 8}
 # The default sm90 schedule, at every size. staggered_small was the default only from 8 KV tiles per split
 # (SMALL_MIN_TILES) while its tail mask was a rolled loop of a load per score: 3-9% slower than staggered at 4k
 # (perf_history/kernel/verify_kernel_icache_*_986b231.json). With the mask from packed words (tail_bits), one
