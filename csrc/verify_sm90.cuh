@@ -176,7 +176,7 @@ static_assert(SMEM <= 227 * 1024, "over sm_90's 227 KB of shared memory per bloc
 // SEESAW2: one full barrier per chunk and stage (18) and the Q barrier; no empty barriers (each chunk
 // range is reloaded by the consumer thread that saw its last reader finish), no producer warpgroup.
 constexpr int S2_BAR_BYTES = 256;
-constexpr int S2_HANDOFFS = 4;  // SEESAW2's one-way hand-off mbarriers: m', m'', P_a, P_b (after the q barrier)
+constexpr int S2_HANDOFFS = 5;  // SEESAW2's hand-off mbarriers after the q barrier: m', m'', P_a, P_b, the row sums
 constexpr int S2_STATE_OFF = BAR_OFF + S2_BAR_BYTES;  // the same three [2][BM] fp32 tables
 constexpr int S2_SMEM = S2_STATE_OFF + 3 * 2 * BM * 4 + 1024;
 static_assert((STAGES * NCHUNK + 1 + S2_HANDOFFS) * 8 <= S2_BAR_BYTES && S2_SMEM <= 227 * 1024, "SEESAW2 layout");
@@ -679,12 +679,21 @@ __device__ __forceinline__ void store_p_scaled(unsigned char* tile, const Rows& 
     }
 }
 
-// HALF, PAIR: each warpgroup's row sums hold the P it computed: add the other's (a table of [2][BM]).
-__device__ __forceinline__ void add_row_sums(float (&l)[2], float* tab, const Rows& rows, int w, int wtid) {
+// HALF, PAIR, SEESAW2_BAR: each warpgroup's row sums hold the P it computed: add the other's (a table of [2][BM]).
+// SEESAW2 passes an mbarrier of 256 arrivals (bar) that every thread arrives on and waits for, instead of a
+// bar.sync of both warpgroups: compute-sanitizer racecheck reports this exchange around the bar.sync in that
+// kernel, not around the mbarrier (perf_history/kernel/s2race_6a95ae1/).
+__device__ __forceinline__ void add_row_sums(float (&l)[2], float* tab, const Rows& rows, int w, int wtid,
+                                             uint32_t bar = 0) {
   if (wtid % 4 == 0)
 #pragma unroll
     for (int h = 0; h < 2; ++h) tab[w * BM + rows.local[h]] = l[h];
-  bar_sync(BAR_CONSUMERS, 128 * CONSUMERS);
+  if (bar != 0) {
+    mbar_arrive(bar);
+    mbar_wait(bar, 0);
+  } else {
+    bar_sync(BAR_CONSUMERS, 128 * CONSUMERS);
+  }
 #pragma unroll
   for (int h = 0; h < 2; ++h) l[h] += tab[(1 - w) * BM + rows.local[h]];
 }
@@ -849,7 +858,8 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
     if (tid == 0) {
       for (int i = 0; i < STAGES * NCHUNK; ++i) mbar_init(full_bar + 8 * i, 1);
       mbar_init(q_bar, 1);
-      for (int i = 0; i < S2_HANDOFFS; ++i) mbar_init(q_bar + 8 * (1 + i), 128);  // every thread of the writing warpgroup
+      for (int i = 0; i < S2_HANDOFFS; ++i)  // every thread of the writing warpgroup; of both for the row sums
+        mbar_init(q_bar + 8 * (1 + i), i < 4 ? 128 : 256);
       asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
   } else if (producer) {
@@ -1217,7 +1227,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
     }
     wgmma_wait<0>();
     reg_fence(o);
-    add_row_sums(l, sc_tab, rows, w, wtid);
+    add_row_sums(l, sc_tab, rows, w, wtid, SCHEDULE == SEESAW2 ? handoff_bar + 8 * 4 : 0);
   } else if constexpr (SCHEDULE == HALF) {
     // HALF: warpgroup w computes S of tokens [32 w, 32 w + 32) of every tile (m64n32k16). Per tile: the
     // rows' max over its tokens into mx_tab[tile parity][w], both warpgroups meet (bar 8), each takes the
