@@ -84,13 +84,15 @@
 //     T=16 42.46 us, tensor 49.60%, long scoreboard 2.57, wait 1.78, barrier 1.51, no_instruction 1.32
 //     (66c932a with the unrolled issue loops: 48.42 us, no_instruction 2.69; SASS 9320 -> 6104
 //     instructions). 253 -> 248 registers, no spills. compute-sanitizer: memcheck and synccheck clean,
-//     28 seesaw2 GPU tests pass; racecheck reports RAW hazards on the two row-max tables (line of the
-//     m'' store by warpgroup 1 -> warpgroup 0's load, and m' the other way), e.g. writer thread 160 /
-//     reader thread 32 on the same row (sm90_seesaw2_d5a6c13/san7.log). In the SASS these hand-offs are
-//     STS, BAR.ARV n, 256 (writer) and BAR.SYNC n, 256, LDS (reader), the form that the minimal kernels of
-//     ci/gpu/racecheck_repro.cu pass clean, and that PTX orders (a bar.arrive synchronizes with the
-//     bar.sync that completes the barrier); not yet shown a false positive, so SEESAW2 stays opt-in
-//     (cuda_backend.SEESAW2_MIN_ROWS).
+//     28 seesaw2 GPU tests pass; racecheck reported RAW hazards on the two row-max tables (m'' stored by
+//     warpgroup 1 -> warpgroup 0's load, and m' the other way) while they went through bar.arrive (writer) /
+//     bar.sync (reader). racecheck does not model bar.arrive (its --racecheck-trace-sync log shows it only as the
+//     warpsync before it), and a race-free minimal kernel with this barrier sequence draws the same reports
+//     (ci/gpu/racecheck_repro.cu variants 6-7; perf_history/kernel/s2race_6a95ae1/README.md). So the four one-way
+//     hand-offs (m', m'', P_a, P_b) are on mbarriers (every thread of the writing warpgroup arrives, release; the
+//     readers wait on the step's parity, acquire), and so is the final row-sum exchange (256 arrivals): racecheck,
+//     synccheck and memcheck clean, the same speed as the named-barrier form within the run's spread (that form
+//     stays selectable as SEESAW2_BAR, a probe). The default from 128 query rows (cuda_backend.SEESAW2_MIN_ROWS).
 // Splits, partials and lse follow VerifyParams (verify_launch.h); the merge is the shared merge kernel
 // (a programmatic dependent launch). Two merges fused into this kernel were built, tested and measured
 // slower on the H200, and removed: a cluster merge through distributed shared memory (at one 220 KB block
@@ -193,7 +195,7 @@ enum Schedule {
   BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, STAGGERED_SMALL = 5, STAGGERED_TAIL = 6, SEESAW2 = 7,
   SEESAW2_BAR = 8
 };
-// SEESAW2 (two warpgroups, no producer): 11 = warpgroup 0's running max after its tile published, 12 =
+// SEESAW2_BAR (SEESAW2's hand-offs on named barriers; SEESAW2 has them on mbarriers): 11 = warpgroup 0's running max after its tile published, 12 =
 // warpgroup 1's (the step's) published, 13 = P of the even tile (over its rope chunk) written, 14 = P of
 // the odd tile (over Q's rope chunk) written.
 constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14;

@@ -48,6 +48,7 @@ step "tests + sanitizers"
   san racecheck r4 --path sm90_half --T 3 --H 2 --prefix 140 &
   san racecheck r5 --path sm90_staggered_small --T 3 --H 2 --prefix 140 &
   san racecheck r6 --path sm90_seesaw2 --T 3 --H 2 --prefix 140 &
+  san racecheck r7 --path sm90_seesaw2 --B 3 --T 17 --prefix 700 --nsplit 4 &
   wait
   for f in /tmp/san_*.txt; do grep -vE "^=========\s*$" "$f" | head -8; tail -1 "$f"; done
 ) > "$LOGS/sanitize.log" 2>&1 &
@@ -66,7 +67,8 @@ step nsplit
 room 45 && timeout $(( DEADLINE - $(now) > 90 ? 90 : DEADLINE - $(now) )) python3 -m kdengine.bench.kernel measure --set nsplit \
   --out "$OUT/verify_kernel_nsplit_$sha.json" --commit "$full" 2>&1 | tee "$LOGS/nsplit.log" | grep -E "^ctx" | tail -40
 step seesaw2
-# the opt-in seesaw2 beside the default staggered_small (and staggered_small again: the A/A control), FlashMLA
+# seesaw2 (the default from 128 rows) and its named-barrier form beside staggered_small (and staggered_small again:
+# the A/A control), FlashMLA
 room 50 && timeout 60 python3 -m kdengine.bench.kernel measure --set seesaw2 \
   --out "$OUT/verify_kernel_seesaw2_$sha.json" --commit "$full" 2>&1 | tee "$LOGS/seesaw2.log" | grep -E "^ctx" | tail -30
 step ncu

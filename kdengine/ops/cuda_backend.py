@@ -137,9 +137,9 @@ SM90_MIN_TOKENS_PER_SPLIT = 128
 # staggered_small) crosses through shared memory twice per step, each P through a rope chunk (the even
 # tile's own; the odd tile's over Q's, whose rope dims stay in registers); each chunk of a tile arrives on
 # its own barrier and is reloaded by the consumer that saw its last reader finish (csrc/verify_sm90.cuh).
-# Its four one-way hand-offs between the warpgroups (two row maxima, two P) are on mbarriers; seesaw2_bar is the
-# same kernel with them on named barriers (bar.arrive / bar.sync), which racecheck does not model (a probe).
-# Opt-in: SEESAW2_MIN_ROWS.
+# Its four one-way hand-offs between the warpgroups (two row maxima, two P) and the row-sum exchange are on
+# mbarriers; seesaw2_bar is the same kernel with them on named barriers (bar.arrive / bar.sync), which racecheck
+# does not model (a probe). The default from SEESAW2_MIN_ROWS query rows (below).
 SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4, "staggered_small": 5, "staggered_tail": 6,
              "seesaw2": 7, "seesaw2_bar": 8}
 # The default sm90 schedule, at every size. staggered_small was the default only from 8 KV tiles per split
@@ -150,7 +150,7 @@ SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4, "stag
 # T64 22.2 / 22.2 / 24.0 -> 21.0 (25.5), 16k T16 23.8 / 23.9 / 22.6 -> 22.7 (39.0), 16k T64 53.1 / 52.8 / 51.0
 # -> 48.1 (50.7), 65k T16 55.2 / 55.8 / 51.2 -> 51.1 (52.8), 65k T64 174.7 / 182.9 / 167.1 -> 163.7 (125.8).
 # Faster than staggered by more than the A/A spread at all six sizes, so no threshold.
-DEFAULT_SCHEDULE = "staggered_small"
+DEFAULT_SCHEDULE = "staggered_small"  # below SEESAW2_MIN_ROWS query rows
 # Query rows per sequence (R = T * H) from which the default is pair instead; None: never by default.
 # pair was measured faster than staggered at all six sizes in one run (this pair code as pair_v0 in
 # perf_history/kernel/verify_kernel_pairload_*_752b824.json: 14.2 / 23.5 / 54.8 us at T=16 and 21.3 / 50.8 /
@@ -171,13 +171,16 @@ PAIR_MIN_ROWS: int | None = None
 # clean for it: it does 0.65x staggered's tensor work in the same time (csrc/verify_sm90.cuh says why).
 HALF_MIN_ROWS: int | None = None
 # Query rows per sequence (R = T * H) from which the default is seesaw2 instead (checked first); None:
-# never. Two H200 runs (perf_history/kernel/verify_kernel_seesaw2_*_{66c932a,d5a6c13}.json; us in d5a6c13,
-# staggered_small / seesaw2 / staggered_small again, FlashMLA): 4k T16 15.6 / 14.8 / 15.6 (20.8), 4k T64
-# 23.9 / 20.0 / 24.0 (25.3), 16k T16 22.5 / 20.8 / 22.5 (38.9), 16k T64 50.8 / 41.4 / 50.8 (50.8), 65k T16
-# 51.2 / 45.0 / 51.2 (53.2), 65k T64 158.2 / 131.4 / 161.9 (125.0): faster beyond the A/A spread at all six
-# sizes (R = 128 and 512), in both runs. None while compute-sanitizer racecheck reports its row-max
-# hand-offs (bar.arrive -> bar.sync, as PAIR's; csrc/verify_sm90.cuh); memcheck and synccheck are clean.
-SEESAW2_MIN_ROWS: int | None = None
+# never. Faster than staggered_small beyond the A/A spread at five of the six sizes (R = 128 and 512) in four
+# H200 runs (perf_history/kernel/verify_kernel_seesaw2_*_{66c932a,d5a6c13,edc1c88,50dcc76}.json; us in
+# 50dcc76, staggered_small / seesaw2 / staggered_small again (FlashMLA)): 4k T16 13.3 / 14.8 / 13.3 (20.9),
+# 4k T64 20.8 / 20.1 / 21.0 (25.4), 16k T16 22.7 / 20.8 / 22.6 (39.0), 16k T64 48.0 / 41.2 / 48.0 (50.5),
+# 65k T16 51.0 / 45.1 / 50.9 (53.4), 65k T64 158.0 / 132.7 / 159.1 (123.3). It loses 1.5 us at 4k T=16 (2
+# KV tiles per split: one step, nothing to overlap); the rows cannot tell 4k from 16k at T=16 and the gain
+# elsewhere is 2-25 us, so the threshold is 128 rows (T=16 at H=8). compute-sanitizer racecheck, synccheck
+# and memcheck are clean since its hand-offs are on mbarriers (perf_history/kernel/s2race_6a95ae1/README.md:
+# racecheck does not model bar.arrive, which drew its earlier reports).
+SEESAW2_MIN_ROWS: int | None = 128
 
 
 # The merge of the sm90 kernel is the merge kernel DEFAULT_COMBINE (a programmatic dependent launch). Its

@@ -43,6 +43,7 @@ def ptxas_report() -> str:
 HALF_KERNEL = f"verify_sm90_kernelILi{cuda_backend.SCHEDULES['half']}E"  # (mangled template argument)
 SMALL_KERNELS = [f"verify_sm90_kernelILi{cuda_backend.SCHEDULES[s]}E" for s in ("staggered_small", "staggered_tail")]
 SEESAW2_KERNEL = f"verify_sm90_kernelILi{cuda_backend.SCHEDULES['seesaw2']}E"  # 256 threads, no producer
+SEESAW2_BAR_KERNEL = f"verify_sm90_kernelILi{cuda_backend.SCHEDULES['seesaw2_bar']}E"  # its named-barrier form
 
 
 def kernel_bodies(ptx: str) -> dict[str, str]:
@@ -66,9 +67,16 @@ def test_sm90a_build_uses_wgmma_tma_and_setmaxnreg():
         assert "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16" in body  # O += P V
         assert "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes" in body
         assert "mbarrier.try_wait.parity" in body and "mbarrier.arrive.expect_tx" in body
-        if SEESAW2_KERNEL in name:  # no producer warpgroup: nothing to hand registers to; Q's rope chunk from registers
-            assert "setmaxnreg" not in body
+        if SEESAW2_KERNEL in name or SEESAW2_BAR_KERNEL in name:  # no producer warpgroup: nothing to hand
+            assert "setmaxnreg" not in body  # registers to; Q's rope chunk from registers
             assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.bf16\.bf16 \{[^}]*\}, \{", body)
+            # seesaw2 hands data between its warpgroups on mbarriers only (racecheck does not model bar.arrive:
+            # perf_history/kernel/s2race_6a95ae1/README.md); seesaw2_bar is the named-barrier form
+            handoffs = re.findall(r"mbarrier\.arrive\.shared::cta\.b64", body)
+            if SEESAW2_KERNEL in name:
+                assert not re.search(r"\bbar(rier)?\.arrive", body) and len(handoffs) == 5
+            else:
+                assert re.search(r"\bbar(rier)?\.arrive", body)
         else:
             assert "setmaxnreg.dec.sync.aligned.u32" in body and "setmaxnreg.inc.sync.aligned.u32" in body
         assert "wgmma.wait_group.sync.aligned" in body
@@ -117,6 +125,7 @@ def test_path_switch(monkeypatch):
 
 
 def test_pick_schedule_uses_half_from_its_row_threshold(monkeypatch):
+    monkeypatch.setattr(cuda_backend, "SEESAW2_MIN_ROWS", None)
     monkeypatch.setattr(cuda_backend, "HALF_MIN_ROWS", 128)
     monkeypatch.setattr(cuda_backend, "PAIR_MIN_ROWS", 8)  # half is checked first
     assert cuda_backend.pick_schedule(16, 8) == "half" and cuda_backend.pick_schedule(64, 8) == "half"
@@ -125,22 +134,25 @@ def test_pick_schedule_uses_half_from_its_row_threshold(monkeypatch):
     assert cuda_backend.pick_schedule(8, 8) == cuda_backend.DEFAULT_SCHEDULE
 
 
-def test_pick_schedule_is_staggered_small_at_every_size():
-    # one schedule for all sizes since its tail mask comes from packed words (cuda_backend.DEFAULT_SCHEDULE)
-    assert cuda_backend.DEFAULT_SCHEDULE == "staggered_small"
-    assert {cuda_backend.pick_schedule(t, h) for t in (1, 16, 64, 256) for h in (1, 8, 16)} == {"staggered_small"}
+def test_pick_schedule_is_seesaw2_from_128_rows_else_staggered_small():
+    # seesaw2 from 128 query rows (T=16 at H=8), staggered_small below (cuda_backend.SEESAW2_MIN_ROWS)
+    assert cuda_backend.DEFAULT_SCHEDULE == "staggered_small" and cuda_backend.SEESAW2_MIN_ROWS == 128
+    picked = {(t, h): cuda_backend.pick_schedule(t, h) for t in (1, 8, 15, 16, 64, 256) for h in (1, 8, 16)}
+    assert {k for k, s in picked.items() if s == "seesaw2"} == {(t, h) for (t, h) in picked if t * h >= 128}
+    assert {s for (t, h), s in picked.items() if t * h < 128} == {"staggered_small"}
 
 
 def test_pick_schedule_uses_seesaw2_from_its_row_threshold(monkeypatch):
-    assert cuda_backend.SEESAW2_MIN_ROWS is None  # opt-in: never picked by default
+    monkeypatch.setattr(cuda_backend, "SEESAW2_MIN_ROWS", None)  # off: never picked
     assert "seesaw2" not in {cuda_backend.pick_schedule(t, h) for t in (1, 16, 64, 256) for h in (1, 8, 16)}
-    monkeypatch.setattr(cuda_backend, "SEESAW2_MIN_ROWS", 128)
-    assert cuda_backend.pick_schedule(16, 8) == "seesaw2"  # checked first
-    assert cuda_backend.pick_schedule(15, 8) == cuda_backend.DEFAULT_SCHEDULE
+    monkeypatch.setattr(cuda_backend, "SEESAW2_MIN_ROWS", 256)
+    assert cuda_backend.pick_schedule(32, 8) == "seesaw2"  # checked first
+    assert cuda_backend.pick_schedule(31, 8) == cuda_backend.DEFAULT_SCHEDULE
 
 
 def test_pick_schedule_uses_pair_from_the_row_threshold(monkeypatch):
-    # pair is opt-in until racecheck is clean: the default is the default schedule at every T
+    # pair is opt-in: with seesaw2 off, the default schedule at every T
+    monkeypatch.setattr(cuda_backend, "SEESAW2_MIN_ROWS", None)
     assert {cuda_backend.pick_schedule(t, 8) for t in (1, 16, 64, 256)} == {cuda_backend.DEFAULT_SCHEDULE}
     monkeypatch.setattr(cuda_backend, "PAIR_MIN_ROWS", 512)
     rows = cuda_backend.PAIR_MIN_ROWS
@@ -259,18 +271,19 @@ def test_sm90_nan_past_the_end_is_ignored():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("capacity", [5000, 40000])
-def test_sm90_through_verify_attention_and_graphs(monkeypatch, capacity):
-    """The dispatched call (staggered_small, with few and with many KV tiles per split), captured once and
-    replayed at several lengths with poisoned outputs."""
+@pytest.mark.parametrize("T, schedule", [(16, "seesaw2"), (9, "staggered_small")])
+def test_sm90_through_verify_attention_and_graphs(monkeypatch, capacity, T, schedule):
+    """The dispatched call (seesaw2 from 128 query rows, staggered_small below; with few and with many KV
+    tiles per split), captured once and replayed at several lengths with poisoned outputs."""
     _needs_sm90()
     from kdengine.ops.verify import verify_attention
 
     monkeypatch.setenv("KDENGINE_CUDA_PATH", "sm90")
-    inp = _problem(TestParam(16, [900, 40], B=2), seed=3)
+    inp = _problem(TestParam(T, [900, 40], B=2), seed=3)
     out, lse = verify_attention(*inp.args(), sm_scale=inp.sm_scale, backend="cuda", return_lse=True)
     _check(inp, out, lse)
-    inp = _problem(TestParam(16, [capacity, capacity], B=2), seed=7)
-    assert cuda_backend.pick_schedule(16, 8) == "staggered_small"
+    inp = _problem(TestParam(T, [capacity, capacity], B=2), seed=7)
+    assert cuda_backend.pick_schedule(T, 8) == schedule
     bits = pack_tree_mask(inp.tree_mask)
     prefix_len = inp.prefix_len.clone()
     run = lambda: cuda_backend.run(inp.q, inp.kv_cache, inp.page_table, prefix_len, bits,
