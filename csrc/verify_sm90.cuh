@@ -199,7 +199,27 @@ enum Schedule {
 // warpgroup 1's (the step's) published, 13 = P of the even tile (over its rope chunk) written, 14 = P of
 // the odd tile (over Q's rope chunk) written.
 constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14;
-__host__ __device__ constexpr bool is_seesaw2(int schedule) { return schedule == SEESAW2 || schedule == SEESAW2_BAR; }
+// SEESAW2 probes (schedules S2_PROBE0 + k: SEESAW2's code, hand-offs on mbarriers, with some of these changes,
+// s2_flags): S2_ORDER = warpgroup 1 publishes P_b only once it has issued P_a V_aR, so that both of its P V are on
+// the tensor pipe ahead of warpgroup 0's P_b V_bL and next S (FlashMLA's order); S2_LATE = warpgroup 0 reloads stage
+// 0's chunks 0-3 after the step's max arrived, not before; S2_AHEAD = the loaders look up the pool rows of the next
+// step's loads at the end of a step (under the S wait) instead of right before each TMA issue; S2_L2PF = the tiles
+// two steps ahead are prefetched into L2 (cp.async.bulk.prefetch.tensor) at the end of each step (tiles 2-5 at the
+// start), so that a stage's reload, which waits for its last reader, reads L2 instead of DRAM.
+constexpr int S2_ORDER = 1, S2_LATE = 2, S2_AHEAD = 4, S2_L2PF = 8;
+constexpr int S2_PROBE0 = 9;
+constexpr int S2_PROBE_FLAGS[] = {S2_ORDER, S2_LATE, S2_AHEAD, S2_L2PF, S2_AHEAD | S2_L2PF,
+                                  S2_ORDER | S2_AHEAD | S2_L2PF, S2_ORDER | S2_LATE | S2_AHEAD | S2_L2PF};
+constexpr int S2_PROBES = sizeof(S2_PROBE_FLAGS) / sizeof(int);
+__host__ __device__ constexpr bool is_s2_probe(int schedule) {
+  return schedule >= S2_PROBE0 && schedule < S2_PROBE0 + S2_PROBES;
+}
+__host__ __device__ constexpr int s2_flags(int schedule) {
+  return is_s2_probe(schedule) ? S2_PROBE_FLAGS[schedule - S2_PROBE0] : 0;
+}
+__host__ __device__ constexpr bool is_seesaw2(int schedule) {
+  return schedule == SEESAW2 || schedule == SEESAW2_BAR || is_s2_probe(schedule);
+}
 __host__ __device__ constexpr int threads_of(int schedule) { return is_seesaw2(schedule) ? 128 * CONSUMERS : THREADS; }
 __host__ __device__ constexpr int smem_of(int schedule) { return is_seesaw2(schedule) ? S2_SMEM : SMEM; }
 constexpr int HALF_N = BN / CONSUMERS;  // HALF: tokens of a tile per warpgroup in S
@@ -782,6 +802,17 @@ __device__ __forceinline__ void load_chunks(const VerifyParams& p, const CUtenso
   }
 }
 
+// SEESAW2 probe S2_L2PF: chunks [c0, c1) of the KV tile at pool row `row` (tile_row; -1: pages shorter than a
+// tile, not prefetched) prefetched into L2. Called by one thread; nothing waits for it.
+__device__ __forceinline__ void prefetch_chunks(const CUtensorMap* kv_map, int row, int c0, int c1) {
+  if (row < 0) return;
+#pragma unroll 1
+  for (int k = c0; k < c1; ++k)
+    asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n" ::"l"(reinterpret_cast<uint64_t>(kv_map)),
+                 "r"(k * SW), "r"(row)
+                 : "memory");
+}
+
 // S k-steps of chunks [C0, C1) of a tile, each chunk once its full barrier (fb + 8 chunk, `parity`) has
 // flipped; the rope chunk (8) from Q in registers (q8), the others from shared memory. FIRST: the first
 // k-step starts S (scale-d 0). Not committed.
@@ -927,6 +958,9 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         const int row1 = tile_row(p, pages, start + BN);
         load_chunks(p, &kv_map, pages, start + BN, row1, end, kv_s + TILE_BYTES, 4, NCHUNK, full_bar + 8 * NCHUNK);
         load_chunks(p, &kv_map, pages, start + BN, row1, end, kv_s + TILE_BYTES, 0, 4, full_bar + 8 * NCHUNK);
+      }
+      if constexpr ((s2_flags(SCHEDULE) & S2_L2PF) != 0) {
+        for (int t = 2; t < min(ntiles, 4); ++t) prefetch_chunks(&kv_map, tile_row(p, pages, start + t * BN), 0, NCHUNK);
       }
     }
   }
@@ -1082,16 +1116,34 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
     // on a hand-off that the other side signals after its wait on k.
     const uint32_t handoff_bar = q_bar + 8;
     auto handoff_signal = [&](int k) {
-      if constexpr (SCHEDULE == SEESAW2) mbar_arrive(handoff_bar + 8 * k);
+      if constexpr (SCHEDULE != SEESAW2_BAR) mbar_arrive(handoff_bar + 8 * k);
       else bar_arrive(BAR_S2_MAX0 + k, 128 * CONSUMERS);
     };
     auto handoff_wait = [&](int k, int step) {
-      if constexpr (SCHEDULE == SEESAW2) mbar_wait(handoff_bar + 8 * k, step & 1);
+      if constexpr (SCHEDULE != SEESAW2_BAR) mbar_wait(handoff_bar + 8 * k, step & 1);
       else bar_sync(BAR_S2_MAX0 + k, 128 * CONSUMERS);
     };
     float* mid_tab = m_tab;  // [step parity][BM]: m' (warpgroup 0's running max after tile a)
     float* max_tab = l_tab;  // [step parity][BM]: m'' (the step's running max, warpgroup 1)
     const int steps = (ntiles + 1) / 2;
+    constexpr int FL = s2_flags(SCHEDULE);
+    constexpr bool ORDER = (FL & S2_ORDER) != 0, LATE = (FL & S2_LATE) != 0, AHEAD = (FL & S2_AHEAD) != 0,
+                   L2PF = (FL & S2_L2PF) != 0;
+    // AHEAD: the pool rows of the loads of step i (tiles ta + 2, ta + 3), looked up by the loader at the end of
+    // step i - 1 (under its S wait); L2PF: there, the tile loaded one step later than those that this warpgroup
+    // computes S of (ta + 4 + w) is prefetched into L2 (tiles 2-3: the prologue). t = the first tile of the next loads.
+    int row_a2 = 0, row_b2 = 0;
+    auto look_ahead = [&](int t) {
+      if (!loader) return;
+      if constexpr (AHEAD) {
+        row_a2 = t < ntiles ? tile_row(p, pages, start + t * BN) : 0;
+        row_b2 = t + 1 < ntiles ? tile_row(p, pages, start + (t + 1) * BN) : 0;
+      }
+      if constexpr (L2PF) {
+        const int tp = t + 2 + w;  // the tile after the ones about to be loaded into this warpgroup's stage
+        if (tp < ntiles) prefetch_chunks(&kv_map, tile_row(p, pages, start + tp * BN), 0, NCHUNK);
+      }
+    };
     auto zero_tail = [&](int t, int st, uint32_t fb) {  // rows past `end` of tile t (stage st), this warpgroup
       const int tile_start = start + t * BN;
       if (tile_start + BN > end) {
@@ -1104,6 +1156,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
       zero_tail(0, 0, fb0);
       issue_qk_chunks<0, NCHUNK, true>(s, qd, kd0, q8, fb0, 0);
       wgmma_commit();
+      if constexpr (AHEAD || L2PF) look_ahead(2);
       wgmma_wait<0>();
       reg_fence(s);
       for (int i = 0; i < steps; ++i) {
@@ -1126,7 +1179,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         issue_pv_rs(o, pa, stage0, 0);  // O_L += P_a V_aL
         wgmma_wait<0>();
         reg_fence(o);
-        if (next_a && loader) load_chunks(p, &kv_map, pages, start + (ta + 2) * BN, tile_row(p, pages, start + (ta + 2) * BN), end, stage0, 0, 4, fb0);
+        if (!LATE && next_a && loader) load_chunks(p, &kv_map, pages, start + (ta + 2) * BN, AHEAD ? row_a2 : tile_row(p, pages, start + (ta + 2) * BN), end, stage0, 0, 4, fb0);
         handoff_wait(1, i);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -1135,6 +1188,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
           m[h] = m2;
           l[h] *= sc[h];
         }
+        if (LATE && next_a && loader) load_chunks(p, &kv_map, pages, start + (ta + 2) * BN, AHEAD ? row_a2 : tile_row(p, pages, start + (ta + 2) * BN), end, stage0, 0, 4, fb0);
         if (__any_sync(0xffffffff, sc[0] != 1.f || sc[1] != 1.f)) {  // (rare: the max moved in tile b)
 #pragma unroll
           for (int kk = 0; kk < 4; ++kk)
@@ -1158,9 +1212,10 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
           wgmma_commit();
           wgmma_wait<1>();  // P_b V_bL done: stage 1's chunks 0-3 are free
           reg_fence(o);
-          if (next_b && loader) load_chunks(p, &kv_map, pages, start + (ta + 3) * BN, tile_row(p, pages, start + (ta + 3) * BN), end, stage1, 0, 4, fb1);
+          if (next_b && loader) load_chunks(p, &kv_map, pages, start + (ta + 3) * BN, AHEAD ? row_b2 : tile_row(p, pages, start + (ta + 3) * BN), end, stage1, 0, 4, fb1);
           issue_qk_chunks<4, NCHUNK, false>(s, qd, kd0, q8, fb0, (i + 1) & 1);
           wgmma_commit();
+          if constexpr (AHEAD || L2PF) look_ahead(ta + 4);
         }
         wgmma_wait<0>();
         reg_fence(s);
@@ -1172,6 +1227,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         issue_qk_chunks<4, NCHUNK, true>(s, qd, kd1, q8, fb1, 0);
         issue_qk_chunks<0, 4, false>(s, qd, kd1, q8, fb1, 0);
         wgmma_commit();
+        if constexpr (AHEAD || L2PF) look_ahead(2);
         wgmma_wait<0>();
         reg_fence(s);
       }
@@ -1197,7 +1253,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
           pack_p(s, pa);
           store_p(sm + Q_OFF, rows, pa);  // over Q's rope chunk (held in registers)
           fence_async_smem();
-          handoff_signal(3);
+          if (!ORDER) handoff_signal(3);
         }
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -1210,18 +1266,20 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         if (has_b) issue_pv_rs(o, pa, stage1, 1);  // O_R += P_b V_bR
         handoff_wait(2, i);
         issue_pv_ss(o, stage0, 1);  // O_R += P_a V_aR
+        if (ORDER && has_b) handoff_signal(3);  // (ORDER: both P V of this side issued first)
         if (has_b) {
           wgmma_wait<1>();  // P_b V_bR done: stage 1's chunks 4-8 are free
-          if (next_b && loader) load_chunks(p, &kv_map, pages, start + (tb + 2) * BN, tile_row(p, pages, start + (tb + 2) * BN), end, stage1, 4, NCHUNK, fb1);
+          if (next_b && loader) load_chunks(p, &kv_map, pages, start + (tb + 2) * BN, AHEAD ? row_b2 : tile_row(p, pages, start + (tb + 2) * BN), end, stage1, 4, NCHUNK, fb1);
         }
         wgmma_wait<0>();
         reg_fence(o);
-        if (next_a && loader) load_chunks(p, &kv_map, pages, start + (ta + 2) * BN, tile_row(p, pages, start + (ta + 2) * BN), end, stage0, 4, NCHUNK, fb0);
+        if (next_a && loader) load_chunks(p, &kv_map, pages, start + (ta + 2) * BN, AHEAD ? row_a2 : tile_row(p, pages, start + (ta + 2) * BN), end, stage0, 4, NCHUNK, fb0);
         if (next_b) {
           zero_tail(tb + 2, 1, fb1);
           issue_qk_chunks<4, NCHUNK, true>(s, qd, kd1, q8, fb1, (i + 1) & 1);
           issue_qk_chunks<0, 4, false>(s, qd, kd1, q8, fb1, (i + 1) & 1);
           wgmma_commit();
+          if constexpr (AHEAD || L2PF) look_ahead(ta + 4);
           wgmma_wait<0>();
           reg_fence(s);
         }
@@ -1229,7 +1287,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
     }
     wgmma_wait<0>();
     reg_fence(o);
-    add_row_sums(l, sc_tab, rows, w, wtid, SCHEDULE == SEESAW2 ? handoff_bar + 8 * 4 : 0);
+    add_row_sums(l, sc_tab, rows, w, wtid, SCHEDULE != SEESAW2_BAR ? handoff_bar + 8 * 4 : 0);
   } else if constexpr (SCHEDULE == HALF) {
     // HALF: warpgroup w computes S of tokens [32 w, 32 w + 32) of every tile (m64n32k16). Per tile: the
     // rows' max over its tokens into mx_tab[tile parity][w], both warpgroups meet (bar 8), each takes the

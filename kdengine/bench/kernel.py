@@ -33,7 +33,8 @@ from kdengine.ops.shapes import DV
 CONTEXTS = (4096, 16384, 65536)
 TREE_SIZES = (16, 64)
 NSPLITS = (16, 32, 64, 128, 256, "auto")
-SETS = ("full", "peers", "mma", "mma2", "mma4", "sm90", "paths", "pair", "half", "icache", "seesaw2", "nsplit", "merge")
+SETS = ("full", "peers", "mma", "mma2", "mma4", "sm90", "paths", "pair", "half", "icache", "seesaw2", "s2tune", "nsplit",
+        "merge")
 # The `merge` set: the sm90 schedule the dispatched call picks (cuda_backend.pick_schedule) with the merge
 # kernel, and the same split kernel alone (no merge: the merge's in-graph share is the difference). Up to
 # commit 1cd259e it timed DEFAULT_SCHEDULE (staggered) at every size, though from 8 KV tiles per split the
@@ -70,12 +71,16 @@ MMA2_LAYOUTS = ("mma_wide2pp2_lean",)
 SM90_BACKENDS = {"cuda_sm90_both": "both", "cuda_sm90_staggered": "staggered", "cuda_sm90_seesaw": "seesaw",
                  "cuda_sm90_pair": "pair", "cuda_sm90_half": "half", "cuda_sm90_staggered_small": "staggered_small",
                  "cuda_sm90_staggered_tail": "staggered_tail", "cuda_sm90_seesaw2": "seesaw2",
-                 "cuda_sm90_seesaw2_bar": "seesaw2_bar"}
+                 "cuda_sm90_seesaw2_bar": "seesaw2_bar",
+                 **{f"cuda_sm90_seesaw2_{n}": f"seesaw2_{n}" for n in ("order", "late", "ahead", "l2pf", "al", "oal", "all")}}
 # Short device-run sets of sm90 schedules: (the schedules timed, the baseline first; whether the baseline is
 # timed again after them as the run's A/A control).
 SM90_SETS = {"pair": (("staggered", "pair"), False), "half": (("staggered", "half"), True),
              "icache": (("staggered", "staggered_small", "staggered_tail"), True),
-             "seesaw2": (("staggered_small", "seesaw2", "seesaw2_bar"), True)}
+             "seesaw2": (("staggered_small", "seesaw2", "seesaw2_bar"), True),
+             # seesaw2 against its probes (kdengine.ops.cuda_backend.SEESAW2_PROBES), staggered_small as the baseline
+             "s2tune": (("staggered_small", "seesaw2", *(f"seesaw2_{n}" for n in ("order", "late", "ahead", "l2pf", "al",
+                                                                                  "oal", "all"))), True)}
 H = 8
 SAMPLES = 50  # = kdengine.bench.workloads.GPU_VERIFY_SAMPLES
 SCHEMA = 2

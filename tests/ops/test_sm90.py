@@ -44,6 +44,7 @@ HALF_KERNEL = f"verify_sm90_kernelILi{cuda_backend.SCHEDULES['half']}E"  # (mang
 SMALL_KERNELS = [f"verify_sm90_kernelILi{cuda_backend.SCHEDULES[s]}E" for s in ("staggered_small", "staggered_tail")]
 SEESAW2_KERNEL = f"verify_sm90_kernelILi{cuda_backend.SCHEDULES['seesaw2']}E"  # 256 threads, no producer
 SEESAW2_BAR_KERNEL = f"verify_sm90_kernelILi{cuda_backend.SCHEDULES['seesaw2_bar']}E"  # its named-barrier form
+SEESAW2_KERNELS = [f"verify_sm90_kernelILi{n}E" for s, n in cuda_backend.SCHEDULES.items() if s.startswith("seesaw2")]
 
 
 def kernel_bodies(ptx: str) -> dict[str, str]:
@@ -67,16 +68,17 @@ def test_sm90a_build_uses_wgmma_tma_and_setmaxnreg():
         assert "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16" in body  # O += P V
         assert "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes" in body
         assert "mbarrier.try_wait.parity" in body and "mbarrier.arrive.expect_tx" in body
-        if SEESAW2_KERNEL in name or SEESAW2_BAR_KERNEL in name:  # no producer warpgroup: nothing to hand
-            assert "setmaxnreg" not in body  # registers to; Q's rope chunk from registers
+        if any(k in name for k in SEESAW2_KERNELS):  # no producer warpgroup: nothing to hand registers to; Q's rope
+            # chunk from registers
+            assert "setmaxnreg" not in body
             assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.bf16\.bf16 \{[^}]*\}, \{", body)
             # seesaw2 hands data between its warpgroups on mbarriers only (racecheck does not model bar.arrive:
             # perf_history/kernel/s2race_6a95ae1/README.md); seesaw2_bar is the named-barrier form
             handoffs = re.findall(r"mbarrier\.arrive\.shared::cta\.b64", body)
-            if SEESAW2_KERNEL in name:
-                assert not re.search(r"\bbar(rier)?\.arrive", body) and len(handoffs) == 5
-            else:
+            if SEESAW2_BAR_KERNEL in name:
                 assert re.search(r"\bbar(rier)?\.arrive", body)
+            else:  # seesaw2 and its probes
+                assert not re.search(r"\bbar(rier)?\.arrive", body) and len(handoffs) == 5
         else:
             assert "setmaxnreg.dec.sync.aligned.u32" in body and "setmaxnreg.inc.sync.aligned.u32" in body
         assert "wgmma.wait_group.sync.aligned" in body
@@ -94,7 +96,7 @@ def test_sm90a_build_has_no_spills():
 def test_sm90a_half_wgmma_is_not_serialized():
     """ptxas reports a wgmma it had to wait for or serialize (C7514 / C7515 / C7517) by kernel name."""
     lines = [ln for ln in ptxas_report().splitlines() if re.search(r"C751[0-9]", ln)]
-    assert not [ln for ln in lines if any(k in ln for k in [HALF_KERNEL, *SMALL_KERNELS, SEESAW2_KERNEL])], lines
+    assert not [ln for ln in lines if any(k in ln for k in [HALF_KERNEL, *SMALL_KERNELS, *SEESAW2_KERNELS])], lines
 
 
 @pytest.mark.nvcc
@@ -212,7 +214,8 @@ def test_sm90_matches_reference(tp, schedule):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("schedule", ["pair", "half", "staggered_small", "staggered_tail", "seesaw2"])
+@pytest.mark.parametrize("schedule", ["pair", "half", "staggered_small", "staggered_tail", "seesaw2",
+                                      *(f"seesaw2_{n}" for n in cuda_backend.SEESAW2_PROBES)])
 @pytest.mark.parametrize("L", [40, 64, 100, 128, 150, 192, 250, 1000])
 def test_sm90_pair_every_tile_count_and_tail(L, schedule):
     """pair and seesaw2 split a block's tiles into (even, odd) steps, half peels the last tile's P V: one split
