@@ -205,11 +205,14 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // 0's chunks 0-3 after the step's max arrived, not before; S2_AHEAD = the loaders look up the pool rows of the next
 // step's loads at the end of a step (under the S wait) instead of right before each TMA issue; S2_L2PF = the tiles
 // two steps ahead are prefetched into L2 (cp.async.bulk.prefetch.tensor) at the end of each step (tiles 2-5 at the
-// start), so that a stage's reload, which waits for its last reader, reads L2 instead of DRAM.
-constexpr int S2_ORDER = 1, S2_LATE = 2, S2_AHEAD = 4, S2_L2PF = 8;
+// start), so that a stage's reload, which waits for its last reader, reads L2 instead of DRAM; S2_PRO = the
+// prologue's thread reads the pool rows of tiles 0-1 and prefetches both TMA descriptors first thing (before the
+// barrier init and __syncthreads), so the page-table miss (L2 flushed) is not in series before tile 0's loads.
+constexpr int S2_ORDER = 1, S2_LATE = 2, S2_AHEAD = 4, S2_L2PF = 8, S2_PRO = 16;
 constexpr int S2_PROBE0 = 9;
 constexpr int S2_PROBE_FLAGS[] = {S2_ORDER, S2_LATE, S2_AHEAD, S2_L2PF, S2_AHEAD | S2_L2PF,
-                                  S2_ORDER | S2_AHEAD | S2_L2PF, S2_ORDER | S2_LATE | S2_AHEAD | S2_L2PF};
+                                  S2_ORDER | S2_AHEAD | S2_L2PF, S2_ORDER | S2_LATE | S2_AHEAD | S2_L2PF | S2_PRO,
+                                  S2_PRO};
 constexpr int S2_PROBES = sizeof(S2_PROBE_FLAGS) / sizeof(int);
 __host__ __device__ constexpr bool is_s2_probe(int schedule) {
   return schedule >= S2_PROBE0 && schedule < S2_PROBE0 + S2_PROBES;
@@ -887,6 +890,16 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
   const int ntiles = (end - start + BN - 1) / BN;
 
   const bool producer = wg == CONSUMERS && wtid == 0;
+  int pro_row0 = 0, pro_row1 = 0;  // SEESAW2 S2_PRO: the pool rows of tiles 0 and 1, read first
+  if constexpr ((s2_flags(SCHEDULE) & S2_PRO) != 0) {
+    if (tid == 0) {
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&kv_map)) : "memory");
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&q_map)) : "memory");
+      const int* pages = p.page_table + (size_t)b * p.max_pages;
+      pro_row0 = tile_row(p, pages, start);
+      if (ntiles > 1) pro_row1 = tile_row(p, pages, start + BN);
+    }
+  }
   if constexpr (is_seesaw2(SCHEDULE)) {
     if (tid == 0) {
       for (int i = 0; i < STAGES * NCHUNK; ++i) mbar_init(full_bar + 8 * i, 1);
@@ -953,9 +966,10 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
       const int* pages = p.page_table + (size_t)b * p.max_pages;
       mbar_expect_tx(q_bar, TILE_BYTES);
       for (int k = 0; k < NCHUNK; ++k) tma_load(q_s + k * CHUNK_BYTES, &q_map, k * SW, b * p.R + row0, q_bar);
-      load_chunks(p, &kv_map, pages, start, tile_row(p, pages, start), end, kv_s, 0, NCHUNK, full_bar);
+      constexpr bool PRO = (s2_flags(SCHEDULE) & S2_PRO) != 0;
+      load_chunks(p, &kv_map, pages, start, PRO ? pro_row0 : tile_row(p, pages, start), end, kv_s, 0, NCHUNK, full_bar);
       if (ntiles > 1) {
-        const int row1 = tile_row(p, pages, start + BN);
+        const int row1 = PRO ? pro_row1 : tile_row(p, pages, start + BN);
         load_chunks(p, &kv_map, pages, start + BN, row1, end, kv_s + TILE_BYTES, 4, NCHUNK, full_bar + 8 * NCHUNK);
         load_chunks(p, &kv_map, pages, start + BN, row1, end, kv_s + TILE_BYTES, 0, 4, full_bar + 8 * NCHUNK);
       }

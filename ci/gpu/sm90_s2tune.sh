@@ -18,7 +18,7 @@ export KDENGINE_CACHE_DIR=${KDENGINE_CACHE_DIR:-/tmp/kdengine-cache}
 PY=${PYTHON:-python3}
 status=0
 DEADLINE=${DEADLINE:-300}
-PROBES="seesaw2 seesaw2_order seesaw2_late seesaw2_ahead seesaw2_l2pf seesaw2_al seesaw2_oal seesaw2_all"
+PROBES="seesaw2 seesaw2_order seesaw2_late seesaw2_ahead seesaw2_l2pf seesaw2_al seesaw2_oal seesaw2_all seesaw2_pro"
 SOURCE=${SOURCE:-seesaw2_all}
 cap() { local left=$((DEADLINE - SECONDS)); echo $(( left < $1 ? (left > 5 ? left : 5) : $1 )); }  # step limit
 step() { echo "=== $1 ($(date -u +%T), ${SECONDS}s)"; }
