@@ -90,15 +90,12 @@ cudaError_t launch_split_sm90(const VerifyParams& p, long long pool_tokens, int 
   if (schedule == sm90::SEESAW2) return launch_sm90_kernel<sm90::SEESAW2>(p, kv_map, q_map, stream);
   if (schedule == sm90::SEESAW2_BAR) return launch_sm90_kernel<sm90::SEESAW2_BAR>(p, kv_map, q_map, stream);
   // SEESAW2's probes (verify_sm90.cuh S2_PROBE_FLAGS)
-  static_assert(sm90::S2_PROBES == 8, "one launch line per SEESAW2 probe");
+  static_assert(sm90::S2_PROBES == 5, "one launch line per SEESAW2 probe");
   if (schedule == sm90::S2_PROBE0 + 0) return launch_sm90_kernel<sm90::S2_PROBE0 + 0>(p, kv_map, q_map, stream);
   if (schedule == sm90::S2_PROBE0 + 1) return launch_sm90_kernel<sm90::S2_PROBE0 + 1>(p, kv_map, q_map, stream);
   if (schedule == sm90::S2_PROBE0 + 2) return launch_sm90_kernel<sm90::S2_PROBE0 + 2>(p, kv_map, q_map, stream);
   if (schedule == sm90::S2_PROBE0 + 3) return launch_sm90_kernel<sm90::S2_PROBE0 + 3>(p, kv_map, q_map, stream);
   if (schedule == sm90::S2_PROBE0 + 4) return launch_sm90_kernel<sm90::S2_PROBE0 + 4>(p, kv_map, q_map, stream);
-  if (schedule == sm90::S2_PROBE0 + 5) return launch_sm90_kernel<sm90::S2_PROBE0 + 5>(p, kv_map, q_map, stream);
-  if (schedule == sm90::S2_PROBE0 + 6) return launch_sm90_kernel<sm90::S2_PROBE0 + 6>(p, kv_map, q_map, stream);
-  if (schedule == sm90::S2_PROBE0 + 7) return launch_sm90_kernel<sm90::S2_PROBE0 + 7>(p, kv_map, q_map, stream);
   if (schedule == sm90::HALF) return launch_sm90_kernel<sm90::HALF>(p, kv_map, q_map, stream);
   if (schedule == sm90::PAIR) return launch_sm90_kernel<sm90::PAIR>(p, kv_map, q_map, stream);
   if (schedule == sm90::SEESAW) return launch_sm90_kernel<sm90::SEESAW>(p, kv_map, q_map, stream);

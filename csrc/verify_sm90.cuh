@@ -70,7 +70,10 @@
 //     barrier: a chunk range is reloaded by one thread of the warpgroup that just waited for its last
 //     reader (stage 0 chunks 0-3: warpgroup 0 after P_a V_aL; stage 0 chunks 4-8: warpgroup 1 after P_a
 //     V_aR; stage 1 chunks 0-3: warpgroup 0 after P_b V_bL; stage 1 chunks 4-8: warpgroup 1 after P_b
-//     V_bR). The rolled tail mask and ex2.ftz as in STAGGERED_SMALL; the TMA issue loops rolled.
+//     V_bR). The rolled tail mask and ex2.ftz as in STAGGERED_SMALL; the TMA issue loops rolled. Each loader
+//     thread looks up the pool rows of its next step's loads at the end of a step, under its S wait (S2_AHEAD,
+//     below), not right before each TMA issue: that page-table load sat in series with the reloads on the way
+//     to the next S (perf_history/kernel/sm90_s2tune_912b393/: the probe seesaw2_ahead against seesaw2).
 //     H200, two runs beside staggered_small, its A/A control and FlashMLA (perf_history/kernel/
 //     verify_kernel_seesaw2_*_{66c932a,d5a6c13}.json, logs in sm90_seesaw2_*/; d5a6c13 = this code, 66c932a
 //     = the TMA issue loops unrolled), us, staggered_small / seesaw2 / A/A / FlashMLA in d5a6c13: 4k T16
@@ -199,26 +202,26 @@ enum Schedule {
 // warpgroup 1's (the step's) published, 13 = P of the even tile (over its rope chunk) written, 14 = P of
 // the odd tile (over Q's rope chunk) written.
 constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14;
-// SEESAW2 probes (schedules S2_PROBE0 + k: SEESAW2's code, hand-offs on mbarriers, with some of these changes,
-// s2_flags): S2_ORDER = warpgroup 1 publishes P_b only once it has issued P_a V_aR, so that both of its P V are on
-// the tensor pipe ahead of warpgroup 0's P_b V_bL and next S (FlashMLA's order); S2_LATE = warpgroup 0 reloads stage
-// 0's chunks 0-3 after the step's max arrived, not before; S2_AHEAD = the loaders look up the pool rows of the next
-// step's loads at the end of a step (under the S wait) instead of right before each TMA issue; S2_L2PF = the tiles
-// two steps ahead are prefetched into L2 (cp.async.bulk.prefetch.tensor) at the end of each step (tiles 2-5 at the
-// start), so that a stage's reload, which waits for its last reader, reads L2 instead of DRAM; S2_PRO = the
-// prologue's thread reads the pool rows of tiles 0-1 and prefetches both TMA descriptors first thing (before the
-// barrier init and __syncthreads), so the page-table miss (L2 flushed) is not in series before tile 0's loads.
-constexpr int S2_ORDER = 1, S2_LATE = 2, S2_AHEAD = 4, S2_L2PF = 8, S2_PRO = 16;
-constexpr int S2_PROBE0 = 9;
-constexpr int S2_PROBE_FLAGS[] = {S2_ORDER, S2_LATE, S2_AHEAD, S2_L2PF, S2_AHEAD | S2_L2PF,
-                                  S2_ORDER | S2_AHEAD | S2_L2PF, S2_ORDER | S2_LATE | S2_AHEAD | S2_L2PF | S2_PRO,
-                                  S2_PRO};
+// SEESAW2's variants, as flags (s2_flags): S2_AHEAD = each loader thread looks up the pool rows of the next step's
+// loads at the end of a step (under its S wait) instead of right before each TMA issue (a dependent global load
+// in series with the reload, on the path to the next S): SEESAW2 (and SEESAW2_BAR) since this was measured faster.
+// Probes (schedules S2_PROBE0 + k, hand-offs on mbarriers): S2_ORDER = warpgroup 1 publishes P_b only once it has
+// issued P_a V_aR, so that both of its P V are on the tensor pipe ahead of warpgroup 0's P_b V_bL and next S
+// (FlashMLA's order); S2_LATE = warpgroup 0 reloads stage 0's chunks 0-3 after the step's max arrived, not before;
+// S2_PRO = the prologue's thread reads the pool rows of tiles 0-1 and prefetches both TMA descriptors first thing
+// (before the barrier init and __syncthreads). A fifth, the tiles two steps ahead prefetched into L2
+// (cp.async.bulk.prefetch.tensor at the end of each step), was slower at 16k and 65k and is gone (csrc history,
+// perf_history/kernel/sm90_s2tune_912b393/).
+constexpr int S2_ORDER = 1, S2_LATE = 2, S2_AHEAD = 4, S2_PRO = 16;
+constexpr int S2_PROBE0 = 9;  // seesaw2_v0 (SEESAW2 before S2_AHEAD), then S2_AHEAD with the others
+constexpr int S2_PROBE_FLAGS[] = {0, S2_AHEAD | S2_ORDER, S2_AHEAD | S2_LATE, S2_AHEAD | S2_PRO,
+                                  S2_AHEAD | S2_ORDER | S2_LATE | S2_PRO};
 constexpr int S2_PROBES = sizeof(S2_PROBE_FLAGS) / sizeof(int);
 __host__ __device__ constexpr bool is_s2_probe(int schedule) {
   return schedule >= S2_PROBE0 && schedule < S2_PROBE0 + S2_PROBES;
 }
 __host__ __device__ constexpr int s2_flags(int schedule) {
-  return is_s2_probe(schedule) ? S2_PROBE_FLAGS[schedule - S2_PROBE0] : 0;
+  return is_s2_probe(schedule) ? S2_PROBE_FLAGS[schedule - S2_PROBE0] : S2_AHEAD;  // SEESAW2, SEESAW2_BAR: S2_AHEAD
 }
 __host__ __device__ constexpr bool is_seesaw2(int schedule) {
   return schedule == SEESAW2 || schedule == SEESAW2_BAR || is_s2_probe(schedule);
@@ -805,17 +808,6 @@ __device__ __forceinline__ void load_chunks(const VerifyParams& p, const CUtenso
   }
 }
 
-// SEESAW2 probe S2_L2PF: chunks [c0, c1) of the KV tile at pool row `row` (tile_row; -1: pages shorter than a
-// tile, not prefetched) prefetched into L2. Called by one thread; nothing waits for it.
-__device__ __forceinline__ void prefetch_chunks(const CUtensorMap* kv_map, int row, int c0, int c1) {
-  if (row < 0) return;
-#pragma unroll 1
-  for (int k = c0; k < c1; ++k)
-    asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n" ::"l"(reinterpret_cast<uint64_t>(kv_map)),
-                 "r"(k * SW), "r"(row)
-                 : "memory");
-}
-
 // S k-steps of chunks [C0, C1) of a tile, each chunk once its full barrier (fb + 8 chunk, `parity`) has
 // flipped; the rope chunk (8) from Q in registers (q8), the others from shared memory. FIRST: the first
 // k-step starts S (scale-d 0). Not committed.
@@ -972,9 +964,6 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         const int row1 = PRO ? pro_row1 : tile_row(p, pages, start + BN);
         load_chunks(p, &kv_map, pages, start + BN, row1, end, kv_s + TILE_BYTES, 4, NCHUNK, full_bar + 8 * NCHUNK);
         load_chunks(p, &kv_map, pages, start + BN, row1, end, kv_s + TILE_BYTES, 0, 4, full_bar + 8 * NCHUNK);
-      }
-      if constexpr ((s2_flags(SCHEDULE) & S2_L2PF) != 0) {
-        for (int t = 2; t < min(ntiles, 4); ++t) prefetch_chunks(&kv_map, tile_row(p, pages, start + t * BN), 0, NCHUNK);
       }
     }
   }
@@ -1141,22 +1130,14 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
     float* max_tab = l_tab;  // [step parity][BM]: m'' (the step's running max, warpgroup 1)
     const int steps = (ntiles + 1) / 2;
     constexpr int FL = s2_flags(SCHEDULE);
-    constexpr bool ORDER = (FL & S2_ORDER) != 0, LATE = (FL & S2_LATE) != 0, AHEAD = (FL & S2_AHEAD) != 0,
-                   L2PF = (FL & S2_L2PF) != 0;
-    // AHEAD: the pool rows of the loads of step i (tiles ta + 2, ta + 3), looked up by the loader at the end of
-    // step i - 1 (under its S wait); L2PF: there, the tile loaded one step later than those that this warpgroup
-    // computes S of (ta + 4 + w) is prefetched into L2 (tiles 2-3: the prologue). t = the first tile of the next loads.
+    constexpr bool ORDER = (FL & S2_ORDER) != 0, LATE = (FL & S2_LATE) != 0, AHEAD = (FL & S2_AHEAD) != 0;
+    // AHEAD: the pool rows of the loads of step i (tiles ta + 2, ta + 3), looked up by each warpgroup's loader at
+    // the end of step i - 1 (after its S issue, under the S wait; t = ta + 2 of step i) and at the first S.
     int row_a2 = 0, row_b2 = 0;
     auto look_ahead = [&](int t) {
       if (!loader) return;
-      if constexpr (AHEAD) {
-        row_a2 = t < ntiles ? tile_row(p, pages, start + t * BN) : 0;
-        row_b2 = t + 1 < ntiles ? tile_row(p, pages, start + (t + 1) * BN) : 0;
-      }
-      if constexpr (L2PF) {
-        const int tp = t + 2 + w;  // the tile after the ones about to be loaded into this warpgroup's stage
-        if (tp < ntiles) prefetch_chunks(&kv_map, tile_row(p, pages, start + tp * BN), 0, NCHUNK);
-      }
+      row_a2 = t < ntiles ? tile_row(p, pages, start + t * BN) : 0;
+      row_b2 = t + 1 < ntiles ? tile_row(p, pages, start + (t + 1) * BN) : 0;
     };
     auto zero_tail = [&](int t, int st, uint32_t fb) {  // rows past `end` of tile t (stage st), this warpgroup
       const int tile_start = start + t * BN;
@@ -1170,7 +1151,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
       zero_tail(0, 0, fb0);
       issue_qk_chunks<0, NCHUNK, true>(s, qd, kd0, q8, fb0, 0);
       wgmma_commit();
-      if constexpr (AHEAD || L2PF) look_ahead(2);
+      if constexpr (AHEAD) look_ahead(2);
       wgmma_wait<0>();
       reg_fence(s);
       for (int i = 0; i < steps; ++i) {
@@ -1229,7 +1210,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
           if (next_b && loader) load_chunks(p, &kv_map, pages, start + (ta + 3) * BN, AHEAD ? row_b2 : tile_row(p, pages, start + (ta + 3) * BN), end, stage1, 0, 4, fb1);
           issue_qk_chunks<4, NCHUNK, false>(s, qd, kd0, q8, fb0, (i + 1) & 1);
           wgmma_commit();
-          if constexpr (AHEAD || L2PF) look_ahead(ta + 4);
+          if constexpr (AHEAD) look_ahead(ta + 4);
         }
         wgmma_wait<0>();
         reg_fence(s);
@@ -1241,7 +1222,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         issue_qk_chunks<4, NCHUNK, true>(s, qd, kd1, q8, fb1, 0);
         issue_qk_chunks<0, 4, false>(s, qd, kd1, q8, fb1, 0);
         wgmma_commit();
-        if constexpr (AHEAD || L2PF) look_ahead(2);
+        if constexpr (AHEAD) look_ahead(2);
         wgmma_wait<0>();
         reg_fence(s);
       }
@@ -1293,7 +1274,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
           issue_qk_chunks<4, NCHUNK, true>(s, qd, kd1, q8, fb1, (i + 1) & 1);
           issue_qk_chunks<0, 4, false>(s, qd, kd1, q8, fb1, (i + 1) & 1);
           wgmma_commit();
-          if constexpr (AHEAD || L2PF) look_ahead(ta + 4);
+          if constexpr (AHEAD) look_ahead(ta + 4);
           wgmma_wait<0>();
           reg_fence(s);
         }

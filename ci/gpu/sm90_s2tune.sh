@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# One device run for seesaw2's probes (csrc/verify_sm90.cuh S2_PROBE_FLAGS; kdengine.ops.cuda_backend
-# SEESAW2_PROBES): build for the local arch (ptxas report alongside), smoke calls of seesaw2 and every probe on two
-# odd shapes (a hang ends the run there), then alone on the GPU the timing set `s2tune` (staggered_small, seesaw2,
-# the probes, staggered_small again as the A/A control, FlashMLA at the six sizes) and the same set again at 65k
-# (the second record: 65k T=64 spreads 4-6% within a run), ncu at 65k T=64 and T=16 of seesaw2 and every probe
-# (one process per size, one launch each, cold L2), then at once the seesaw2 GPU tests of tests/ops/test_sm90.py
-# (the probes included) and compute-sanitizer memcheck of every probe (synccheck and racecheck of two), last the
-# per-SASS-line source counters of seesaw2 and of the probe $SOURCE at 65k T=64 if time is left. Every step is cut
-# by `timeout`, capped so that the run ends by $DEADLINE seconds (the log tarball is written in any case).
-#   usage: KDENGINE_COMMIT=<sha> SM90_WHL=<sgl_flash_mla wheel> DEADLINE=300 bash ci/gpu/sm90_s2tune.sh
+# One device run for seesaw2 and its probes (csrc/verify_sm90.cuh S2_PROBE_FLAGS; kdengine.ops.cuda_backend
+# SEESAW2_PROBES; seesaw2_v0 = seesaw2 before this branch): build for the local arch (ptxas report alongside), smoke
+# calls of each on two odd shapes (a hang ends the run there), then alone on the GPU the timing set `s2tune`
+# (staggered_small, seesaw2, the probes, staggered_small again as the A/A control, FlashMLA at the six sizes), at
+# once the seesaw2 GPU tests of tests/ops/test_sm90.py (the probes included) and compute-sanitizer (memcheck of
+# every one; synccheck and racecheck of seesaw2 on three shapes, racecheck of seesaw2_ao), the set again at 65k
+# (the second record: 65k T=64 spreads 4-6% within a run), ncu at 65k T=64 and T=16 of each (one process per size,
+# one launch each, cold L2), last the per-SASS-line source counters of seesaw2 and $SOURCE at 65k T=64 if time is
+# left. Every step is cut by `timeout`, capped so that the run ends by $DEADLINE seconds (the log tarball is
+# written in any case).
+#   usage: KDENGINE_COMMIT=<sha> SM90_WHL=<sgl_flash_mla wheel> DEADLINE=135 bash ci/gpu/sm90_s2tune.sh
 set -o pipefail
 OUT=${OUT:-/tmp/kdengine-s2tune-out}
 LOG=$OUT/logs
@@ -18,8 +19,8 @@ export KDENGINE_CACHE_DIR=${KDENGINE_CACHE_DIR:-/tmp/kdengine-cache}
 PY=${PYTHON:-python3}
 status=0
 DEADLINE=${DEADLINE:-300}
-PROBES="seesaw2 seesaw2_order seesaw2_late seesaw2_ahead seesaw2_l2pf seesaw2_al seesaw2_oal seesaw2_all seesaw2_pro"
-SOURCE=${SOURCE:-seesaw2_all}
+PROBES="seesaw2 seesaw2_v0 seesaw2_ao seesaw2_alate seesaw2_apro seesaw2_aolp"
+SOURCE=${SOURCE:-seesaw2_v0}
 cap() { local left=$((DEADLINE - SECONDS)); echo $(( left < $1 ? (left > 5 ? left : 5) : $1 )); }  # step limit
 step() { echo "=== $1 ($(date -u +%T), ${SECONDS}s)"; }
 finish() {
@@ -75,37 +76,6 @@ fi
 step bench
 timeout $(cap 90) $PY -m kdengine.bench.kernel measure --set s2tune --out "$OUT/verify_kernel_s2tune.json" \
   --commit "${KDENGINE_COMMIT:-}" 2>&1 | tee "$LOG/bench.log" | grep -E "ctx|ceiling" || status=1
-step bench65k  # the set again at 65k: a second record of the sizes with the largest spread
-timeout $(cap 45) $PY -m kdengine.bench.kernel measure --set s2tune --contexts 65536 \
-  --out "$OUT/verify_kernel_s2tune_65k.json" --commit "${KDENGINE_COMMIT:-}" 2>&1 | tee "$LOG/bench65k.log" \
-  | grep -E "ctx" || status=1
-
-step ncu  # one launch of each split kernel (cold L2: ncu flushes the caches before each), reports kept in logs.tgz
-for T in 64 16; do
-  [ $((DEADLINE - SECONDS)) -gt 50 ] || { echo "--- ncu T=$T skipped (time)"; continue; }
-  rep="$LOG/ncu_T$T"
-  timeout $(cap 60) ncu --clock-control none -k regex:verify_sm90_kernel --section SpeedOfLight \
-    --section WarpStateStats --metrics "$NCU_METRICS" --export "$rep" --force-overwrite \
-    $PY ci/gpu/sm90_once_many.py $T $((65536 - T)) $PROBES > "$rep.log" 2>&1 || true
-  ncu --import "$rep.ncu-rep" --page raw --csv > "$rep.raw.csv" 2>&1
-  ncu --import "$rep.ncu-rep" > "$rep.txt" 2>&1
-  rm -f "$rep.ncu-rep"
-  grep "rel L2" "$rep.log"
-  $PY - "$rep.raw.csv" $PROBES <<'PYEOF'
-import csv, sys
-rows = [r for r in csv.DictReader(l for l in open(sys.argv[1]) if not l.startswith("=="))][1:]  # (units row)
-keys = ["gpu__time_duration.sum", "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
-        "smsp__issue_active.avg.pct_of_peak_sustained_active", "smsp__inst_executed.sum", "dram__bytes_read.sum"]
-stalls = ["wait", "barrier", "long_scoreboard", "gmma", "no_instruction", "short_scoreboard", "mio_throttle",
-          "dispatch_stall", "branch_resolving"]
-print("kernel time_us tensor% issue% inst dram_rd " + " ".join(stalls))
-for name, r in zip(sys.argv[2:], rows):
-    vals = [r.get(k, "?") for k in keys]
-    st = [r.get(f"smsp__average_warps_issue_stalled_{s}_per_issue_active.ratio", "?") for s in stalls]
-    print(name, *vals, *st)
-PYEOF
-done
-
 step checks  # correctness, all at once: the seesaw2 GPU tests (probes included), sanitizers of the probes
 timeout $(cap 150) $PY -m pytest -q -m gpu -k seesaw2 tests/ops/test_sm90.py -p no:cacheprovider > "$LOG/pytest_sm90.log" 2>&1 &
 t1=$!
@@ -113,11 +83,13 @@ san=()
 i=0
 specs=()
 for sched in $PROBES; do specs+=("memcheck $sched --T 64 --prefix 700 --nsplit 4"); done
-specs+=("memcheck seesaw2_all --T 3 --H 2 --prefix 300 --nsplit 1")
-specs+=("memcheck seesaw2_all --B 3 --T 17 --prefix 130 --page-size 16")
-specs+=("synccheck seesaw2_all --T 64 --prefix 700 --nsplit 4")
-specs+=("racecheck seesaw2_order --T 3 --H 2 --prefix 300 --nsplit 1")
-specs+=("racecheck seesaw2 --T 3 --H 2 --prefix 300 --nsplit 1")
+specs+=("memcheck seesaw2 --T 3 --H 2 --prefix 300 --nsplit 1")
+specs+=("memcheck seesaw2 --B 3 --T 17 --prefix 130 --page-size 16")
+specs+=("synccheck seesaw2 --T 64 --prefix 700 --nsplit 4")
+for args in "--T 3 --H 2 --prefix 300 --nsplit 1" "--T 64 --prefix 700 --nsplit 4" "--B 3 --T 17 --prefix 130 --page-size 16"; do
+  specs+=("racecheck seesaw2 $args")
+done
+specs+=("racecheck seesaw2_ao --T 3 --H 2 --prefix 300 --nsplit 1")
 for spec in "${specs[@]}"; do
   read -r tool sched args <<< "$spec"
   timeout $(cap 120) compute-sanitizer --tool $tool --error-exitcode 9 $PY -m kdengine.bench.kernel once \
@@ -141,6 +113,37 @@ done
 wait $ptxas_pid
 grep -E "registers|spill|C75" "$LOG/ptxas.txt"
 if [ $checks_ok = 0 ]; then status=1; fi
+
+step bench65k  # the set again at 65k: a second record of the sizes with the largest spread
+timeout $(cap 45) $PY -m kdengine.bench.kernel measure --set s2tune --contexts 65536 \
+  --out "$OUT/verify_kernel_s2tune_65k.json" --commit "${KDENGINE_COMMIT:-}" 2>&1 | tee "$LOG/bench65k.log" \
+  | grep -E "ctx" || status=1
+
+step ncu  # one launch of each split kernel (cold L2: ncu flushes the caches before each), reports kept in logs.tgz
+for T in 64 16; do
+  [ $((DEADLINE - SECONDS)) -gt 20 ] || { echo "--- ncu T=$T skipped (time)"; continue; }
+  rep="$LOG/ncu_T$T"
+  timeout $(cap 60) ncu --clock-control none -k regex:verify_sm90_kernel --section SpeedOfLight \
+    --section WarpStateStats --metrics "$NCU_METRICS" --export "$rep" --force-overwrite \
+    $PY ci/gpu/sm90_once_many.py $T $((65536 - T)) $PROBES > "$rep.log" 2>&1 || true
+  ncu --import "$rep.ncu-rep" --page raw --csv > "$rep.raw.csv" 2>&1
+  ncu --import "$rep.ncu-rep" > "$rep.txt" 2>&1
+  rm -f "$rep.ncu-rep"
+  grep "rel L2" "$rep.log"
+  $PY - "$rep.raw.csv" $PROBES <<'PYEOF'
+import csv, sys
+rows = [r for r in csv.DictReader(l for l in open(sys.argv[1]) if not l.startswith("=="))][1:]  # (units row)
+keys = ["gpu__time_duration.sum", "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+        "smsp__issue_active.avg.pct_of_peak_sustained_active", "smsp__inst_executed.sum", "dram__bytes_read.sum"]
+stalls = ["wait", "barrier", "long_scoreboard", "gmma", "no_instruction", "short_scoreboard", "mio_throttle",
+          "dispatch_stall", "branch_resolving"]
+print("kernel time_us tensor% issue% inst dram_rd " + " ".join(stalls))
+for name, r in zip(sys.argv[2:], rows):
+    vals = [r.get(k, "?") for k in keys]
+    st = [r.get(f"smsp__average_warps_issue_stalled_{s}_per_issue_active.ratio", "?") for s in stalls]
+    print(name, *vals, *st)
+PYEOF
+done
 
 step source  # per-SASS-line stall samples of seesaw2 and $SOURCE at 65k T=64 (ci/gpu/ncu_source_top.py)
 for sched in seesaw2 $SOURCE; do

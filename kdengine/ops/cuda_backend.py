@@ -142,12 +142,12 @@ SM90_MIN_TOKENS_PER_SPLIT = 128
 # does not model (a probe). The default from SEESAW2_MIN_ROWS query rows (below).
 SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4, "staggered_small": 5, "staggered_tail": 6,
              "seesaw2": 7, "seesaw2_bar": 8}
-# seesaw2's probes (csrc/verify_sm90.cuh S2_PROBE_FLAGS, schedules 9-16; hand-offs on mbarriers as seesaw2): order =
-# warpgroup 1 publishes the odd tile's P only after issuing both of its P V (FlashMLA's order on the tensor pipe);
-# late = warpgroup 0 reloads its stage-0 chunks after the step's max arrived; ahead = the pool rows of a step's loads
-# looked up a step early; l2pf = the tiles two steps ahead prefetched into L2; al = ahead + l2pf; oal = order + ahead
-# + l2pf; all = all five; pro = the prologue's page-table reads and TMA descriptor prefetches first thing.
-SEESAW2_PROBES = ("order", "late", "ahead", "l2pf", "al", "oal", "all", "pro")
+# seesaw2's probes (csrc/verify_sm90.cuh S2_PROBE_FLAGS, schedules 9-13; hand-offs on mbarriers as seesaw2): v0 =
+# seesaw2 before its loaders looked up the pool rows of a step's loads a step early (ahead, now part of seesaw2); ao =
+# seesaw2 with warpgroup 1 publishing the odd tile's P only after issuing both of its P V (FlashMLA's order on the
+# tensor pipe); alate = seesaw2 with warpgroup 0's stage-0 reload after the step's max arrived; apro = seesaw2 with
+# the prologue's page-table reads and TMA descriptor prefetches first thing; aolp = all three.
+SEESAW2_PROBES = ("v0", "ao", "alate", "apro", "aolp")
 SCHEDULES.update({f"seesaw2_{name}": 9 + i for i, name in enumerate(SEESAW2_PROBES)})
 # The default sm90 schedule, at every size. staggered_small was the default only from 8 KV tiles per split
 # (SMALL_MIN_TILES) while its tail mask was a rolled loop of a load per score: 3-9% slower than staggered at 4k
