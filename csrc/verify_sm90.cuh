@@ -72,8 +72,18 @@
 //     V_aR; stage 1 chunks 0-3: warpgroup 0 after P_b V_bL; stage 1 chunks 4-8: warpgroup 1 after P_b
 //     V_bR). The rolled tail mask and ex2.ftz as in STAGGERED_SMALL; the TMA issue loops rolled. Each loader
 //     thread looks up the pool rows of its next step's loads at the end of a step, under its S wait (S2_AHEAD,
-//     below), not right before each TMA issue: that page-table load sat in series with the reloads on the way
-//     to the next S (perf_history/kernel/sm90_s2tune_912b393/: the probe seesaw2_ahead against seesaw2).
+//     below), not right before each TMA issue (that page-table load sat in series with the reloads on the way
+//     to the next S), and warpgroup 1 publishes P_b only after issuing both of its P V (S2_ORDER: FlashMLA's
+//     order on the tensor pipe). H200, two runs (perf_history/kernel/verify_kernel_s2tune{,65k}_*_{912b393,
+//     5873571}.json, logs in sm90_s2tune_*/); in 5873571 (seesaw2_ao there = this SEESAW2, SASS identical;
+//     seesaw2_v0 = SEESAW2 before), us, staggered_small / seesaw2_v0 / this / A/A / FlashMLA: 4k T16 13.4 /
+//     15.0 / 15.0 / 13.4 / 20.6, 4k T64 21.0 / 20.1 / 20.0 / 21.0 / 25.1, 16k T16 22.7 / 21.0 / 20.8 / 22.8 /
+//     39.0, 16k T64 48.0 / 41.5 / 40.5 / 47.7 / 50.1, 65k T16 51.2 / 45.2 / 44.7 / 51.1 / 52.3 (the 65k record:
+//     51.1 / 45.2 / 44.5 / 51.1 / 52.6), 65k T64 154.5 / 128.1 / 124.6 / 155.6 / 122.0 (156.7 / 129.6 / 123.5 /
+//     159.2 / 122.1). ncu at 65k (one launch): T=64 126.75 -> 122.30 us, tensor pipe 64.85 -> 67.58%, stalls per
+//     issue barrier 0.97 -> 0.79, gmma 1.12 -> 0.97, long scoreboard 1.69 -> 1.92; T=16 42.27 -> 42.78 us. In
+//     912b393, S2_AHEAD alone against SEESAW2 then: 65k T64 124.4 / 124.7 against 130.8 / 130.8 (two records),
+//     ncu 128.35 -> 124.45 us. Everything below is about SEESAW2 before these two changes.
 //     H200, two runs beside staggered_small, its A/A control and FlashMLA (perf_history/kernel/
 //     verify_kernel_seesaw2_*_{66c932a,d5a6c13}.json, logs in sm90_seesaw2_*/; d5a6c13 = this code, 66c932a
 //     = the TMA issue loops unrolled), us, staggered_small / seesaw2 / A/A / FlashMLA in d5a6c13: 4k T16
@@ -202,26 +212,28 @@ enum Schedule {
 // warpgroup 1's (the step's) published, 13 = P of the even tile (over its rope chunk) written, 14 = P of
 // the odd tile (over Q's rope chunk) written.
 constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14;
-// SEESAW2's variants, as flags (s2_flags): S2_AHEAD = each loader thread looks up the pool rows of the next step's
-// loads at the end of a step (under its S wait) instead of right before each TMA issue (a dependent global load
-// in series with the reload, on the path to the next S): SEESAW2 (and SEESAW2_BAR) since this was measured faster.
-// Probes (schedules S2_PROBE0 + k, hand-offs on mbarriers): S2_ORDER = warpgroup 1 publishes P_b only once it has
-// issued P_a V_aR, so that both of its P V are on the tensor pipe ahead of warpgroup 0's P_b V_bL and next S
-// (FlashMLA's order); S2_LATE = warpgroup 0 reloads stage 0's chunks 0-3 after the step's max arrived, not before;
-// S2_PRO = the prologue's thread reads the pool rows of tiles 0-1 and prefetches both TMA descriptors first thing
-// (before the barrier init and __syncthreads). A fifth, the tiles two steps ahead prefetched into L2
+// SEESAW2's variants, as flags (s2_flags). SEESAW2 (and SEESAW2_BAR) = S2_AHEAD | S2_ORDER: S2_AHEAD = each loader
+// thread looks up the pool rows of the next step's loads at the end of a step (under its S wait) instead of right
+// before each TMA issue (a dependent global load in series with the reload, on the path to the next S); S2_ORDER =
+// warpgroup 1 publishes P_b only once it has issued P_a V_aR, so that both of its P V are on the tensor pipe ahead
+// of warpgroup 0's P_b V_bL and next S (FlashMLA's order; P_b was written and fenced before, as it was).
+// Probes (schedules S2_PROBE0 + k, hand-offs on mbarriers): seesaw2_v0 = neither (SEESAW2 up to 1f13b15);
+// seesaw2_ahead = S2_AHEAD alone; S2_LATE = warpgroup 0 reloads stage 0's chunks 0-3 after the step's max arrived,
+// not before; S2_PRO = the prologue's thread reads the pool rows of tiles 0-1 and prefetches both TMA descriptors
+// first thing (before the barrier init and __syncthreads). A fifth, the tiles two steps ahead prefetched into L2
 // (cp.async.bulk.prefetch.tensor at the end of each step), was slower at 16k and 65k and is gone (csrc history,
 // perf_history/kernel/sm90_s2tune_912b393/).
 constexpr int S2_ORDER = 1, S2_LATE = 2, S2_AHEAD = 4, S2_PRO = 16;
-constexpr int S2_PROBE0 = 9;  // seesaw2_v0 (SEESAW2 before S2_AHEAD), then S2_AHEAD with the others
-constexpr int S2_PROBE_FLAGS[] = {0, S2_AHEAD | S2_ORDER, S2_AHEAD | S2_LATE, S2_AHEAD | S2_PRO,
+constexpr int S2_FLAGS = S2_AHEAD | S2_ORDER;  // SEESAW2, SEESAW2_BAR
+constexpr int S2_PROBE0 = 9;  // seesaw2_v0, seesaw2_ahead, seesaw2_alate, seesaw2_apro, seesaw2_aolp
+constexpr int S2_PROBE_FLAGS[] = {0, S2_AHEAD, S2_AHEAD | S2_LATE, S2_AHEAD | S2_PRO,
                                   S2_AHEAD | S2_ORDER | S2_LATE | S2_PRO};
 constexpr int S2_PROBES = sizeof(S2_PROBE_FLAGS) / sizeof(int);
 __host__ __device__ constexpr bool is_s2_probe(int schedule) {
   return schedule >= S2_PROBE0 && schedule < S2_PROBE0 + S2_PROBES;
 }
 __host__ __device__ constexpr int s2_flags(int schedule) {
-  return is_s2_probe(schedule) ? S2_PROBE_FLAGS[schedule - S2_PROBE0] : S2_AHEAD;  // SEESAW2, SEESAW2_BAR: S2_AHEAD
+  return is_s2_probe(schedule) ? S2_PROBE_FLAGS[schedule - S2_PROBE0] : S2_FLAGS;
 }
 __host__ __device__ constexpr bool is_seesaw2(int schedule) {
   return schedule == SEESAW2 || schedule == SEESAW2_BAR || is_s2_probe(schedule);

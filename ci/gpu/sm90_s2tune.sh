@@ -4,7 +4,7 @@
 # calls of each on two odd shapes (a hang ends the run there), then alone on the GPU the timing set `s2tune`
 # (staggered_small, seesaw2, the probes, staggered_small again as the A/A control, FlashMLA at the six sizes), at
 # once the seesaw2 GPU tests of tests/ops/test_sm90.py (the probes included) and compute-sanitizer (memcheck of
-# every one; synccheck and racecheck of seesaw2 on three shapes, racecheck of seesaw2_ao), the set again at 65k
+# every one; synccheck and racecheck of seesaw2 on three shapes, racecheck of seesaw2_v0), the set again at 65k
 # (the second record: 65k T=64 spreads 4-6% within a run), ncu at 65k T=64 and T=16 of each (one process per size,
 # one launch each, cold L2), last the per-SASS-line source counters of seesaw2 and $SOURCE at 65k T=64 if time is
 # left. Every step is cut by `timeout`, capped so that the run ends by $DEADLINE seconds (the log tarball is
@@ -19,7 +19,7 @@ export KDENGINE_CACHE_DIR=${KDENGINE_CACHE_DIR:-/tmp/kdengine-cache}
 PY=${PYTHON:-python3}
 status=0
 DEADLINE=${DEADLINE:-300}
-PROBES="seesaw2 seesaw2_v0 seesaw2_ao seesaw2_alate seesaw2_apro seesaw2_aolp"
+PROBES="seesaw2 seesaw2_v0 seesaw2_ahead seesaw2_alate seesaw2_apro seesaw2_aolp"
 SOURCE=${SOURCE:-seesaw2_v0}
 cap() { local left=$((DEADLINE - SECONDS)); echo $(( left < $1 ? (left > 5 ? left : 5) : $1 )); }  # step limit
 step() { echo "=== $1 ($(date -u +%T), ${SECONDS}s)"; }
@@ -89,7 +89,7 @@ specs+=("synccheck seesaw2 --T 64 --prefix 700 --nsplit 4")
 for args in "--T 3 --H 2 --prefix 300 --nsplit 1" "--T 64 --prefix 700 --nsplit 4" "--B 3 --T 17 --prefix 130 --page-size 16"; do
   specs+=("racecheck seesaw2 $args")
 done
-specs+=("racecheck seesaw2_ao --T 3 --H 2 --prefix 300 --nsplit 1")
+specs+=("racecheck seesaw2_v0 --T 3 --H 2 --prefix 300 --nsplit 1")
 for spec in "${specs[@]}"; do
   read -r tool sched args <<< "$spec"
   timeout $(cap 120) compute-sanitizer --tool $tool --error-exitcode 9 $PY -m kdengine.bench.kernel once \

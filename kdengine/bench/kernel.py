@@ -72,14 +72,14 @@ SM90_BACKENDS = {"cuda_sm90_both": "both", "cuda_sm90_staggered": "staggered", "
                  "cuda_sm90_pair": "pair", "cuda_sm90_half": "half", "cuda_sm90_staggered_small": "staggered_small",
                  "cuda_sm90_staggered_tail": "staggered_tail", "cuda_sm90_seesaw2": "seesaw2",
                  "cuda_sm90_seesaw2_bar": "seesaw2_bar",
-                 **{f"cuda_sm90_seesaw2_{n}": f"seesaw2_{n}" for n in ("v0", "ao", "alate", "apro", "aolp")}}
+                 **{f"cuda_sm90_seesaw2_{n}": f"seesaw2_{n}" for n in ("v0", "ahead", "alate", "apro", "aolp")}}
 # Short device-run sets of sm90 schedules: (the schedules timed, the baseline first; whether the baseline is
 # timed again after them as the run's A/A control).
 SM90_SETS = {"pair": (("staggered", "pair"), False), "half": (("staggered", "half"), True),
              "icache": (("staggered", "staggered_small", "staggered_tail"), True),
              "seesaw2": (("staggered_small", "seesaw2", "seesaw2_bar"), True),
              # seesaw2 against its probes (kdengine.ops.cuda_backend.SEESAW2_PROBES), staggered_small as the baseline
-             "s2tune": (("staggered_small", "seesaw2", *(f"seesaw2_{n}" for n in ("v0", "ao", "alate", "apro", "aolp"))),
+             "s2tune": (("staggered_small", "seesaw2", *(f"seesaw2_{n}" for n in ("v0", "ahead", "alate", "apro", "aolp"))),
                         True)}
 H = 8
 SAMPLES = 50  # = kdengine.bench.workloads.GPU_VERIFY_SAMPLES

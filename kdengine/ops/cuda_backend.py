@@ -142,12 +142,12 @@ SM90_MIN_TOKENS_PER_SPLIT = 128
 # does not model (a probe). The default from SEESAW2_MIN_ROWS query rows (below).
 SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4, "staggered_small": 5, "staggered_tail": 6,
              "seesaw2": 7, "seesaw2_bar": 8}
-# seesaw2's probes (csrc/verify_sm90.cuh S2_PROBE_FLAGS, schedules 9-13; hand-offs on mbarriers as seesaw2): v0 =
-# seesaw2 before its loaders looked up the pool rows of a step's loads a step early (ahead, now part of seesaw2); ao =
-# seesaw2 with warpgroup 1 publishing the odd tile's P only after issuing both of its P V (FlashMLA's order on the
-# tensor pipe); alate = seesaw2 with warpgroup 0's stage-0 reload after the step's max arrived; apro = seesaw2 with
-# the prologue's page-table reads and TMA descriptor prefetches first thing; aolp = all three.
-SEESAW2_PROBES = ("v0", "ao", "alate", "apro", "aolp")
+# seesaw2's probes (csrc/verify_sm90.cuh S2_PROBE_FLAGS, schedules 9-13; hand-offs on mbarriers as seesaw2). seesaw2
+# itself has its loaders look up the pool rows of a step's loads a step early (ahead) and warpgroup 1 publish the odd
+# tile's P only after issuing both of its P V (order; FlashMLA's order on the tensor pipe). v0 = neither (seesaw2 up
+# to 1f13b15); ahead = ahead alone; alate = ahead + warpgroup 0's stage-0 reload after the step's max arrived; apro =
+# ahead + the prologue's page-table reads and TMA descriptor prefetches first thing; aolp = ahead + order + late + pro.
+SEESAW2_PROBES = ("v0", "ahead", "alate", "apro", "aolp")
 SCHEDULES.update({f"seesaw2_{name}": 9 + i for i, name in enumerate(SEESAW2_PROBES)})
 # The default sm90 schedule, at every size. staggered_small was the default only from 8 KV tiles per split
 # (SMALL_MIN_TILES) while its tail mask was a rolled loop of a load per score: 3-9% slower than staggered at 4k
@@ -186,7 +186,11 @@ HALF_MIN_ROWS: int | None = None
 # KV tiles per split: one step, nothing to overlap); the rows cannot tell 4k from 16k at T=16 and the gain
 # elsewhere is 2-25 us, so the threshold is 128 rows (T=16 at H=8). compute-sanitizer racecheck, synccheck
 # and memcheck are clean since its hand-offs are on mbarriers (perf_history/kernel/s2race_6a95ae1/README.md:
-# racecheck does not model bar.arrive, which drew its earlier reports).
+# racecheck does not model bar.arrive, which drew its earlier reports). Since then its loaders read the page table
+# a step ahead and warpgroup 1 publishes the odd tile's P after issuing both of its P V (csrc/verify_sm90.cuh
+# S2_FLAGS; perf_history/kernel/verify_kernel_s2tune_*_5873571.json, seesaw2_ao there, against seesaw2_v0): 65k
+# T64 124.6 / 123.5 against 128.1 / 129.6 us in two records, 65k T16 44.7 / 44.5 against 45.2 / 45.2, 16k T64
+# 40.5 against 41.5, 4k equal.
 SEESAW2_MIN_ROWS: int | None = 128
 
 
