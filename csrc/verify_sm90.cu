@@ -3,6 +3,8 @@
 // PTX / SASS for the CI check in tests/ops/test_sm90.py.
 #include <cudaTypedefs.h>
 
+#include <utility>
+
 #include "verify_launch.h"
 #include "verify_sm90.cuh"
 
@@ -61,6 +63,15 @@ cudaError_t launch_sm90_kernel(const VerifyParams& p, const CUtensorMap& kv_map,
   return cudaGetLastError();
 }
 
+// The kernel of `schedule` (0 .. NUM_SCHEDULES - 1; any other value: BOTH), one instantiation per schedule.
+template <int... S>
+cudaError_t launch_schedule(int schedule, const VerifyParams& p, const CUtensorMap& kv_map, const CUtensorMap& q_map,
+                            cudaStream_t stream, std::integer_sequence<int, S...>) {
+  cudaError_t err = cudaSuccess;
+  const bool known = ((schedule == S && ((err = launch_sm90_kernel<S>(p, kv_map, q_map, stream)), true)) || ...);
+  return known ? err : launch_sm90_kernel<sm90::BOTH>(p, kv_map, q_map, stream);
+}
+
 }  // namespace
 
 int sm90_row_tiles(int R) { return (R + sm90::BM - 1) / sm90::BM; }
@@ -87,22 +98,7 @@ cudaError_t launch_split_sm90(const VerifyParams& p, long long pool_tokens, int 
   if (!make_map(&kv_map, p.kv, pool_tokens, p.page_size < sm90::BN ? p.page_size : sm90::BN) ||
       !make_map(&q_map, p.q, static_cast<long long>(p.B) * p.R, sm90::BM))
     return cudaErrorInvalidValue;
-  if (schedule == sm90::SEESAW2) return launch_sm90_kernel<sm90::SEESAW2>(p, kv_map, q_map, stream);
-  if (schedule == sm90::SEESAW2_BAR) return launch_sm90_kernel<sm90::SEESAW2_BAR>(p, kv_map, q_map, stream);
-  // SEESAW2's probes (verify_sm90.cuh S2_PROBE_FLAGS)
-  static_assert(sm90::S2_PROBES == 5, "one launch line per SEESAW2 probe");
-  if (schedule == sm90::S2_PROBE0 + 0) return launch_sm90_kernel<sm90::S2_PROBE0 + 0>(p, kv_map, q_map, stream);
-  if (schedule == sm90::S2_PROBE0 + 1) return launch_sm90_kernel<sm90::S2_PROBE0 + 1>(p, kv_map, q_map, stream);
-  if (schedule == sm90::S2_PROBE0 + 2) return launch_sm90_kernel<sm90::S2_PROBE0 + 2>(p, kv_map, q_map, stream);
-  if (schedule == sm90::S2_PROBE0 + 3) return launch_sm90_kernel<sm90::S2_PROBE0 + 3>(p, kv_map, q_map, stream);
-  if (schedule == sm90::S2_PROBE0 + 4) return launch_sm90_kernel<sm90::S2_PROBE0 + 4>(p, kv_map, q_map, stream);
-  if (schedule == sm90::HALF) return launch_sm90_kernel<sm90::HALF>(p, kv_map, q_map, stream);
-  if (schedule == sm90::PAIR) return launch_sm90_kernel<sm90::PAIR>(p, kv_map, q_map, stream);
-  if (schedule == sm90::SEESAW) return launch_sm90_kernel<sm90::SEESAW>(p, kv_map, q_map, stream);
-  if (schedule == sm90::STAGGERED_TAIL) return launch_sm90_kernel<sm90::STAGGERED_TAIL>(p, kv_map, q_map, stream);
-  if (schedule == sm90::STAGGERED_SMALL) return launch_sm90_kernel<sm90::STAGGERED_SMALL>(p, kv_map, q_map, stream);
-  if (schedule == sm90::STAGGERED) return launch_sm90_kernel<sm90::STAGGERED>(p, kv_map, q_map, stream);
-  return launch_sm90_kernel<sm90::BOTH>(p, kv_map, q_map, stream);
+  return launch_schedule(schedule, p, kv_map, q_map, stream, std::make_integer_sequence<int, sm90::NUM_SCHEDULES>{});
 }
 
 }  // namespace kdengine

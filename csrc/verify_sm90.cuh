@@ -229,6 +229,7 @@ constexpr int S2_PROBE0 = 9;  // seesaw2_v0, seesaw2_ahead, seesaw2_alate, seesa
 constexpr int S2_PROBE_FLAGS[] = {0, S2_AHEAD, S2_AHEAD | S2_LATE, S2_AHEAD | S2_PRO,
                                   S2_AHEAD | S2_ORDER | S2_LATE | S2_PRO};
 constexpr int S2_PROBES = sizeof(S2_PROBE_FLAGS) / sizeof(int);
+constexpr int NUM_SCHEDULES = S2_PROBE0 + S2_PROBES;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
 __host__ __device__ constexpr bool is_s2_probe(int schedule) {
   return schedule >= S2_PROBE0 && schedule < S2_PROBE0 + S2_PROBES;
 }
