@@ -11,6 +11,7 @@ from __future__ import annotations
 import platform
 import re
 import subprocess
+import time
 from pathlib import Path
 
 from kdengine import env
@@ -135,6 +136,13 @@ REASON_NAMES = {
     0x20: "sw_thermal", 0x40: "hw_thermal", 0x80: "hw_power_brake", 0x100: "display_clocks",
 }
 CLOCK_CHANGE_LIMIT = 0.05  # an SM clock change larger than this fraction marks the run throttled
+# NVML's violation counters (ns the clocks were held down by the power cap, or by a thermal limit, since the
+# driver loaded) are read beside the throttle reasons, which are only the state at the instant read: a run
+# capped in its middle reads clean at both ends (the seesaw2 set of
+# perf_history/kernel/verify_kernel_seesaw2_*_2503f03.json ended at 1860 MHz under sw_power_cap, while a row
+# timed before it read ~10% slower than in another set of the same run). throttle_fraction reports the
+# capped share of a span; `throttled` does not use it yet: how often the gate's GPU runs are capped is not
+# measured, and a flag set on every heavy benchmark would keep the gate from ever failing on them.
 
 
 def reason_names(mask: int) -> list[str]:
@@ -151,6 +159,17 @@ def _nvml_clocks(index: int) -> dict:
         handle = pynvml.nvmlDeviceGetHandleByIndex(index)
         read_reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
         mask = int(read_reasons(handle))
+        counters = {}
+        for key, policy in (("power_violation_ns", "NVML_PERF_POLICY_POWER"),
+                            ("thermal_violation_ns", "NVML_PERF_POLICY_THERMAL")):
+            try:
+                counters[key] = int(pynvml.nvmlDeviceGetViolationStatus(handle, getattr(pynvml, policy)).violationTime)
+            except Exception:  # not supported on this GPU / driver: the instant reasons only
+                pass
+        try:
+            counters["power_limit_w"] = round(pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0, 1)
+        except Exception:
+            pass
         return {
             "sm_mhz": int(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)),
             "mem_mhz": int(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM)),
@@ -158,6 +177,8 @@ def _nvml_clocks(index: int) -> dict:
             "power_w": round(pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0, 1),
             "throttle_mask": mask,
             "throttle_reasons": reason_names(mask),
+            **counters,
+            "t_s": time.monotonic(),
             "source": "nvml",
         }
     finally:
@@ -217,12 +238,32 @@ def clocks(index: int | None = None) -> dict:
         return _smi_clocks(index)
 
 
+def throttle_fraction(start: dict, end: dict) -> float | None:
+    """The fraction of the span between two readings that NVML counted the clocks held down by the power
+    cap or a thermal limit; None when the readings lack the counters or the timestamps."""
+    dt = (end.get("t_s") or 0.0) - (start.get("t_s") or 0.0)
+    if not start.get("t_s") or not end.get("t_s") or dt <= 0:
+        return None
+    capped = [end[k] - start[k] for k in ("power_violation_ns", "thermal_violation_ns") if k in start and k in end]
+    if not capped:
+        return None
+    return max(0.0, max(capped)) / 1e9 / dt
+
+
 def throttled(start: dict, end: dict) -> bool:
     """True when a non-benign throttle reason was active at the start or the end, or the SM clock
     moved more than CLOCK_CHANGE_LIMIT between two busy readings (a reading taken while the GPU was
     idle has a parked clock and is not compared)."""
     if not start and not end:
         return False
+    for state in (start, end):
+        if int(state.get("throttle_mask", 0)) & ~BENIGN_REASONS:
+            return True
+    idle = any(int(state.get("throttle_mask", 0)) & 0x1 for state in (start, end))
+    a, b = start.get("sm_mhz"), end.get("sm_mhz")
+    if a and b and not idle:  # an idle GPU parks its clock: a change from idle says nothing
+        return abs(b - a) / max(a, b) > CLOCK_CHANGE_LIMIT
+    return False
     for state in (start, end):
         if int(state.get("throttle_mask", 0)) & ~BENIGN_REASONS:
             return True

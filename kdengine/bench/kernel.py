@@ -295,32 +295,69 @@ def variants(N: int, T: int, which: str = "full"):
     return out
 
 
-def measure_case(N: int, T: int, ceil: roofline.Ceilings, which: str = "full", samples: int = SAMPLES) -> dict:
+ORDERS = ("interleaved", "sequential")
+
+
+def measure_case(N: int, T: int, ceil: roofline.Ceilings, which: str = "full", samples: int = SAMPLES,
+                 order: str = "interleaved") -> dict:
+    """Every variant of one size, timed on the same input sets. order "interleaved" (the default): the
+    variants' samples are taken round by round (verify_timing.time_verify_many), so a drift of the GPU
+    over the run falls on all of them alike; "sequential": each variant's samples in one block, one after
+    another (the method of the records up to this option: there a variant's reading at 65k could depend on
+    its place in the set). A variant that cannot be built or run is recorded as an error, not fatal."""
+    from kdengine.bench import fingerprint as fp
     from kdengine.ops.inputs import rel_l2
     from kdengine.ops.reference import verify_attention_reference
 
+    if order not in ORDERS:
+        raise ValueError(f"order: expected one of {ORDERS}, got {order!r}")
     sets = {chain: verify_timing.input_sets(N=N, T=T, H=H, chain=chain) for chain in (False, True)}
     refs = {chain: verify_attention_reference(*s[0][0].args()[:4], s[0][1], sm_scale=s[0][0].sm_scale)[0]
             for chain, s in sets.items()}
     floor = roofline.verify_floor(N=N, T=T, H=H, ceil=ceil)
-    rows = {}
+    rows, ready = {}, []
+
+    def failed(label: str, exc: Exception) -> None:
+        rows[label] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+        print(f"ctx{N} T{T} {label}: {rows[label]['error']}", flush=True)
+
     for label, backend, nsplit, scalar, layout in variants(N, T, which):
         chain = backend in peers.PEERS  # a peer applies a causal tail: checked against a chain mask
-        try:
+        try:  # build the launcher of every input set and run each once: a backend that cannot run fails here
             call, made = rotating_call(backend, nsplit, scalar_loads=scalar, layout=layout)
-            m = verify_timing.time_verify(call, sets[chain], samples=samples, capturable=True)
+            for inp, bits in sets[chain]:
+                call(inp, bits)
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+        except Exception as exc:  # noqa: BLE001 - recorded, not fatal
+            failed(label, exc)
+            continue
+        rows[label] = None  # keeps the variants' order
+        ready.append((label, call, made, chain))
+    timed = {}
+    if order == "interleaved" and len(ready) > 1:
+        print(f"ctx{N} T{T}: {len(ready)} variants, {samples} interleaved rounds", flush=True)
+        try:
+            ms = verify_timing.time_verify_many([(call, sets[chain]) for _, call, _, chain in ready], samples=samples)
+            timed = {label: m for (label, *_), m in zip(ready, ms, strict=True)}
+        except Exception as exc:  # noqa: BLE001 - one launch failed inside the rounds: time them one by one
+            print(f"ctx{N} T{T}: interleaved timing failed ({type(exc).__name__}: {exc}); timing one by one",
+                  flush=True)
+    for label, call, made, chain in ready:
+        try:
+            m = timed.get(label) or verify_timing.time_verify(call, sets[chain], samples=samples, capturable=True)
             _, splits, result = made[id(sets[chain][0][0])]
             err = rel_l2(result().reshape(refs[chain].shape), refs[chain])
-        except Exception as exc:  # noqa: BLE001 - a backend that cannot run is recorded, not fatal
-            rows[label] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
-            print(f"ctx{N} T{T} {label}: {rows[label]['error']}", flush=True)
+        except Exception as exc:  # noqa: BLE001 - recorded, not fatal
+            failed(label, exc)
             continue
         rows[label] = {"median_s": m.median, "samples": m.samples, "nsplit": splits, "rel_l2": err,
-                       "floor_pct": 100 * floor / m.median, "throttled": m.throttled, "copies": len(sets[chain]),
-                       "launches_per_sample": m.launches_per_sample, "method": m.method}
+                       "floor_pct": 100 * floor / m.median, "throttled": m.throttled,
+                       "capped_frac": fp.throttle_fraction(m.clocks_start, m.clocks_end), "copies": len(sets[chain]),
+                       "launches_per_sample": m.launches_per_sample, "method": m.method, "order": order}
         print(f"ctx{N} T{T} {label:30s} nsplit={splits!s:5s} {m.median * 1e6:9.1f} us  "
               f"{100 * floor / m.median:5.1f}% of floor  relL2={err:.2e}", flush=True)
-    return {"N": N, "T": T, "H": H, "floor_s": floor, "results": rows}
+    return {"N": N, "T": T, "H": H, "floor_s": floor, "order": order, "results": rows}
 
 
 def fingerprint() -> dict:
@@ -352,12 +389,15 @@ def measure(args) -> int:
            "date": dt.datetime.now(dt.timezone.utc).isoformat(),
            "method": "kdengine.bench.verify_timing: input sets whose KV exceeds 2x L2, K = max(8, sets) launches "
                      f"per CUDA-graph replay between CUDA events, L2 flushed before each of {SAMPLES} samples; "
-                     "seconds per launch, median",
+                     "seconds per launch, median; "
+                     + ("the variants of a size sampled round by round (interleaved)" if args.order == "interleaved"
+                        else "each variant's samples in one block (sequential)"),
+           "order": args.order,
            "fingerprint": start, "clocks_end": None, "ceilings": asdict(ceil), "cases": []}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     for N in contexts:
         for T in [int(t) for t in args.trees.split(",")]:
-            doc["cases"].append(measure_case(N, T, ceil, args.set))
+            doc["cases"].append(measure_case(N, T, ceil, args.set, order=args.order))
             doc["clocks_end"] = fingerprint().get("clocks")
             Path(args.out).write_text(json.dumps(doc, indent=1))  # after every case: a cut-short run keeps its data
     print(f"wrote {args.out}")
@@ -484,6 +524,10 @@ def build_parser(prog: str = "python -m kdengine.bench.kernel") -> argparse.Argu
                         "times), the mma.sync default, triton, torch, the peers; mma / sm90: one path's "
                         "variants; paths: both cuda paths' defaults, each with the chunked merge, and the "
                         "peers; nsplit: the dispatched call at fixed NSPLIT beside auto")
+    p.add_argument("--order", choices=ORDERS, default="interleaved",
+                   help="interleaved (default): the variants of a size take their samples round by round, so "
+                        "a drift of the GPU over the run falls on all alike; sequential: each variant's samples "
+                        "in one block (the records' method before this option)")
     p.add_argument("--commit", default=None,
                    help="the commit measured (wins over the tree's .git, kept as git_head: device copies)")
     p.set_defaults(func=measure)

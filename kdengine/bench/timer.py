@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -169,42 +169,75 @@ def time_gpu(
     samples is raised to MIN_GPU_SAMPLES. `launch` must only enqueue work (no host sync) for the
     graph path; it may rotate input copies by i so a sample does not run from a warm L2.
     """
+    return time_gpu_interleaved([launch], samples=samples, warmup=warmup, launches=launches, l2_flush=l2_flush,
+                                use_graph=use_graph, device=device)[0]
+
+
+def time_gpu_interleaved(
+    launches_of: Sequence[Callable[[int], object]],
+    *,
+    samples: int = DEFAULT_GPU_SAMPLES,
+    warmup: int = 3,
+    launches: int = 8,
+    l2_flush: bool = False,
+    use_graph: bool = True,
+    device: torch.device | str | None = None,
+) -> list[Measurement]:
+    """`time_gpu` of several launches at once, their samples interleaved: round s takes one sample of
+    each, in an order rotated by s (each launch runs first, second, ... equally often), so a drift of
+    the GPU's state over the run (clocks, power, temperature, what ran just before) falls on every
+    launch alike instead of on whichever was timed last. One Measurement per launch, in order.
+
+    Timed one after another, the same kernel read up to 10% apart at 65k context depending on its
+    place in the set (perf_history/kernel/final_2503f03/seesaw2.log against kernel.log); ratios
+    between launches timed here come from samples taken side by side.
+    """
     _check_counts(samples, warmup, launches)
+    if not launches_of:
+        raise ValueError("launches_of: expected at least one launch")
     if not torch.cuda.is_available():
         raise RuntimeError("time_gpu: no CUDA device")
     device = torch.device(device or "cuda")
     samples = max(samples, MIN_GPU_SAMPLES)
-    for w in range(warmup):
-        launch(w % launches)
-    torch.cuda.synchronize(device)
-    graph = _capture(launch, launches, device) if use_graph else None
+    graphs = []
+    for launch in launches_of:
+        for w in range(warmup):
+            launch(w % launches)
+        torch.cuda.synchronize(device)
+        graphs.append(_capture(launch, launches, device) if use_graph else None)
     flush = l2_flush_buffer(device) if l2_flush else None
-    start = [torch.cuda.Event(enable_timing=True) for _ in range(samples)]
-    end = [torch.cuda.Event(enable_timing=True) for _ in range(samples)]
+    count = len(launches_of)
+    start = [[torch.cuda.Event(enable_timing=True) for _ in range(samples)] for _ in range(count)]
+    end = [[torch.cuda.Event(enable_timing=True) for _ in range(samples)] for _ in range(count)]
     clocks_start = fingerprint.clocks(device.index)
     for s in range(samples):
-        if flush is not None:
-            flush.fill_(s & 0xFF)
-        start[s].record()
-        if graph is not None:
-            graph.replay()
-        else:
-            for i in range(launches):
-                launch(i)
-        end[s].record()
+        for k in range(count):
+            j = (s + k) % count
+            if flush is not None:
+                flush.fill_(s & 0xFF)
+            start[j][s].record()
+            if graphs[j] is not None:
+                graphs[j].replay()
+            else:
+                for i in range(launches):
+                    launches_of[j](i)
+            end[j][s].record()
     torch.cuda.synchronize(device)
     clocks_end = fingerprint.clocks(device.index)
-    values = [a.elapsed_time(b) / 1e3 / launches for a, b in zip(start, end, strict=True)]
-    return Measurement(
-        samples=values,
-        method="cuda-graph" if graph is not None else "cuda-events",
-        launches_per_sample=launches,
-        warmup=warmup,
-        l2_flush=l2_flush,
-        clocks_start=clocks_start,
-        clocks_end=clocks_end,
-        throttled=fingerprint.throttled(clocks_start, clocks_end),
-    )
+    throttled = fingerprint.throttled(clocks_start, clocks_end)
+    return [
+        Measurement(
+            samples=[a.elapsed_time(b) / 1e3 / launches for a, b in zip(start[j], end[j], strict=True)],
+            method="cuda-graph" if graphs[j] is not None else "cuda-events",
+            launches_per_sample=launches,
+            warmup=warmup,
+            l2_flush=l2_flush,
+            clocks_start=clocks_start,
+            clocks_end=clocks_end,
+            throttled=throttled,
+        )
+        for j in range(count)
+    ]
 
 
 def gpu_sampler(

@@ -5,7 +5,8 @@ the same way, so they report the same figures.
 GPU: `copies` distinct input sets (so the KV of consecutive launches exceeds twice the L2: each layer
 of a real model reads its own cold KV), K = max(8, copies) launches rotating through them captured in
 one CUDA graph, the L2 flushed before each sample, CUDA events around each replay, seconds per launch
-(kdengine.bench.timer.time_gpu). CPU: one input set, perf_counter around each call.
+(kdengine.bench.timer.time_gpu). CPU: one input set, perf_counter around each call. Several calls timed
+together (the kernel sweep's rows of one size) take their samples interleaved, round by round.
 """
 
 from __future__ import annotations
@@ -53,11 +54,21 @@ def _rotating(call: VerifyCall, sets: list) -> Callable[[int], object]:
 
 def time_verify(call: VerifyCall, sets: list, *, samples: int, capturable: bool = True) -> timer.Measurement:
     """Seconds per launch of `call` over `sets` (see the module docstring)."""
-    inp, _ = sets[0]
-    if inp.q.device.type != "cuda":
-        return timer.time_cpu(lambda: call(*sets[0]), samples=samples, warmup=1)
-    return timer.time_gpu(_rotating(call, sets), samples=samples, warmup=3, launches=max(MIN_LAUNCHES, len(sets)),
-                          l2_flush=True, use_graph=capturable)
+    return time_verify_many([(call, sets)], samples=samples, capturable=capturable)[0]
+
+
+def time_verify_many(calls: list[tuple[VerifyCall, list]], *, samples: int,
+                     capturable: bool = True) -> list[timer.Measurement]:
+    """`time_verify` of each (call, sets), on the GPU with their samples interleaved round by round
+    (kdengine.bench.timer.time_gpu_interleaved): the figures of calls compared with each other come from
+    samples taken side by side. On the CPU one after another."""
+    if not calls:
+        raise ValueError("calls: expected at least one (call, sets)")
+    if calls[0][1][0][0].q.device.type != "cuda":
+        return [timer.time_cpu(lambda c=call, s=sets: c(*s[0]), samples=samples, warmup=1) for call, sets in calls]
+    launches = max(MIN_LAUNCHES, *(len(sets) for _, sets in calls))
+    return timer.time_gpu_interleaved([_rotating(call, sets) for call, sets in calls], samples=samples, warmup=3,
+                                      launches=launches, l2_flush=True, use_graph=capturable)
 
 
 def sampler(call: VerifyCall, sets: list, *, capturable: bool = True) -> Callable[[], float]:

@@ -113,3 +113,15 @@ def test_the_ci_tools_do_not_import_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=fp.REPO_ROOT).stdout
     assert out.strip() == "[]"
+
+
+def test_throttle_fraction_from_the_violation_counters():
+    """The capped share of a span: the larger of the power and thermal counters' advance over the time
+    between the readings; None without counters or timestamps (older records, nvidia-smi readings)."""
+    start = {"t_s": 100.0, "power_violation_ns": 5_000_000_000, "thermal_violation_ns": 0}
+    end = {"t_s": 102.0, "power_violation_ns": 5_500_000_000, "thermal_violation_ns": 100_000_000}
+    assert fp.throttle_fraction(start, end) == pytest.approx(0.25)
+    assert fp.throttle_fraction(start, {**end, "t_s": 100.0}) is None
+    assert fp.throttle_fraction({"sm_mhz": 1980}, {"sm_mhz": 1980}) is None
+    assert fp.throttle_fraction({"t_s": 1.0}, {"t_s": 2.0}) is None
+    assert fp.throttled({**start, "throttle_mask": 0}, {**end, "throttle_mask": 0}) is False  # reported, not judged

@@ -83,6 +83,28 @@ def test_one_case_on_the_gpu():
     assert ours["rel_l2"] < 1e-2 and ours["median_s"] > 0
 
 
+@pytest.mark.parametrize("order", kernel.ORDERS)
+def test_measure_case_times_every_buildable_variant_in_either_order(monkeypatch, order):
+    """On the CPU (input sets on the CPU, the torch composition twice and a backend that cannot run):
+    the failing row is an error in its place, the others are timed, checked and tagged with the order."""
+    from kdengine.bench import roofline, verify_timing
+
+    cpu_sets = verify_timing.input_sets
+    monkeypatch.setattr(verify_timing, "input_sets", lambda **kw: cpu_sets(**{**kw, "device": "cpu"}))
+    monkeypatch.setattr(kernel, "H", 2)
+    monkeypatch.setattr(kernel, "variants", lambda N, T, which: [
+        ("torch", "torch", None, False, None), ("broken", "no_such_backend", None, False, None),
+        ("torch/aa", "torch", None, False, None)])
+    case = kernel.measure_case(200, 5, roofline.ceilings("cpu"), "peers", samples=2, order=order)
+    assert list(case["results"]) == ["torch", "broken", "torch/aa"] and case["order"] == order
+    assert "error" in case["results"]["broken"]
+    for label in ("torch", "torch/aa"):
+        row = case["results"][label]
+        assert row["rel_l2"] < 1e-2 and len(row["samples"]) == 2 and row["order"] == order
+    with pytest.raises(ValueError, match="order"):
+        kernel.measure_case(200, 5, roofline.ceilings("cpu"), "peers", order="shuffled")
+
+
 def test_nsplit_set_checks_the_dispatched_planner_against_fixed_splits():
     rows = kernel.variants(16384, 16, "nsplit")
     assert rows[-1][:3] == (kernel.DISPATCH, "cuda_auto", "auto")

@@ -71,6 +71,7 @@ class FakeCuda:
 
     def __init__(self, capturable=True):
         self.clock_ms, self.capturing, self.recorded, self.capturable, self.syncs = 0.0, None, [], capturable, 0
+        self.drift = 0.0
         fake = self
 
         class Event:
@@ -124,7 +125,7 @@ class FakeCuda:
             self.advance(ms)
 
     def advance(self, ms):
-        self.clock_ms += ms
+        self.clock_ms += ms * (1.0 + self.drift * self.clock_ms)  # drift > 0: the device slows as it runs
 
     def install(self, monkeypatch):
         import contextlib
@@ -198,3 +199,41 @@ def test_sample_clock_is_a_named_function():
     start = timer.sample_clock()
     timer.SAMPLE_CLOCK.advance(0.25)
     assert timer.sample_clock() - start == 0.25
+
+
+def test_interleaved_samples_put_a_drifting_device_on_every_launch_alike(monkeypatch):
+    """Two identical launches on a device that slows as it runs: timed one after the other, the second
+    reads slower (the position effect); interleaved, round by round in rotated order, they read alike."""
+    fake = FakeCuda()
+    fake.install(monkeypatch)
+    fake.drift = 1e-3  # 0.1% slower per ms of device time so far
+    same = lambda i: fake.work(1.0)  # noqa: E731
+    first = timer.time_gpu(same, samples=20, launches=4, device="cpu")
+    second = timer.time_gpu(same, samples=20, launches=4, device="cpu")
+    assert second.median > 1.05 * first.median  # what sequential timing makes of an A/A pair
+    fake.clock_ms = 0.0
+    a, b = timer.time_gpu_interleaved([same, same], samples=20, launches=4, device="cpu")
+    assert abs(a.median - b.median) < 0.005 * a.median
+    assert len(a.samples) == len(b.samples) == timer.MIN_GPU_SAMPLES and a.method == b.method == "cuda-graph"
+
+
+def test_interleaved_rounds_rotate_the_order_and_flush_before_every_sample(monkeypatch):
+    fake = FakeCuda()
+    flushes = fake.install(monkeypatch)
+    cost = {"a": 1.0, "b": 2.0, "c": 4.0}  # ms of device time: the replayed work names its launch
+    ms = timer.time_gpu_interleaved([lambda i, n=n: fake.work(cost[n]) for n in cost], samples=21, launches=1,
+                                    warmup=0, l2_flush=True, device="cpu")
+    assert [m.median for m in ms] == pytest.approx([1e-3, 2e-3, 4e-3])  # the flush falls outside the events
+    assert all(len(m.samples) == 21 for m in ms) and len(flushes) == 3 * 21
+    ran, advance = [], fake.advance
+    fake.advance = lambda t: (ran.append(t), advance(t))  # the replays' order, flushes (5 ms) left out below
+    timer.time_gpu_interleaved([lambda i, n=n: fake.work(cost[n]) for n in cost], samples=21, launches=1,
+                               warmup=0, device="cpu")
+    names = {v: k for k, v in cost.items()}
+    replays = [names[t] for t in ran if t in names][-3 * 21:]  # capture warm-ups first, then the rounds
+    rounds = [replays[k:k + 3] for k in range(0, len(replays), 3)]
+    assert all(sorted(r) == ["a", "b", "c"] for r in rounds)  # every round samples each launch once
+    firsts = [r[0] for r in rounds]
+    assert firsts.count("a") == firsts.count("b") == firsts.count("c") == 7  # and each goes first alike
+    with pytest.raises(ValueError, match="launches_of"):
+        timer.time_gpu_interleaved([], device="cpu")
