@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One device run on one H200: does the kernel sweep's interleaved order (kdengine.bench.kernel --order
 # interleaved, the default) remove the position effect of timing each variant in one block (--order sequential)?
-# The `seesaw2` set at 65k (staggered_small, seesaw2, seesaw2_bar, staggered_small again as the A/A control,
-# FlashMLA) four times in one process-per-run sequence: sequential, interleaved, sequential, interleaved. Each
-# JSON comes back; the summary prints every row's median per run (python3 ci/gpu/order_summary.py).
+# And do spin gaps after each sample (--gap-ms) keep the power cap off? The `seesaw2` set at 65k (staggered_small,
+# seesaw2, seesaw2_bar, staggered_small again as the A/A control, FlashMLA) once per entry of RUNS (order:gap_ms),
+# one process each. Each JSON comes back; the summary prints every row's median and the share of its span under
+# a power or thermal cap per run (python3 ci/gpu/order_summary.py).
 #   here:   mkdir -p out/order && git bundle create out/order/kd.bundle HEAD && cp .whl/sgl_flash_mla-*.whl out/order/
 #   device: bash ci/gpu/order.sh   (carry out/order)
 set -o pipefail
@@ -19,12 +20,13 @@ nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.max.sm,power.li
 echo "=== build ($SECONDS s)"
 timeout ${BUILD_TIMEOUT:-200} python3 -m kdengine.ops.build --arch native > "$LOGS/build.log" 2>&1 || { tail -30 "$LOGS/build.log"; exit 1; }
 run=0
-for order in sequential interleaved sequential interleaved; do
+for spec in ${RUNS:-sequential:0 interleaved:0 sequential:0 interleaved:0}; do
+  order=${spec%%:*}; gap=${spec##*:}
   run=$((run + 1)); left=$((DEADLINE - SECONDS))
-  (( left > 20 )) || { echo "=== skipped run $run ($order): $SECONDS s used"; continue; }
-  echo "=== run $run: $order ($SECONDS s)"
+  (( left > 20 )) || { echo "=== skipped run $run ($spec): $SECONDS s used"; continue; }
+  echo "=== run $run: $order, gap $gap ms ($SECONDS s)"
   timeout $(( left < 70 ? left : 70 )) python3 -m kdengine.bench.kernel measure --set seesaw2 --contexts 65536 \
-    --order $order --out "$OUT/verify_kernel_order${run}_$sha.json" --commit "$full" 2>&1 | tee "$LOGS/run$run.log" \
+    --order $order --gap-ms $gap --out "$OUT/verify_kernel_order${run}_$sha.json" --commit "$full" 2>&1 | tee "$LOGS/run$run.log" \
     | grep -E "^ctx" | grep -v interleaved
 done
 python3 ci/gpu/order_summary.py "$OUT"/verify_kernel_order*_"$sha".json | tee "$LOGS/summary.txt"

@@ -299,12 +299,14 @@ ORDERS = ("interleaved", "sequential")
 
 
 def measure_case(N: int, T: int, ceil: roofline.Ceilings, which: str = "full", samples: int = SAMPLES,
-                 order: str = "interleaved") -> dict:
+                 order: str = "interleaved", gap_ms: float = 0.0) -> dict:
     """Every variant of one size, timed on the same input sets. order "interleaved" (the default): the
     variants' samples are taken round by round (verify_timing.time_verify_many), so a drift of the GPU
     over the run falls on all of them alike; "sequential": each variant's samples in one block, one after
     another (the method of the records up to this option: there a variant's reading at 65k could depend on
-    its place in the set). A variant that cannot be built or run is recorded as an error, not fatal."""
+    its place in the set). gap_ms: the GPU spins about that long after each sample (interleaved only;
+    kdengine.bench.timer.time_gpu_interleaved). A variant that cannot be built or run is recorded as an error,
+    not fatal."""
     from kdengine.bench import fingerprint as fp
     from kdengine.ops.inputs import rel_l2
     from kdengine.ops.reference import verify_attention_reference
@@ -338,7 +340,8 @@ def measure_case(N: int, T: int, ceil: roofline.Ceilings, which: str = "full", s
     if order == "interleaved" and len(ready) > 1:
         print(f"ctx{N} T{T}: {len(ready)} variants, {samples} interleaved rounds", flush=True)
         try:
-            ms = verify_timing.time_verify_many([(call, sets[chain]) for _, call, _, chain in ready], samples=samples)
+            ms = verify_timing.time_verify_many([(call, sets[chain]) for _, call, _, chain in ready], samples=samples,
+                                                gap_s=gap_ms / 1e3)
             timed = {label: m for (label, *_), m in zip(ready, ms, strict=True)}
         except Exception as exc:  # noqa: BLE001 - one launch failed inside the rounds: time them one by one
             print(f"ctx{N} T{T}: interleaved timing failed ({type(exc).__name__}: {exc}); timing one by one",
@@ -357,7 +360,7 @@ def measure_case(N: int, T: int, ceil: roofline.Ceilings, which: str = "full", s
                        "launches_per_sample": m.launches_per_sample, "method": m.method, "order": order}
         print(f"ctx{N} T{T} {label:30s} nsplit={splits!s:5s} {m.median * 1e6:9.1f} us  "
               f"{100 * floor / m.median:5.1f}% of floor  relL2={err:.2e}", flush=True)
-    return {"N": N, "T": T, "H": H, "floor_s": floor, "order": order, "results": rows}
+    return {"N": N, "T": T, "H": H, "floor_s": floor, "order": order, "gap_ms": gap_ms, "results": rows}
 
 
 def fingerprint() -> dict:
@@ -392,12 +395,12 @@ def measure(args) -> int:
                      "seconds per launch, median; "
                      + ("the variants of a size sampled round by round (interleaved)" if args.order == "interleaved"
                         else "each variant's samples in one block (sequential)"),
-           "order": args.order,
+           "order": args.order, "gap_ms": args.gap_ms,
            "fingerprint": start, "clocks_end": None, "ceilings": asdict(ceil), "cases": []}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     for N in contexts:
         for T in [int(t) for t in args.trees.split(",")]:
-            doc["cases"].append(measure_case(N, T, ceil, args.set, order=args.order))
+            doc["cases"].append(measure_case(N, T, ceil, args.set, order=args.order, gap_ms=args.gap_ms))
             doc["clocks_end"] = fingerprint().get("clocks")
             Path(args.out).write_text(json.dumps(doc, indent=1))  # after every case: a cut-short run keeps its data
     print(f"wrote {args.out}")
@@ -528,6 +531,9 @@ def build_parser(prog: str = "python -m kdengine.bench.kernel") -> argparse.Argu
                    help="interleaved (default): the variants of a size take their samples round by round, so "
                         "a drift of the GPU over the run falls on all alike; sequential: each variant's samples "
                         "in one block (the records' method before this option)")
+    p.add_argument("--gap-ms", type=float, default=0.0,
+                   help="interleaved only: the GPU spins about this long after each sample (busy, so its clock "
+                        "does not park; low power, so a power cap reached by back-to-back samples recovers)")
     p.add_argument("--commit", default=None,
                    help="the commit measured (wins over the tree's .git, kept as git_head: device copies)")
     p.set_defaults(func=measure)

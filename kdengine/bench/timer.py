@@ -29,6 +29,7 @@ from kdengine.bench import fingerprint
 
 MIN_GPU_SAMPLES = 20
 DEFAULT_GPU_SAMPLES = 50
+GAP_CLOCK_HZ = 2.0e9  # the SM clock a gap's spin cycles are counted at (nominal: ~1.98 GHz boost on the H200)
 
 
 @dataclass
@@ -182,6 +183,7 @@ def time_gpu_interleaved(
     l2_flush: bool = False,
     use_graph: bool = True,
     device: torch.device | str | None = None,
+    gap_s: float = 0.0,
 ) -> list[Measurement]:
     """`time_gpu` of several launches at once, their samples interleaved: round s takes one sample of
     each, in an order rotated by s (each launch runs first, second, ... equally often), so a drift of
@@ -191,7 +193,13 @@ def time_gpu_interleaved(
     Timed one after another, the same kernel read up to 10% apart at 65k context depending on its
     place in the set (perf_history/kernel/final_2503f03/seesaw2.log against kernel.log); ratios
     between launches timed here come from samples taken side by side.
+
+    gap_s > 0: after each sample the GPU spins one thread for about that long (torch.cuda._sleep,
+    cycles counted at GAP_CLOCK_HZ), outside the events: the GPU stays busy, so its clock does not
+    park, while its power falls, so a power cap reached by back-to-back heavy samples can recover.
     """
+    if not gap_s >= 0:
+        raise ValueError(f"gap_s: expected seconds >= 0, got {gap_s!r}")
     _check_counts(samples, warmup, launches)
     if not launches_of:
         raise ValueError("launches_of: expected at least one launch")
@@ -222,6 +230,8 @@ def time_gpu_interleaved(
                 for i in range(launches):
                     launches_of[j](i)
             end[j][s].record()
+            if gap_s > 0:
+                torch.cuda._sleep(int(gap_s * GAP_CLOCK_HZ))
     torch.cuda.synchronize(device)
     clocks_end = fingerprint.clocks(device.index)
     throttled = fingerprint.throttled(clocks_start, clocks_end)

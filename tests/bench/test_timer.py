@@ -71,7 +71,7 @@ class FakeCuda:
 
     def __init__(self, capturable=True):
         self.clock_ms, self.capturing, self.recorded, self.capturable, self.syncs = 0.0, None, [], capturable, 0
-        self.drift = 0.0
+        self.drift, self.gaps = 0.0, []
         fake = self
 
         class Event:
@@ -137,6 +137,7 @@ class FakeCuda:
         monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: self.Stream())
         monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
         monkeypatch.setattr(timer.fingerprint, "clocks", lambda index=None: {"sm_mhz": 1980, "throttle_mask": 0})
+        monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: (self.gaps.append(cycles), self.work(cycles / 2e6)))
         flushes, fake = [], self
 
         class Flush:  # a flush costs 5 ms of device time, which must fall outside the sample's events
@@ -237,3 +238,14 @@ def test_interleaved_rounds_rotate_the_order_and_flush_before_every_sample(monke
     assert firsts.count("a") == firsts.count("b") == firsts.count("c") == 7  # and each goes first alike
     with pytest.raises(ValueError, match="launches_of"):
         timer.time_gpu_interleaved([], device="cpu")
+
+
+def test_gaps_spin_after_every_sample_outside_the_events(monkeypatch):
+    fake = FakeCuda()
+    fake.install(monkeypatch)
+    ms = timer.time_gpu_interleaved([lambda i: fake.work(1.0), lambda i: fake.work(2.0)], samples=20, launches=2,
+                                    device="cpu", gap_s=0.004)
+    assert [m.median for m in ms] == pytest.approx([1e-3, 2e-3])  # the 4 ms spins fall outside
+    assert fake.gaps == [int(0.004 * timer.GAP_CLOCK_HZ)] * 40
+    with pytest.raises(ValueError, match="gap_s"):
+        timer.time_gpu_interleaved([lambda i: None], device="cpu", gap_s=-1.0)
