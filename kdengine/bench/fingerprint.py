@@ -51,9 +51,12 @@ def gpu() -> dict:
 
     if not torch.cuda.is_available():
         return {"gpu": "cpu", "sm_count": 0, "cpu": platform.processor() or platform.machine()}
+    from kdengine.bench import verify_timing
+
     props = torch.cuda.get_device_properties(0)
     return {
         "gpu": props.name,
+        "verify_timer": verify_timing.METHOD,  # how verify samples are taken (a GAP_S spin after each)
         "sm_count": props.multi_processor_count,
         "capability": f"sm_{props.major}{props.minor}",
         "memory_gib": round(props.total_memory / 2**30, 1),

@@ -299,13 +299,13 @@ ORDERS = ("interleaved", "sequential")
 
 
 def measure_case(N: int, T: int, ceil: roofline.Ceilings, which: str = "full", samples: int = SAMPLES,
-                 order: str = "interleaved", gap_ms: float = 0.0) -> dict:
+                 order: str = "interleaved", gap_ms: float = verify_timing.GAP_S * 1e3) -> dict:
     """Every variant of one size, timed on the same input sets. order "interleaved" (the default): the
     variants' samples are taken round by round (verify_timing.time_verify_many), so a drift of the GPU
     over the run falls on all of them alike; "sequential": each variant's samples in one block, one after
     another (the method of the records up to this option: there a variant's reading at 65k could depend on
-    its place in the set). gap_ms: the GPU spins about that long after each sample (interleaved only;
-    kdengine.bench.timer.time_gpu_interleaved). A variant that cannot be built or run is recorded as an error,
+    its place in the set). gap_ms: the GPU spins about that long after each sample (verify_timing.GAP_S:
+    keeps the power cap off; 0 and "sequential" together are the records' method before these options). A variant that cannot be built or run is recorded as an error,
     not fatal."""
     from kdengine.bench import fingerprint as fp
     from kdengine.ops.inputs import rel_l2
@@ -348,7 +348,8 @@ def measure_case(N: int, T: int, ceil: roofline.Ceilings, which: str = "full", s
                   flush=True)
     for label, call, made, chain in ready:
         try:
-            m = timed.get(label) or verify_timing.time_verify(call, sets[chain], samples=samples, capturable=True)
+            m = timed.get(label) or verify_timing.time_verify(call, sets[chain], samples=samples, capturable=True,
+                                                              gap_s=gap_ms / 1e3)
             _, splits, result = made[id(sets[chain][0][0])]
             err = rel_l2(result().reshape(refs[chain].shape), refs[chain])
         except Exception as exc:  # noqa: BLE001 - recorded, not fatal
@@ -392,7 +393,7 @@ def measure(args) -> int:
            "date": dt.datetime.now(dt.timezone.utc).isoformat(),
            "method": "kdengine.bench.verify_timing: input sets whose KV exceeds 2x L2, K = max(8, sets) launches "
                      f"per CUDA-graph replay between CUDA events, L2 flushed before each of {SAMPLES} samples; "
-                     "seconds per launch, median; "
+                     f"a {args.gap_ms:g} ms spin after each; seconds per launch, median; "
                      + ("the variants of a size sampled round by round (interleaved)" if args.order == "interleaved"
                         else "each variant's samples in one block (sequential)"),
            "order": args.order, "gap_ms": args.gap_ms,
@@ -531,9 +532,9 @@ def build_parser(prog: str = "python -m kdengine.bench.kernel") -> argparse.Argu
                    help="interleaved (default): the variants of a size take their samples round by round, so "
                         "a drift of the GPU over the run falls on all alike; sequential: each variant's samples "
                         "in one block (the records' method before this option)")
-    p.add_argument("--gap-ms", type=float, default=0.0,
-                   help="interleaved only: the GPU spins about this long after each sample (busy, so its clock "
-                        "does not park; low power, so a power cap reached by back-to-back samples recovers)")
+    p.add_argument("--gap-ms", type=float, default=verify_timing.GAP_S * 1e3,
+                   help="the GPU spins about this long after each sample (busy, so its clock does not park; low "
+                        "power, so the power cap back-to-back heavy samples reach stays off); 0: none")
     p.add_argument("--commit", default=None,
                    help="the commit measured (wins over the tree's .git, kept as git_head: device copies)")
     p.set_defaults(func=measure)

@@ -164,14 +164,16 @@ def time_gpu(
     l2_flush: bool = False,
     use_graph: bool = True,
     device: torch.device | str | None = None,
+    gap_s: float = 0.0,
 ) -> Measurement:
     """Time `launch(i)` (i = 0..launches-1 within a sample) on the GPU; seconds per launch.
 
     samples is raised to MIN_GPU_SAMPLES. `launch` must only enqueue work (no host sync) for the
-    graph path; it may rotate input copies by i so a sample does not run from a warm L2.
+    graph path; it may rotate input copies by i so a sample does not run from a warm L2. gap_s: as
+    time_gpu_interleaved's.
     """
     return time_gpu_interleaved([launch], samples=samples, warmup=warmup, launches=launches, l2_flush=l2_flush,
-                                use_graph=use_graph, device=device)[0]
+                                use_graph=use_graph, device=device, gap_s=gap_s)[0]
 
 
 def time_gpu_interleaved(
@@ -259,11 +261,15 @@ def gpu_sampler(
     use_graph: bool = True,
     device: torch.device | str | None = None,
     advance: SampleClock = SAMPLE_CLOCK,
+    gap_s: float = 0.0,
 ) -> Callable[[], float]:
     """A callable that runs one synchronised sample (graph replay of `launches` launches between
-    events, after an optional L2 flush outside the events), advances `advance` by the GPU seconds
-    per launch and returns them: the same sample as one of `time_gpu`'s."""
+    events, after an optional L2 flush outside the events, then the gap_s spin of time_gpu_interleaved),
+    advances `advance` by the GPU seconds per launch and returns them: the same sample as one of
+    `time_gpu`'s."""
     _check_counts(1, warmup, launches)
+    if not gap_s >= 0:
+        raise ValueError(f"gap_s: expected seconds >= 0, got {gap_s!r}")
     device = torch.device(device or "cuda")
     for w in range(warmup):
         launch(w % launches)
@@ -282,6 +288,8 @@ def gpu_sampler(
             for i in range(launches):
                 launch(i)
         end.record()
+        if gap_s > 0:
+            torch.cuda._sleep(int(gap_s * GAP_CLOCK_HZ))
         end.synchronize()
         return advance.advance(start.elapsed_time(end) / 1e3 / launches)
 

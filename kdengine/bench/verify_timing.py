@@ -20,6 +20,15 @@ from kdengine.bench import roofline, timer
 
 MIN_LAUNCHES = 8
 MAX_COPIES = 32
+# The GPU spins this long after every sample (kdengine.bench.timer.time_gpu_interleaved's gap): busy, so its
+# clock does not park, at low power, so the power cap that back-to-back heavy samples reach stays off. On the
+# H200 at 65k T=64, without it every row after the first spent 100% of its span under sw_power_cap and read
+# 3-5% slower than the first; with 1, 4 or 16 ms none was capped, the clock ended at 1980 MHz and five runs
+# agreed within 1% on every row (perf_history/kernel/order_2b9fdff/, order_e8ba5e7/summary.txt).
+GAP_S = 0.004
+# The method's name in a GPU run's fingerprint ("verify_timer"): ci/history compares only runs that agree on it
+# (GPU runs recorded before it existed timed samples back to back: "back-to-back").
+METHOD = f"gap{GAP_S * 1e3:g}ms"
 
 # call(inp, bits) -> out: one verify launch on one input set (inp: kdengine.ops.inputs.VerifyInputs,
 # bits: its packed tree mask)
@@ -52,13 +61,14 @@ def _rotating(call: VerifyCall, sets: list) -> Callable[[int], object]:
     return lambda i: call(*sets[i % len(sets)])
 
 
-def time_verify(call: VerifyCall, sets: list, *, samples: int, capturable: bool = True) -> timer.Measurement:
+def time_verify(call: VerifyCall, sets: list, *, samples: int, capturable: bool = True,
+                gap_s: float = GAP_S) -> timer.Measurement:
     """Seconds per launch of `call` over `sets` (see the module docstring)."""
-    return time_verify_many([(call, sets)], samples=samples, capturable=capturable)[0]
+    return time_verify_many([(call, sets)], samples=samples, capturable=capturable, gap_s=gap_s)[0]
 
 
 def time_verify_many(calls: list[tuple[VerifyCall, list]], *, samples: int, capturable: bool = True,
-                     gap_s: float = 0.0) -> list[timer.Measurement]:
+                     gap_s: float = GAP_S) -> list[timer.Measurement]:
     """`time_verify` of each (call, sets), on the GPU with their samples interleaved round by round
     (kdengine.bench.timer.time_gpu_interleaved): the figures of calls compared with each other come from
     samples taken side by side (gap_s: timer.time_gpu_interleaved's). On the CPU one after another."""
@@ -76,5 +86,5 @@ def sampler(call: VerifyCall, sets: list, *, capturable: bool = True) -> Callabl
     inp, _ = sets[0]
     if inp.q.device.type != "cuda":
         return timer.cpu_sampler(lambda: call(*sets[0]))
-    return timer.gpu_sampler(_rotating(call, sets), launches=max(MIN_LAUNCHES, len(sets)), l2_flush=True,
+    return timer.gpu_sampler(_rotating(call, sets), launches=max(MIN_LAUNCHES, len(sets)), l2_flush=True, gap_s=GAP_S,
                              use_graph=capturable)

@@ -117,6 +117,28 @@ def test_a_run_under_a_measurement_override_is_never_compared_with_default_runs(
     assert gate.run_gate(str(root), sha("o3"), sha("ohead2"), MACHINE)["exit_code"] == 1  # same config: red
 
 
+def test_a_gpu_run_of_another_verify_timer_is_not_compared_with_runs_before_the_key(tmp_path):
+    # GPU runs recorded before "verify_timer" existed took verify samples back to back (power-capped at heavy
+    # sizes): a run of the spin-gap method moved with the method, so it is "new" against them, then compares
+    # with runs of its own method (red on a real 30% regression)
+    root = tmp_path / "timer"
+    asvdata.write_benchmarks(root)
+    for i in range(4):
+        write(root, sha(f"t{i}"), 1_700_000_000_000 + i * 60_000, 1.0, fingerprint={"gpu": "NVIDIA H200"})
+    write(root, sha("thead"), 1_700_000_999_000, 0.95, fingerprint={"gpu": "NVIDIA H200", "verify_timer": "gap4ms"})
+    result = gate.run_gate(str(root), sha("t3"), sha("thead"), MACHINE)
+    assert result["exit_code"] == 0 and set(verdicts(result).values()) == {"new"}
+    assert "verify_timer: back-to-back -> gap4ms" in " ".join(result["machines"][0]["notes"])
+    for i in range(4, 7):
+        write(root, sha(f"t{i}"), 1_701_000_000_000 + i * 60_000, 0.95,
+              fingerprint={"gpu": "NVIDIA H200", "verify_timer": "gap4ms"})
+    write(root, sha("thead2"), 1_701_001_999_000, 1.3, fingerprint={"gpu": "NVIDIA H200", "verify_timer": "gap4ms"})
+    assert gate.run_gate(str(root), sha("t6"), sha("thead2"), MACHINE)["exit_code"] == 1
+    # CPU runs have no verify_timer either side: they compare as before
+    assert history.fingerprint_differences({"gpu": "cpu"}, {"gpu": "cpu"}) == []
+    assert history.fingerprint_differences({"gpu": "NVIDIA H200"}, {"gpu": "NVIDIA H200"}) == []
+
+
 def test_short_history_with_a_step_still_sends_a_real_change_to_confirmation(tmp_path):
     # Seen on the H200: 4 runs, the oldest 40% slower. With two-run segments only, the 4 runs split 2 + 2 and
     # read as ~20% run-to-run noise; the oldest run may now stand alone, so the spread comes from the three
