@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device run for the lean probes of branch mma4 (ci/gpu/mma3.sh adapted): build for the local arch, smoke calls
+# One device run for the lean probes of branch mma4 (ci/gpu/mma3.sh, retired at 069d638, adapted): build for the local arch, smoke calls
 # of every probe, the kernel sweep set `mma4` at T = 1, 2, 4 (32-row blocks: the default, i.e. wide2pp2 there, the
 # default again as an A/A control, the lean form) and T = 16, 64 (the default, A/A, the probes pingpong 5-8), then
 # the GPU tests of every lean form (-k 2lean: the default and the probes) with memcheck + racecheck of every probe on

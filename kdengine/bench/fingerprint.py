@@ -267,11 +267,3 @@ def throttled(start: dict, end: dict) -> bool:
     if a and b and not idle:  # an idle GPU parks its clock: a change from idle says nothing
         return abs(b - a) / max(a, b) > CLOCK_CHANGE_LIMIT
     return False
-    for state in (start, end):
-        if int(state.get("throttle_mask", 0)) & ~BENIGN_REASONS:
-            return True
-    idle = any(int(state.get("throttle_mask", 0)) & 0x1 for state in (start, end))
-    a, b = start.get("sm_mhz"), end.get("sm_mhz")
-    if a and b and not idle:  # an idle GPU parks its clock: a change from idle says nothing
-        return abs(b - a) / max(a, b) > CLOCK_CHANGE_LIMIT
-    return False
