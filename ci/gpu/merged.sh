@@ -3,7 +3,8 @@
 # build for the local arch, the verify kernel's GPU tests (both cuda paths, the default), the kernel sweep's
 # peers set (the dispatched cuda call = what verify/cuda times, the mma.sync default, triton, torch, FlashMLA,
 # same inputs), decode at 4k/16k/65k with the cuda backend (random routing), then, while time is left, the
-# dispatched call at fixed NSPLIT beside its planner and ncu of it, of the mma.sync default and of FlashMLA at 65k. Steps run in that order and one
+# dispatched call at fixed NSPLIT beside its planner and ncu of it, of the mma.sync default and of FlashMLA at 65k,
+# the decode again (its run-to-run spread). Steps run in that order and one
 # starts only when DEADLINE (seconds from the start, default 330) leaves room for it, so a run cut short
 # still returns what it measured. $OUT gets the three JSON records and logs.tgz (the device tool returns at
 # most 8 files: the logs travel in one tarball, packed on exit).
@@ -94,4 +95,8 @@ if room 40 && command -v ncu > /dev/null; then
   done
   cp /tmp/ncu_*T16.txt /tmp/ncu_*T64.txt "$LOGS/" 2>/dev/null
 fi
+step "decode again"
+# the decode's run-to-run spread: the same run again in a new process, last (its own record)
+room 60 && timeout ${DECODE_TIMEOUT:-100} python3 ci/gpu/engine_decode.py --out "$OUT/engine_run_cuda_${sha}_rerun.json" \
+  --ctxs 4096 16384 65536 --routings random --backend cuda --steps 32 2>&1 | grep -v Warning | tee "$LOGS/decode_rerun.log"
 step done
