@@ -72,6 +72,10 @@ step seesaw2
 # the A/A control), FlashMLA
 room 50 && timeout 60 python3 -m kdengine.bench.kernel measure --set seesaw2 \
   --out "$OUT/verify_kernel_seesaw2_$sha.json" --commit "$full" 2>&1 | tee "$LOGS/seesaw2.log" | grep -E "^ctx" | tail -30
+# the same set with each row's samples in one block (the sweep's order before interleaved rounds; spin gaps kept):
+# what the order alone changes, at every size
+room 50 && timeout 60 python3 -m kdengine.bench.kernel measure --set seesaw2 --order sequential \
+  --out "$OUT/verify_kernel_seesaw2seq_$sha.json" --commit "$full" 2>&1 | tee "$LOGS/seesaw2seq.log" | grep -E "^ctx" | tail -30
 step ncu
 if room 40 && command -v ncu > /dev/null; then
   for T in 16 64; do
