@@ -192,9 +192,9 @@ def time_gpu_interleaved(
     the GPU's state over the run (clocks, power, temperature, what ran just before) falls on every
     launch alike instead of on whichever was timed last. One Measurement per launch, in order.
 
-    Timed one after another, the same kernel read up to 10% apart at 65k context depending on its
-    place in the set (perf_history/kernel/final_2503f03/seesaw2.log against kernel.log); ratios
-    between launches timed here come from samples taken side by side.
+    Timed one after another on the H200, heavy launches (65k context, T=64) drove the GPU into its power
+    cap partway through a set, so a row read 3-5% slower after the first (perf_history/kernel/order_2b9fdff/);
+    ratios between launches timed here come from samples taken side by side.
 
     gap_s > 0: after each sample the GPU spins one thread for about that long (torch.cuda._sleep,
     cycles counted at GAP_CLOCK_HZ), outside the events: the GPU stays busy, so its clock does not
