@@ -224,15 +224,16 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // signals) while its P_a V_aL is still on the tensor pipe and only then waits for it (reload of stage 0's chunks 0-3,
 // O rescale), so warpgroup 1 gets P_a one P V sooner; S2_QC = the prologue's Q in chunks, each on its own mbarrier
 // (q_bar: the rope chunk, for load_q8) and interleaved with tile 0's chunks, so the first S starts on Q's and tile 0's
-// first chunks instead of behind all of Q. Earlier probes (v0, ahead, alate, apro, aolp: S2_LATE = warpgroup 0's
+// first chunks instead of behind all of Q; seesaw2_eno = S2_EARLY without S2_ORDER (P_b published before warpgroup 1
+// waits for P_a). Earlier probes (v0, ahead, alate, apro, aolp: S2_LATE = warpgroup 0's
 // stage-0 reload after the step's max arrived; S2_PRO = the prologue's page-table reads and TMA descriptor prefetches
 // first thing) and the L2 prefetch two steps ahead are measured in perf_history/kernel/sm90_s2tune_{912b393,5873571}/
 // and gone from here (csrc history).
 constexpr int S2_ORDER = 1, S2_AHEAD = 4, S2_SWAP = 32, S2_EARLY = 64, S2_QC = 128;
 constexpr int S2_FLAGS = S2_AHEAD | S2_ORDER;  // SEESAW2, SEESAW2_BAR
-constexpr int S2_PROBE0 = 9;  // seesaw2_swap, seesaw2_early, seesaw2_se, seesaw2_qc, seesaw2_seq
+constexpr int S2_PROBE0 = 9;  // seesaw2_swap, seesaw2_early, seesaw2_se, seesaw2_qc, seesaw2_seq, seesaw2_eno
 constexpr int S2_PROBE_FLAGS[] = {S2_FLAGS | S2_SWAP, S2_FLAGS | S2_EARLY, S2_FLAGS | S2_SWAP | S2_EARLY,
-                                  S2_FLAGS | S2_QC, S2_FLAGS | S2_SWAP | S2_EARLY | S2_QC};
+                                  S2_FLAGS | S2_QC, S2_FLAGS | S2_SWAP | S2_EARLY | S2_QC, S2_AHEAD | S2_EARLY};
 constexpr int S2_PROBES = sizeof(S2_PROBE_FLAGS) / sizeof(int);
 constexpr int NUM_SCHEDULES = S2_PROBE0 + S2_PROBES;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
 __host__ __device__ constexpr bool is_s2_probe(int schedule) {

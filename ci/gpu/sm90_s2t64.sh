@@ -7,7 +7,8 @@
 # 65k T=16 (`nsplit`: the fixed per-block cost), at once the seesaw2 GPU tests of tests/ops/test_sm90.py (the probes
 # included) and compute-sanitizer (memcheck of every schedule on three shapes, racecheck and synccheck of the probes
 # on odd shapes), then ncu at 65k T=64 and T=16 of each (one process per size, one launch each, cold L2), last the
-# per-SASS-line source counters of seesaw2 and $SOURCE at 65k T=64 if time is left. Every step is cut by `timeout`,
+# per-SASS-line source counters of $SOURCE at 65k T=64 if time is left (PROBES, SETS, SAN, NCU, SOURCE: what
+# each step covers; the defaults are the first run of the branch). Every step is cut by `timeout`,
 # capped so that the run ends by $DEADLINE seconds (the log tarball is written in any case).
 #   usage: KDENGINE_COMMIT=<sha> SM90_WHL=<sgl_flash_mla wheel> DEADLINE=200 bash ci/gpu/sm90_s2t64.sh
 set -o pipefail
@@ -20,7 +21,9 @@ PY=${PYTHON:-python3}
 status=0
 DEADLINE=${DEADLINE:-200}
 PROBES=${PROBES:-"seesaw2 seesaw2_swap seesaw2_early seesaw2_se seesaw2_qc seesaw2_seq"}
-SOURCE=${SOURCE:-seesaw2_se}
+SOURCE=${SOURCE:-"seesaw2 seesaw2_se"}
+SAN=${SAN:-"seesaw2_se seesaw2_seq"}  # the probes sanitized on odd shapes (memcheck, synccheck, racecheck)
+NCU=${NCU:-$PROBES}  # the schedules under ncu
 SETS=${SETS:-"s2t64:all s2t64r:65536 s2t64:65536 nsplit:65536:16"}
 cap() { local left=$((DEADLINE - SECONDS)); echo $(( left < $1 ? (left > 5 ? left : 5) : $1 )); }  # step limit
 step() { echo "=== $1 ($(date -u +%T), ${SECONDS}s)"; }
@@ -95,15 +98,16 @@ san=()
 i=0
 specs=()
 for sched in $PROBES; do specs+=("memcheck $sched --T 64 --prefix 700 --nsplit 4"); done
-for sched in seesaw2 seesaw2_se seesaw2_seq; do  # (seq has every new flag, se all but qc)
+for sched in seesaw2 $SAN; do
   specs+=("memcheck $sched --T 3 --H 2 --prefix 300 --nsplit 1")
   specs+=("memcheck $sched --B 3 --T 17 --prefix 130 --page-size 16")
 done
-for sched in seesaw2_se seesaw2_seq; do specs+=("synccheck $sched --T 17 --prefix 701 --nsplit 4"); done
-for args in "--T 3 --H 2 --prefix 300 --nsplit 1" "--T 64 --prefix 700 --nsplit 4" "--B 3 --T 17 --prefix 130 --page-size 16"; do
-  specs+=("racecheck seesaw2_seq $args")
+for sched in $SAN; do
+  specs+=("synccheck $sched --T 17 --prefix 701 --nsplit 4")
+  for args in "--T 3 --H 2 --prefix 300 --nsplit 1" "--T 64 --prefix 700 --nsplit 4" "--B 3 --T 17 --prefix 130 --page-size 16"; do
+    specs+=("racecheck $sched $args")
+  done
 done
-specs+=("racecheck seesaw2_se --T 17 --prefix 701 --nsplit 4")
 for spec in "${specs[@]}"; do
   read -r tool sched args <<< "$spec"
   timeout $(cap 120) compute-sanitizer --tool $tool --error-exitcode 9 $PY -m kdengine.bench.kernel once \
@@ -134,12 +138,12 @@ for T in 64 16; do
   rep="$LOG/ncu_T$T"
   timeout $(cap 60) ncu --clock-control none -k regex:verify_sm90_kernel --section SpeedOfLight \
     --section WarpStateStats --metrics "$NCU_METRICS" --export "$rep" --force-overwrite \
-    $PY ci/gpu/sm90_once_many.py $T $((65536 - T)) $PROBES > "$rep.log" 2>&1 || true
+    $PY ci/gpu/sm90_once_many.py $T $((65536 - T)) $NCU > "$rep.log" 2>&1 || true
   ncu --import "$rep.ncu-rep" --page raw --csv > "$rep.raw.csv" 2>&1
   ncu --import "$rep.ncu-rep" > "$rep.txt" 2>&1
   rm -f "$rep.ncu-rep"
   grep "rel L2" "$rep.log"
-  $PY - "$rep.raw.csv" $PROBES <<'PYEOF'
+  $PY - "$rep.raw.csv" $NCU <<'PYEOF'
 import csv, sys
 rows = [r for r in csv.DictReader(l for l in open(sys.argv[1]) if not l.startswith("=="))][1:]  # (units row)
 keys = ["gpu__time_duration.sum", "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
@@ -154,8 +158,8 @@ for name, r in zip(sys.argv[2:], rows):
 PYEOF
 done
 
-step source  # per-SASS-line stall samples of seesaw2 and $SOURCE at 65k T=64 (ci/gpu/ncu_source_top.py)
-for sched in seesaw2 $SOURCE; do
+step source  # per-SASS-line stall samples of $SOURCE at 65k T=64 (ci/gpu/ncu_source_top.py)
+for sched in $SOURCE; do
   [ $((DEADLINE - SECONDS)) -gt 35 ] || { echo "--- source $sched skipped (time)"; continue; }
   rep="$LOG/src_${sched}_T64"
   timeout $(cap 40) ncu --clock-control none -k regex:verify_sm90_kernel --launch-count 1 --import-source yes \
