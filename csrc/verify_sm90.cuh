@@ -225,7 +225,10 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // O rescale), so warpgroup 1 gets P_a one P V sooner; S2_QC = the prologue's Q in chunks, each on its own mbarrier
 // (q_bar: the rope chunk, for load_q8) and interleaved with tile 0's chunks, so the first S starts on Q's and tile 0's
 // first chunks instead of behind all of Q; seesaw2_eno = S2_EARLY without S2_ORDER (P_b published before warpgroup 1
-// waits for P_a). Earlier probes (v0, ahead, alate, apro, aolp: S2_LATE = warpgroup 0's
+// waits for P_a). H200, two runs (perf_history/kernel/s2t64_48c695b/README.md, verify_kernel_{s2t64,s2t64r65k,s2t6465k,
+// s2ab,s2ab2}_*_{63861ed,48c695b}.json): none faster than SEESAW2 beyond the spread at both 65k sizes. swap / se / seq
+// slower at 65k T=64 in every record and position; early / eno faster under ncu at 65k T=64 but not in the graph-replayed
+// rows, and slower at 65k T=16 in every record; qc within the spread. Earlier probes (v0, ahead, alate, apro, aolp: S2_LATE = warpgroup 0's
 // stage-0 reload after the step's max arrived; S2_PRO = the prologue's page-table reads and TMA descriptor prefetches
 // first thing) and the L2 prefetch two steps ahead are measured in perf_history/kernel/sm90_s2tune_{912b393,5873571}/
 // and gone from here (csrc history).

@@ -145,7 +145,8 @@ SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4, "stag
 # seesaw2's probes (csrc/verify_sm90.cuh S2_PROBE_FLAGS, schedules 9-13; hand-offs on mbarriers as seesaw2), each
 # seesaw2 plus: swap = warpgroup 1 issues P_a V_aR before P_b V_bR (stage 0's chunks 4-8 freed first); early =
 # warpgroup 0 publishes P_a before waiting for its P_a V_aL; se = swap + early; qc = the prologue's Q in chunks on
-# their own mbarriers, interleaved with tile 0's; seq = swap + early + qc; eno = early without order. The earlier probes (v0, ahead, alate, apro,
+# their own mbarriers, interleaved with tile 0's; seq = swap + early + qc; eno = early without order. None beat seesaw2
+# at 65k (perf_history/kernel/s2t64_48c695b/README.md). The earlier probes (v0, ahead, alate, apro,
 # aolp) are measured in perf_history/kernel/sm90_s2tune_{912b393,5873571}/.
 SEESAW2_PROBES = ("swap", "early", "se", "qc", "seq", "eno")
 SCHEDULES.update({f"seesaw2_{name}": 9 + i for i, name in enumerate(SEESAW2_PROBES)})
