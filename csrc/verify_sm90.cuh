@@ -192,9 +192,10 @@ static_assert(SMEM <= 227 * 1024, "over sm_90's 227 KB of shared memory per bloc
 // range is reloaded by the consumer thread that saw its last reader finish), no producer warpgroup.
 constexpr int S2_BAR_BYTES = 256;
 constexpr int S2_HANDOFFS = 5;  // SEESAW2's hand-off mbarriers after the q barrier: m', m'', P_a, P_b, the row sums
+constexpr int S2_QBARS = NCHUNK - 1;  // S2_QC: Q's chunks 0-7 on their own mbarriers after the hand-offs
 constexpr int S2_STATE_OFF = BAR_OFF + S2_BAR_BYTES;  // the same three [2][BM] fp32 tables
 constexpr int S2_SMEM = S2_STATE_OFF + 3 * 2 * BM * 4 + 1024;
-static_assert((STAGES * NCHUNK + 1 + S2_HANDOFFS) * 8 <= S2_BAR_BYTES && S2_SMEM <= 227 * 1024, "SEESAW2 layout");
+static_assert((STAGES * NCHUNK + 1 + S2_HANDOFFS + S2_QBARS) * 8 <= S2_BAR_BYTES && S2_SMEM <= 227 * 1024, "SEESAW2 layout");
 static_assert(NCHUNK % NGROUP == 0 && (STAGES * (2 * NGROUP + 1) + 1) * 8 <= 128, "barrier layout");
 // setmaxnreg: 384 threads x 168 registers at launch; the producer gives 128 of its 168 back.
 constexpr int PRODUCER_REGS = 40;
@@ -217,17 +218,25 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // before each TMA issue (a dependent global load in series with the reload, on the path to the next S); S2_ORDER =
 // warpgroup 1 publishes P_b only once it has issued P_a V_aR, so that both of its P V are on the tensor pipe ahead
 // of warpgroup 0's P_b V_bL and next S (FlashMLA's order; P_b was written and fenced before, as it was).
-// Probes (schedules S2_PROBE0 + k, hand-offs on mbarriers): seesaw2_v0 = neither (SEESAW2 up to 1f13b15);
-// seesaw2_ahead = S2_AHEAD alone; S2_LATE = warpgroup 0 reloads stage 0's chunks 0-3 after the step's max arrived,
-// not before; S2_PRO = the prologue's thread reads the pool rows of tiles 0-1 and prefetches both TMA descriptors
-// first thing (before the barrier init and __syncthreads). A fifth, the tiles two steps ahead prefetched into L2
-// (cp.async.bulk.prefetch.tensor at the end of each step), was slower at 16k and 65k and is gone (csrc history,
-// perf_history/kernel/sm90_s2tune_912b393/).
-constexpr int S2_ORDER = 1, S2_LATE = 2, S2_AHEAD = 4, S2_PRO = 16;
+// Probes (schedules S2_PROBE0 + k, hand-offs on mbarriers), each SEESAW2 plus: S2_SWAP = warpgroup 1 issues P_a V_aR
+// before P_b V_bR (its first wait_group then frees stage 0's chunks 4-8, the ones warpgroup 0's next S waits on last;
+// stage 1's chunks 4-8 are reloaded after both); S2_EARLY = warpgroup 0 publishes P_a (waits for m'', stores P_a,
+// signals) while its P_a V_aL is still on the tensor pipe and only then waits for it (reload of stage 0's chunks 0-3,
+// O rescale), so warpgroup 1 gets P_a one P V sooner; S2_QC = the prologue's Q in chunks, each on its own mbarrier
+// (q_bar: the rope chunk, for load_q8) and interleaved with tile 0's chunks, so the first S starts on Q's and tile 0's
+// first chunks instead of behind all of Q; seesaw2_eno = S2_EARLY without S2_ORDER (P_b published before warpgroup 1
+// waits for P_a). H200, two runs (perf_history/kernel/s2t64_48c695b/README.md, verify_kernel_{s2t64,s2t64r65k,s2t6465k,
+// s2ab,s2ab2}_*_{63861ed,48c695b}.json): none faster than SEESAW2 beyond the spread at both 65k sizes. swap / se / seq
+// slower at 65k T=64 in every record and position; early / eno faster under ncu at 65k T=64 but not in the graph-replayed
+// rows, and slower at 65k T=16 in every record; qc within the spread. Earlier probes (v0, ahead, alate, apro, aolp: S2_LATE = warpgroup 0's
+// stage-0 reload after the step's max arrived; S2_PRO = the prologue's page-table reads and TMA descriptor prefetches
+// first thing) and the L2 prefetch two steps ahead are measured in perf_history/kernel/sm90_s2tune_{912b393,5873571}/
+// and gone from here (csrc history).
+constexpr int S2_ORDER = 1, S2_AHEAD = 4, S2_SWAP = 32, S2_EARLY = 64, S2_QC = 128;
 constexpr int S2_FLAGS = S2_AHEAD | S2_ORDER;  // SEESAW2, SEESAW2_BAR
-constexpr int S2_PROBE0 = 9;  // seesaw2_v0, seesaw2_ahead, seesaw2_alate, seesaw2_apro, seesaw2_aolp
-constexpr int S2_PROBE_FLAGS[] = {0, S2_AHEAD, S2_AHEAD | S2_LATE, S2_AHEAD | S2_PRO,
-                                  S2_AHEAD | S2_ORDER | S2_LATE | S2_PRO};
+constexpr int S2_PROBE0 = 9;  // seesaw2_swap, seesaw2_early, seesaw2_se, seesaw2_qc, seesaw2_seq, seesaw2_eno
+constexpr int S2_PROBE_FLAGS[] = {S2_FLAGS | S2_SWAP, S2_FLAGS | S2_EARLY, S2_FLAGS | S2_SWAP | S2_EARLY,
+                                  S2_FLAGS | S2_QC, S2_FLAGS | S2_SWAP | S2_EARLY | S2_QC, S2_AHEAD | S2_EARLY};
 constexpr int S2_PROBES = sizeof(S2_PROBE_FLAGS) / sizeof(int);
 constexpr int NUM_SCHEDULES = S2_PROBE0 + S2_PROBES;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
 __host__ __device__ constexpr bool is_s2_probe(int schedule) {
@@ -824,12 +833,14 @@ __device__ __forceinline__ void load_chunks(const VerifyParams& p, const CUtenso
 // S k-steps of chunks [C0, C1) of a tile, each chunk once its full barrier (fb + 8 chunk, `parity`) has
 // flipped; the rope chunk (8) from Q in registers (q8), the others from shared memory. FIRST: the first
 // k-step starts S (scale-d 0). Not committed.
-template <int C0, int C1, bool FIRST>
+// QW (S2_QC, the first S): Q's chunk c waited on its own mbarrier too (qb + 8 c, phase 0; the rope chunk: q_bar).
+template <int C0, int C1, bool FIRST, bool QW = false>
 __device__ __forceinline__ void issue_qk_chunks(float (&s)[32], uint64_t qd, uint64_t kd, const uint32_t (&q8)[4][4],
-                                                uint32_t fb, int parity) {
+                                                uint32_t fb, int parity, uint32_t qb = 0) {
   asm volatile("" : "+l"(qd), "+l"(kd));  // opaque per call: no descriptors hoisted and kept live across the loop
 #pragma unroll
   for (int c = C0; c < C1; ++c) {
+    if (QW && c != P_CHUNK) mbar_wait(qb + 8 * c, 0);
     mbar_wait(fb + 8 * c, parity);
     wgmma_fence();
 #pragma unroll
@@ -895,22 +906,14 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
   const int ntiles = (end - start + BN - 1) / BN;
 
   const bool producer = wg == CONSUMERS && wtid == 0;
-  int pro_row0 = 0, pro_row1 = 0;  // SEESAW2 S2_PRO: the pool rows of tiles 0 and 1, read first
-  if constexpr ((s2_flags(SCHEDULE) & S2_PRO) != 0) {
-    if (tid == 0) {
-      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&kv_map)) : "memory");
-      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&q_map)) : "memory");
-      const int* pages = p.page_table + (size_t)b * p.max_pages;
-      pro_row0 = tile_row(p, pages, start);
-      if (ntiles > 1) pro_row1 = tile_row(p, pages, start + BN);
-    }
-  }
   if constexpr (is_seesaw2(SCHEDULE)) {
     if (tid == 0) {
       for (int i = 0; i < STAGES * NCHUNK; ++i) mbar_init(full_bar + 8 * i, 1);
       mbar_init(q_bar, 1);
       for (int i = 0; i < S2_HANDOFFS; ++i)  // every thread of the writing warpgroup; of both for the row sums
         mbar_init(q_bar + 8 * (1 + i), i < 4 ? 128 : 256);
+      if constexpr ((s2_flags(SCHEDULE) & S2_QC) != 0)
+        for (int i = 0; i < S2_QBARS; ++i) mbar_init(q_bar + 8 * (1 + S2_HANDOFFS + i), 1);
       asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
   } else if (producer) {
@@ -969,12 +972,26 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
   if constexpr (is_seesaw2(SCHEDULE)) {  // Q, all of tile 0, tile 1 (its chunks 4-8 first: the order of its S)
     if (tid == 0) {
       const int* pages = p.page_table + (size_t)b * p.max_pages;
-      mbar_expect_tx(q_bar, TILE_BYTES);
-      for (int k = 0; k < NCHUNK; ++k) tma_load(q_s + k * CHUNK_BYTES, &q_map, k * SW, b * p.R + row0, q_bar);
-      constexpr bool PRO = (s2_flags(SCHEDULE) & S2_PRO) != 0;
-      load_chunks(p, &kv_map, pages, start, PRO ? pro_row0 : tile_row(p, pages, start), end, kv_s, 0, NCHUNK, full_bar);
+      if constexpr ((s2_flags(SCHEDULE) & S2_QC) != 0) {  // Q's rope chunk, then Q chunk c beside tile 0's chunk c
+        const int row_0 = tile_row(p, pages, start);
+        mbar_expect_tx(q_bar, CHUNK_BYTES);
+        tma_load(q_s + P_CHUNK * CHUNK_BYTES, &q_map, P_CHUNK * SW, b * p.R + row0, q_bar);
+#pragma unroll 1
+        for (int k = 0; k < NCHUNK; ++k) {
+          if (k != P_CHUNK) {
+            const uint32_t qb = q_bar + 8 * (1 + S2_HANDOFFS + k);
+            mbar_expect_tx(qb, CHUNK_BYTES);
+            tma_load(q_s + k * CHUNK_BYTES, &q_map, k * SW, b * p.R + row0, qb);
+          }
+          load_chunks(p, &kv_map, pages, start, row_0, end, kv_s, k, k + 1, full_bar);
+        }
+      } else {
+        mbar_expect_tx(q_bar, TILE_BYTES);
+        for (int k = 0; k < NCHUNK; ++k) tma_load(q_s + k * CHUNK_BYTES, &q_map, k * SW, b * p.R + row0, q_bar);
+        load_chunks(p, &kv_map, pages, start, tile_row(p, pages, start), end, kv_s, 0, NCHUNK, full_bar);
+      }
       if (ntiles > 1) {
-        const int row1 = PRO ? pro_row1 : tile_row(p, pages, start + BN);
+        const int row1 = tile_row(p, pages, start + BN);
         load_chunks(p, &kv_map, pages, start + BN, row1, end, kv_s + TILE_BYTES, 4, NCHUNK, full_bar + 8 * NCHUNK);
         load_chunks(p, &kv_map, pages, start + BN, row1, end, kv_s + TILE_BYTES, 0, 4, full_bar + 8 * NCHUNK);
       }
@@ -1130,7 +1147,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
     // does not model bar.arrive and reports the tables handed through them (perf_history/kernel/s2race_6a95ae1/).
     // A side cannot arrive twice before the other has waited: each one's next arrival on k follows its wait
     // on a hand-off that the other side signals after its wait on k.
-    const uint32_t handoff_bar = q_bar + 8;
+    const uint32_t handoff_bar = q_bar + 8, qc_bar = handoff_bar + 8 * S2_HANDOFFS;  // (qc_bar: S2_QC)
     auto handoff_signal = [&](int k) {
       if constexpr (SCHEDULE != SEESAW2_BAR) mbar_arrive(handoff_bar + 8 * k);
       else bar_arrive(BAR_S2_MAX0 + k, 128 * CONSUMERS);
@@ -1143,7 +1160,8 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
     float* max_tab = l_tab;  // [step parity][BM]: m'' (the step's running max, warpgroup 1)
     const int steps = (ntiles + 1) / 2;
     constexpr int FL = s2_flags(SCHEDULE);
-    constexpr bool ORDER = (FL & S2_ORDER) != 0, LATE = (FL & S2_LATE) != 0, AHEAD = (FL & S2_AHEAD) != 0;
+    constexpr bool ORDER = (FL & S2_ORDER) != 0, AHEAD = (FL & S2_AHEAD) != 0, SWAP = (FL & S2_SWAP) != 0,
+                   EARLY = (FL & S2_EARLY) != 0, QC = (FL & S2_QC) != 0;
     // AHEAD: the pool rows of the loads of step i (tiles ta + 2, ta + 3), looked up by each warpgroup's loader at
     // the end of step i - 1 (after its S issue, under the S wait; t = ta + 2 of step i) and at the first S.
     int row_a2 = 0, row_b2 = 0;
@@ -1162,7 +1180,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
     };
     if (w == 0) {
       zero_tail(0, 0, fb0);
-      issue_qk_chunks<0, NCHUNK, true>(s, qd, kd0, q8, fb0, 0);
+      issue_qk_chunks<0, NCHUNK, true, QC>(s, qd, kd0, q8, fb0, 0, qc_bar);
       wgmma_commit();
       if constexpr (AHEAD) look_ahead(2);
       wgmma_wait<0>();
@@ -1185,9 +1203,12 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         reg_fence(o);
         pack_p(s, pa);
         issue_pv_rs(o, pa, stage0, 0);  // O_L += P_a V_aL
-        wgmma_wait<0>();
-        reg_fence(o);
-        if (!LATE && next_a && loader) load_chunks(p, &kv_map, pages, start + (ta + 2) * BN, AHEAD ? row_a2 : tile_row(p, pages, start + (ta + 2) * BN), end, stage0, 0, 4, fb0);
+        auto reload_a = [&]() {  // P_a V_aL done: stage 0's chunks 0-3 are free
+          wgmma_wait<0>();
+          reg_fence(o);
+          if (next_a && loader) load_chunks(p, &kv_map, pages, start + (ta + 2) * BN, AHEAD ? row_a2 : tile_row(p, pages, start + (ta + 2) * BN), end, stage0, 0, 4, fb0);
+        };
+        if (!EARLY) reload_a();
         handoff_wait(1, i);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -1196,17 +1217,31 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
           m[h] = m2;
           l[h] *= sc[h];
         }
-        if (LATE && next_a && loader) load_chunks(p, &kv_map, pages, start + (ta + 2) * BN, AHEAD ? row_a2 : tile_row(p, pages, start + (ta + 2) * BN), end, stage0, 0, 4, fb0);
-        if (__any_sync(0xffffffff, sc[0] != 1.f || sc[1] != 1.f)) {  // (rare: the max moved in tile b)
+        if constexpr (EARLY) {  // P_a V_aL may still read pa: a moved max repacks into other registers
+          if (__any_sync(0xffffffff, sc[0] != 1.f || sc[1] != 1.f)) {
+            uint32_t pr[4][4];
 #pragma unroll
-          for (int kk = 0; kk < 4; ++kk)
+            for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
-            for (int e = 0; e < 4; ++e)
-              pa[kk][e] = pack_bf16(s[8 * kk + 2 * e] * sc[e & 1], s[8 * kk + 2 * e + 1] * sc[e & 1]);
+              for (int e = 0; e < 4; ++e)
+                pr[kk][e] = pack_bf16(s[8 * kk + 2 * e] * sc[e & 1], s[8 * kk + 2 * e + 1] * sc[e & 1]);
+            store_p(sm + KV_OFF, rows, pr);
+          } else {
+            store_p(sm + KV_OFF, rows, pa);
+          }
+        } else {
+          if (__any_sync(0xffffffff, sc[0] != 1.f || sc[1] != 1.f)) {  // (rare: the max moved in tile b)
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+              for (int e = 0; e < 4; ++e)
+                pa[kk][e] = pack_bf16(s[8 * kk + 2 * e] * sc[e & 1], s[8 * kk + 2 * e + 1] * sc[e & 1]);
+          }
+          store_p(sm + KV_OFF, rows, pa);  // P_a relative to m'', over stage 0's rope chunk (S of a read it)
         }
-        store_p(sm + KV_OFF, rows, pa);  // P_a relative to m'', over stage 0's rope chunk (S of a read it)
         fence_async_smem();
         handoff_signal(2);
+        if (EARLY) reload_a();
         reg_fence(o);
         rescale(o, sc);
         reg_fence(o);
@@ -1232,8 +1267,8 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
     } else {
       if (ntiles > 1) {
         zero_tail(1, 1, fb1);
-        issue_qk_chunks<4, NCHUNK, true>(s, qd, kd1, q8, fb1, 0);
-        issue_qk_chunks<0, 4, false>(s, qd, kd1, q8, fb1, 0);
+        issue_qk_chunks<4, NCHUNK, true, QC>(s, qd, kd1, q8, fb1, 0, qc_bar);
+        issue_qk_chunks<0, 4, false, QC>(s, qd, kd1, q8, fb1, 0, qc_bar);
         wgmma_commit();
         if constexpr (AHEAD) look_ahead(2);
         wgmma_wait<0>();
@@ -1271,17 +1306,39 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         reg_fence(o);
         rescale(o, sc);
         reg_fence(o);
-        if (has_b) issue_pv_rs(o, pa, stage1, 1);  // O_R += P_b V_bR
-        handoff_wait(2, i);
-        issue_pv_ss(o, stage0, 1);  // O_R += P_a V_aR
-        if (ORDER && has_b) handoff_signal(3);  // (ORDER: both P V of this side issued first)
-        if (has_b) {
-          wgmma_wait<1>();  // P_b V_bR done: stage 1's chunks 4-8 are free
+        auto reload_a = [&]() {  // P_a V_aR done: stage 0's chunks 4-8 are free
+          if (next_a && loader) load_chunks(p, &kv_map, pages, start + (ta + 2) * BN, AHEAD ? row_a2 : tile_row(p, pages, start + (ta + 2) * BN), end, stage0, 4, NCHUNK, fb0);
+        };
+        auto reload_b = [&]() {  // P_b V_bR done: stage 1's chunks 4-8 are free
           if (next_b && loader) load_chunks(p, &kv_map, pages, start + (tb + 2) * BN, AHEAD ? row_b2 : tile_row(p, pages, start + (tb + 2) * BN), end, stage1, 4, NCHUNK, fb1);
+        };
+        if constexpr (SWAP) {  // P_a V_aR first: stage 0's chunks 4-8 (the last of warpgroup 0's next S) freed first
+          handoff_wait(2, i);
+          issue_pv_ss(o, stage0, 1);  // O_R += P_a V_aR
+          if (has_b) {
+            issue_pv_rs(o, pa, stage1, 1);  // O_R += P_b V_bR
+            if (ORDER) handoff_signal(3);
+            wgmma_wait<1>();
+          } else {
+            wgmma_wait<0>();
+          }
+          reload_a();
+          wgmma_wait<0>();
+          reg_fence(o);
+          reload_b();
+        } else {
+          if (has_b) issue_pv_rs(o, pa, stage1, 1);  // O_R += P_b V_bR
+          handoff_wait(2, i);
+          issue_pv_ss(o, stage0, 1);  // O_R += P_a V_aR
+          if (ORDER && has_b) handoff_signal(3);  // (ORDER: both P V of this side issued first)
+          if (has_b) {
+            wgmma_wait<1>();
+            reload_b();
+          }
+          wgmma_wait<0>();
+          reg_fence(o);
+          reload_a();
         }
-        wgmma_wait<0>();
-        reg_fence(o);
-        if (next_a && loader) load_chunks(p, &kv_map, pages, start + (ta + 2) * BN, AHEAD ? row_a2 : tile_row(p, pages, start + (ta + 2) * BN), end, stage0, 4, NCHUNK, fb0);
         if (next_b) {
           zero_tail(tb + 2, 1, fb1);
           issue_qk_chunks<4, NCHUNK, true>(s, qd, kd1, q8, fb1, (i + 1) & 1);

@@ -33,7 +33,8 @@ from kdengine.ops.shapes import DV
 CONTEXTS = (4096, 16384, 65536)
 TREE_SIZES = (16, 64)
 NSPLITS = (16, 32, 64, 128, 256, "auto")
-SETS = ("full", "peers", "mma", "mma2", "mma4", "sm90", "paths", "pair", "half", "icache", "seesaw2", "s2tune", "nsplit",
+SETS = ("full", "peers", "mma", "mma2", "mma4", "sm90", "paths", "pair", "half", "icache", "seesaw2", "s2tune", "s2t64",
+        "s2t64r", "s2ab", "nsplit",
         "merge")
 # The `merge` set: the sm90 schedule the dispatched call picks (cuda_backend.pick_schedule) with the merge
 # kernel, and the same split kernel alone (no merge: the merge's in-graph share is the difference). Up to
@@ -66,21 +67,25 @@ MMA4_SMALL_LAYOUTS = ("mma_lean_all",)
 # mma_wide2pp2_lean, which then became the default: ci/gpu/mma3.sh, retired: ci/gpu/README.md); since 896dc1b (branch mma4: ci/gpu/mma4.sh, set
 # `mma4`) the default is mma_lean_v5 and the previous default, the lean form, is timed beside it
 MMA2_LAYOUTS = ("mma_wide2pp2_lean",)
+S2_PROBES = ("swap", "early", "se", "qc", "seq", "eno")  # = kdengine.ops.cuda_backend.SEESAW2_PROBES (checked by a test)
 # The sm90 path's rows: backend name -> schedule (kdengine.ops.cuda_backend.SCHEDULES). (In the first
 # record, perf_history/kernel/verify_kernel_sm90_*_ebda896.json, "cuda_sm90" was the seesaw schedule.)
 SM90_BACKENDS = {"cuda_sm90_both": "both", "cuda_sm90_staggered": "staggered", "cuda_sm90_seesaw": "seesaw",
                  "cuda_sm90_pair": "pair", "cuda_sm90_half": "half", "cuda_sm90_staggered_small": "staggered_small",
                  "cuda_sm90_staggered_tail": "staggered_tail", "cuda_sm90_seesaw2": "seesaw2",
                  "cuda_sm90_seesaw2_bar": "seesaw2_bar",
-                 **{f"cuda_sm90_seesaw2_{n}": f"seesaw2_{n}" for n in ("v0", "ahead", "alate", "apro", "aolp")}}
+                 **{f"cuda_sm90_seesaw2_{n}": f"seesaw2_{n}" for n in S2_PROBES}}
 # Short device-run sets of sm90 schedules: (the schedules timed, the baseline first; whether the baseline is
 # timed again after them as the run's A/A control).
 SM90_SETS = {"pair": (("staggered", "pair"), False), "half": (("staggered", "half"), True),
              "icache": (("staggered", "staggered_small", "staggered_tail"), True),
              "seesaw2": (("staggered_small", "seesaw2", "seesaw2_bar"), True),
              # seesaw2 against its probes (kdengine.ops.cuda_backend.SEESAW2_PROBES), staggered_small as the baseline
-             "s2tune": (("staggered_small", "seesaw2", *(f"seesaw2_{n}" for n in ("v0", "ahead", "alate", "apro", "aolp"))),
-                        True)}
+             "s2tune": (("staggered_small", "seesaw2", *(f"seesaw2_{n}" for n in S2_PROBES)), True),
+             # the same with seesaw2 as the baseline (and its A/A control)
+             "s2t64": (("seesaw2", *(f"seesaw2_{n}" for n in S2_PROBES)), True),
+             "s2t64r": (("seesaw2", *(f"seesaw2_{n}" for n in reversed(S2_PROBES))), True)}  # (the probes reversed)
+S2AB_ROUNDS = 3
 H = 8
 SAMPLES = 50  # = kdengine.bench.workloads.GPU_VERIFY_SAMPLES
 SCHEMA = 2
@@ -274,6 +279,10 @@ def variants(N: int, T: int, which: str = "full"):
         sched = f"cuda_sm90_{cuda_backend.pick_schedule(T, H)}"
         return [(f"{sched}/c0/sauto", sched, "auto", False, {}),
                 (f"{sched}/c0/splitonly/sauto", sched, "auto", False, {"combine": cuda_backend.SPLIT_ONLY})]
+    if which == "s2ab":  # seesaw2 and its closest probes in rounds (each position taken by each in turn), FlashMLA
+        names = [("seesaw2", "seesaw2_early", "seesaw2_eno")[(k + r) % 3] for r in range(S2AB_ROUNDS) for k in range(3)]
+        return [(f"cuda_sm90_{n}/r{i}/sauto", f"cuda_sm90_{n}", "auto", False, None) for i, n in enumerate(names)] + [
+            (p, p, None, False, None) for p in peers.PEERS]
     if which in SM90_SETS:  # sm90 schedules against a baseline (and the baseline again: the A/A control), the peers
         names, aa = SM90_SETS[which]
         rows = [(f"cuda_sm90_{n}/sauto", f"cuda_sm90_{n}", "auto", False, None) for n in names]

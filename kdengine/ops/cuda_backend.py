@@ -142,12 +142,13 @@ SM90_MIN_TOKENS_PER_SPLIT = 128
 # does not model (a probe). The default from SEESAW2_MIN_ROWS query rows (below).
 SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4, "staggered_small": 5, "staggered_tail": 6,
              "seesaw2": 7, "seesaw2_bar": 8}
-# seesaw2's probes (csrc/verify_sm90.cuh S2_PROBE_FLAGS, schedules 9-13; hand-offs on mbarriers as seesaw2). seesaw2
-# itself has its loaders look up the pool rows of a step's loads a step early (ahead) and warpgroup 1 publish the odd
-# tile's P only after issuing both of its P V (order; FlashMLA's order on the tensor pipe). v0 = neither (seesaw2 up
-# to 1f13b15); ahead = ahead alone; alate = ahead + warpgroup 0's stage-0 reload after the step's max arrived; apro =
-# ahead + the prologue's page-table reads and TMA descriptor prefetches first thing; aolp = ahead + order + late + pro.
-SEESAW2_PROBES = ("v0", "ahead", "alate", "apro", "aolp")
+# seesaw2's probes (csrc/verify_sm90.cuh S2_PROBE_FLAGS, schedules 9-13; hand-offs on mbarriers as seesaw2), each
+# seesaw2 plus: swap = warpgroup 1 issues P_a V_aR before P_b V_bR (stage 0's chunks 4-8 freed first); early =
+# warpgroup 0 publishes P_a before waiting for its P_a V_aL; se = swap + early; qc = the prologue's Q in chunks on
+# their own mbarriers, interleaved with tile 0's; seq = swap + early + qc; eno = early without order. None beat seesaw2
+# at 65k (perf_history/kernel/s2t64_48c695b/README.md). The earlier probes (v0, ahead, alate, apro,
+# aolp) are measured in perf_history/kernel/sm90_s2tune_{912b393,5873571}/.
+SEESAW2_PROBES = ("swap", "early", "se", "qc", "seq", "eno")
 SCHEDULES.update({f"seesaw2_{name}": 9 + i for i, name in enumerate(SEESAW2_PROBES)})
 # The default sm90 schedule, at every size. staggered_small was the default only from 8 KV tiles per split
 # (SMALL_MIN_TILES) while its tail mask was a rolled loop of a load per score: 3-9% slower than staggered at 4k

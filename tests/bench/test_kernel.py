@@ -152,3 +152,21 @@ def test_mma4_set_times_the_probes_beside_the_default_twice():
 def test_once_path_names_the_mma_layouts():
     args = kernel.build_parser().parse_args(["once", "--path", "mma_wide2pp2", "--T", "5"])
     assert args.path in kernel.MMA_LAYOUTS and args.T == 5
+
+
+def test_s2t64_set_times_seesaw2_twice_beside_every_probe():
+    from kdengine.ops import cuda_backend
+
+    assert kernel.S2_PROBES == cuda_backend.SEESAW2_PROBES
+    labels = [v[0] for v in kernel.variants(65536, 64, "s2t64")]
+    probes = [f"cuda_sm90_seesaw2_{n}/sauto" for n in cuda_backend.SEESAW2_PROBES]
+    assert labels[:1 + len(probes) + 1] == ["cuda_sm90_seesaw2/sauto", *probes, "cuda_sm90_seesaw2/aa/sauto"]
+    assert all(f"seesaw2_{n}" in cuda_backend.SCHEDULES for n in cuda_backend.SEESAW2_PROBES)
+
+
+def test_s2ab_set_rotates_seesaw2_and_its_two_probes_through_the_positions():
+    labels = [v[0] for v in kernel.variants(65536, 64, "s2ab")]
+    names = [label.split("/")[0] for label in labels[:3 * kernel.S2AB_ROUNDS]]
+    for pos in range(3):
+        assert sorted(names[pos::3]) == sorted(["cuda_sm90_seesaw2", "cuda_sm90_seesaw2_early", "cuda_sm90_seesaw2_eno"])
+    assert len(set(labels)) == len(labels)
