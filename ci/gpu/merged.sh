@@ -3,9 +3,9 @@
 # build for the local arch, the verify kernel's GPU tests (both cuda paths, the default), the kernel sweep's
 # peers set (the dispatched cuda call = what verify/cuda times, the mma.sync default, triton, torch, FlashMLA,
 # same inputs), decode at 4k/16k/65k with the cuda backend (random routing), then, while time is left, the
-# dispatched call at fixed NSPLIT beside its planner and ncu of it, of the mma.sync default and of FlashMLA at 65k,
-# the decode again (its run-to-run spread). Steps run in that order and one
-# starts only when DEADLINE (seconds from the start, default 330) leaves room for it, so a run cut short
+# dispatched call at fixed NSPLIT beside its planner, the seesaw2 set in both orders, pytest-benchmark's A/A compares,
+# ncu of the dispatched call, of the mma.sync default and of FlashMLA at 65k, the decode again (its run-to-run spread). Steps run in that order and one
+# starts only when DEADLINE (seconds from the start, default 380) leaves room for it, so a run cut short
 # still returns what it measured. $OUT gets the three JSON records and logs.tgz (the device tool returns at
 # most 8 files: the logs travel in one tarball, packed on exit).
 #   here:   mkdir -p out/final && git bundle create out/final/kd.bundle HEAD && cp .whl/sgl_flash_mla-*.whl out/final/
@@ -13,7 +13,7 @@
 set -o pipefail
 OUT=${OUT:-/tmp/kdengine-out}; LOGS=/tmp/merged-logs; rm -rf "$LOGS"; mkdir -p "$OUT" "$LOGS"
 trap 'tar czf "$OUT/logs.tgz" -C "$LOGS" . 2>/dev/null' EXIT
-SRC=$PWD; KD=/tmp/kd-final; DEADLINE=${DEADLINE:-330}
+SRC=$PWD; KD=/tmp/kd-final; DEADLINE=${DEADLINE:-380}
 export PYTHONUNBUFFERED=1 KDENGINE_CACHE_DIR=/tmp/kdcache TRITON_DEFAULT_FP_FUSION=1
 python3 -m pip install -q --no-index --no-deps --target /tmp/site "$SRC"/out/final/*.whl || echo "FlashMLA wheel not installed"
 rm -rf "$KD" && git clone -q "$SRC/out/final/kd.bundle" "$KD" && cd "$KD" || exit 1
@@ -76,6 +76,18 @@ room 50 && timeout 60 python3 -m kdengine.bench.kernel measure --set seesaw2 \
 # what the order alone changes, at every size
 room 50 && timeout 60 python3 -m kdengine.bench.kernel measure --set seesaw2 --order sequential \
   --out "$OUT/verify_kernel_seesaw2seq_$sha.json" --commit "$full" 2>&1 | tee "$LOGS/seesaw2seq.log" | grep -E "^ctx" | tail -30
+step "pytest-benchmark A/A"
+# the README's local loop on the same code, verify/cuda at the six sizes: autosave, then three compares at
+# median:5% (each must pass: the sampler's statistics are GPU time per launch, spin gaps included)
+if room 45; then
+  PT=(python3 -m pytest tests/perf -q -p no:cacheprovider --benchmark-storage=.benchmarks/aa --benchmark-sort=name
+      --benchmark-columns=median,iqr,min,max,rounds -k cuda)
+  timeout 40 "${PT[@]}" --benchmark-autosave > "$LOGS/aa-save.log" 2>&1; echo "autosave: exit $?"
+  for i in 1 2 3; do
+    timeout 30 "${PT[@]}" --benchmark-compare --benchmark-compare-fail=median:5% > "$LOGS/aa-$i.log" 2>&1
+    echo "A/A compare $i: exit $? ($(grep -cE '^test_verify.*\(NOW\)' "$LOGS/aa-$i.log") rows)"
+  done
+fi
 step ncu
 if room 40 && command -v ncu > /dev/null; then
   for T in 16 64; do
