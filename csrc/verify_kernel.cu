@@ -82,6 +82,13 @@ static auto with_config(int R, int col_warps, int max_row_groups, int pingpong, 
           if (pingpong == 9) return fn(WideCfg<WRG, true, true, 8, true, true, 24>{});
           if (pingpong == 10) return fn(WideCfg<WRG, true, true, 8, true, true, 30>{});
           if (pingpong == 11) return fn(WideCfg<WRG, true, true, 8, true, true, 29>{});
+          // the probes of branch mma6: the default with Q staged through shared memory (32: all rows after KV tile 0,
+          // 64: a row half at a time around tiles 0-2)
+          if (pingpong == 12) return fn(WideCfg<WRG, true, true, 8, true, true, 31 | 32>{});
+          if (pingpong == 13) return fn(WideCfg<WRG, true, true, 8, true, true, 31 | 64>{});
+          // 14: the page-table row pointer warp-uniform (128); 15: 12 + 14
+          if (pingpong == 14) return fn(WideCfg<WRG, true, true, 8, true, true, 31 | 128>{});
+          if (pingpong == 15) return fn(WideCfg<WRG, true, true, 8, true, true, 31 | 32 | 128>{});
         } else {  // pingpong 4: the lean form at 32 rows too (to time it against wide2pp2 there)
           if (pingpong == 4) return fn(WideCfg<WRG, true, true, 8, true, true>{});
         }

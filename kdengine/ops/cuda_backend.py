@@ -63,8 +63,14 @@ DEFAULT_ROW_GROUPS = 4
 # softmax's partial-score loads, 8 the row max's shuffles on demand, 16 exp2 as one ex2.approx.ftz): 5 = 1, 6 = 2,
 # 7 = 4, 8 = all (the lean form's second version, "wide2pp2_lean2": the default), 9 = 8 + 16, 10 = all but 1,
 # 11 = all but 2.
-PINGPONGS = tuple(range(12))
-SPLIT_PV_PINGPONGS = tuple(range(2, 12))  # wide2 only
+# 12-15 (wide2 only; probes of branch mma6, ci/gpu/mma6.sh; 64-row blocks, wide2pp2 at 32): the default (8) plus
+# WideCfg::LV bits of csrc/verify_wide_lean.cuh: 32 / 64 = the block's Q staged through shared memory by 16-byte
+# cp.async and read by ldmatrix.x4 instead of 72 four-byte global loads per thread (lean_stage_q; 32: all 64 rows at
+# once after KV tile 0's copy, tiles 1-2 after Q is in registers; 64: one row half at a time, the first before KV
+# tiles 0-2, the second beside them), 128 = the page-table row pointer warp-uniform (KvStreamLean). 12 = 32, 13 = 64,
+# 14 = 128, 15 = 32 + 128.
+PINGPONGS = tuple(range(shapes.NUM_PINGPONGS))
+SPLIT_PV_PINGPONGS = tuple(range(2, shapes.NUM_PINGPONGS))  # wide2 only
 # 8 (the default since branch mma4): the lean form with all five probe bits (LV 31). In one H200 run beside 3 (the
 # previous default) and 3 again as an A/A control
 # (perf_history/kernel/verify_kernel_mma4_gpu-nvidia-h200-sm90_896dc1b.json), 8 / 3 / 3 again, us: 4k T=16 19.4 /
