@@ -10,10 +10,12 @@
 //   - each softmax warp writes one "max moved" byte per tile ([NBUF][8] bytes); P*V reads the 8 bytes of
 //     the tile as one 64-bit word (one load, one compare, warp-uniform) instead of 8 alpha loads and
 //     compares per warp; the alphas themselves are read only when a max moved (rarely).
-// WideCfg::LV (bits; the probes of branch mma4, all five = pingpong 8, the default since): 1 Q*K^T's K fragments per n8
+// WideCfg::LV (bits; the probes of branch mma4, all five = pingpong 8, the default until mma6): 1 Q*K^T's K fragments per n8
 // tile (ldmatrix.x2) a k-step ahead, 2 one branch on the tail tile (the common tile's softmax has no mask code, all of O
 // rescaled before the first P*V half), 4 the KV copy after the softmax's partial-score loads, 8 the row max's
-// shuffles only where a lane's own max passes the lazy threshold, 16 exp2 as one ex2.approx.ftz.
+// shuffles only where a lane's own max passes the lazy threshold, 16 exp2 as one ex2.approx.ftz; the probes of branch
+// mma6: 32 / 64 the block's Q staged through shared memory (lean_stage_q; 31 + 32 = pingpong 12, the default since),
+// 128 the page-table row pointer warp-uniform (KvStreamLean; slower).
 // Shared memory: verify_wide.cuh's layout plus the 16 flag bytes after the row buffers.
 #pragma once
 

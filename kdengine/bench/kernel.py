@@ -47,7 +47,8 @@ SETS = ("full", "peers", "mma", "mma2", "mma4", "mma6", "sm90", "paths", "pair",
 # ping-pong halves of 8 warps; x16: the same without ping-pong; wide2pp: wide2 (8 warps) with ping-pong;
 # wide2pp2: wide2 with both halves' P*V split around the barrier (pingpong 2); wide2pp2_lean: the same
 # schedule with less integer work per tile (pingpong 3, csrc/verify_wide_lean.cuh); mma_lean_*: the lean probes of branch
-# mma4 (pingpong 4-11, kdengine.ops.cuda_backend.PINGPONGS), mma_lean_v5 (all of them, pingpong 8) the default since.
+# mma4 (pingpong 4-11, kdengine.ops.cuda_backend.PINGPONGS), mma_lean_v5 (all of them, pingpong 8) the default from
+# then to branch mma6, whose probes are mma_lean_qs .. mma_lean_qsup (pingpong 12-15; mma_lean_qs the default since).
 MMA_LAYOUTS = {"mma_wide2pp": (16, 4, 3, True), "mma_wide2pp2": (16, 4, 3, 2), "mma_wide2pp2_lean": (16, 4, 3, 3),
                "mma_x16pp": (32, 4, 3, True), "mma_x16": (32, 4, 3, False),
                # the probes of branch mma4 (kdengine.ops.cuda_backend.PINGPONGS 4-8)
@@ -66,8 +67,9 @@ MMA4_LAYOUTS = ("mma_wide2pp2_lean", "mma_lean_kx2", "mma_lean_fast", "mma_lean_
                 "mma_lean_v4", "mma_lean_v4k")
 MMA4_SMALL_LAYOUTS = ("mma_lean_all",)
 # the `mma6` set (branch mma6, ci/gpu/mma6.sh): the default, the default again (A/A) and these at 64-row blocks (at
-# 32-row blocks the probes run wide2pp2, as the default does: only the default and its A/A row there)
-MMA6_LAYOUTS = ("mma_lean_qs", "mma_lean_qs2", "mma_lean_up", "mma_lean_qsup")
+# 32-row blocks the probes run wide2pp2, as the default does: only the default and its A/A row there); the one equal to
+# the default is left out (run 0c41cd6 timed them with mma_lean_v5 the default; mma_lean_qs is the default since)
+MMA6_LAYOUTS = ("mma_lean_v5", "mma_lean_qs", "mma_lean_qs2", "mma_lean_up", "mma_lean_qsup")
 # the layouts the `mma2` set times beside the default: the previous default (wide2pp2, ping-pong 2). Its runs so far:
 # 2e1c440 (default pingpong 1; mma_x16pp at auto and fixed NSPLIT, mma_x16), 4c2df52 (default pingpong 1;
 # mma_wide2pp2 at auto and fixed NSPLIT, which then became the default), a987463 (default pingpong 2;
@@ -277,7 +279,8 @@ def variants(N: int, T: int, which: str = "full"):
     if which == "mma6":  # the mma.sync default, the same again as an A/A control, the probes of branch mma6
         rows = [base[0], (f"{base[0][0]}/aa", "cuda", "auto", False, None)]
         return rows + ([] if T * H <= 32 else [(f"cuda/{layout_label(*MMA_LAYOUTS[n])}/sauto", "cuda", "auto", False,
-                                                MMA_LAYOUTS[n]) for n in MMA6_LAYOUTS])
+                                                MMA_LAYOUTS[n]) for n in MMA6_LAYOUTS
+                                               if MMA_LAYOUTS[n] != default_layout()])
     if which == "nsplit":  # the dispatched call at fixed split counts beside its own planner (auto)
         return [(f"{DISPATCH}/s{sp}", "cuda_auto", sp, False, None) for sp in NSPLITS if sp != "auto"] + [
             (DISPATCH, "cuda_auto", "auto", False, None)]
