@@ -63,8 +63,9 @@ void launch(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& page_ta
             int64_t combine) {
   TORCH_CHECK(col_warps == 2 || col_warps == 4 || col_warps == 8 || col_warps == 16 || col_warps == 32,
               "col_warps must be 2, 4, 8, 16 or 32, got ", col_warps);
-  TORCH_CHECK(pingpong == 0 || pingpong == 1 || (pingpong >= 2 && pingpong <= 11 && col_warps == 16),
-              "pingpong must be 0, 1 or (col_warps 16 only) 2..11, got ", pingpong, " with col_warps ", col_warps);
+  TORCH_CHECK(pingpong == 0 || pingpong == 1 || (pingpong >= 2 && pingpong < kdengine::NUM_PINGPONGS && col_warps == 16),
+              "pingpong must be 0, 1 or (col_warps 16 only) 2..", kdengine::NUM_PINGPONGS - 1, ", got ", pingpong,
+              " with col_warps ", col_warps);
   TORCH_CHECK(combine >= 0 && combine <= 3, "combine must be 0, 1, 2 or 3, got ", combine);
   TORCH_CHECK(max_row_groups == 1 || max_row_groups == 2 || max_row_groups == 4, "max_row_groups must be 1, 2 or 4");
   const c10::cuda::CUDAGuard guard(q.device());
@@ -120,4 +121,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("D_ROPE") = kdengine::D_ROPE;
   m.attr("ROWS_PER_GROUP") = kdengine::ROWS_PER_GROUP;
   m.attr("MAX_ROW_GROUPS") = kdengine::MAX_ROW_GROUPS;
+  m.attr("NUM_PINGPONGS") = kdengine::NUM_PINGPONGS;
 }

@@ -59,7 +59,8 @@ static cudaError_t launch_split(const VerifyParams& p, cudaStream_t stream) {
 // halves' P*V split in two column halves around the barrier (WideCfg::SPLIT_PV); pingpong 3: the same
 // schedule in its lean form (WideCfg::LEAN, verify_wide_lean.cuh: "wide2pp2_lean") for 64-row blocks,
 // wide2pp2 for 32-row blocks; 4: the lean form for 32-row blocks too; 5-11: lean probes (WideCfg::LV) for
-// 64-row blocks, wide2pp2 for 32-row blocks (8, all five probe bits: the default).
+// 64-row blocks, wide2pp2 for 32-row blocks (8, all five probe bits); 12-15: the probes of branch mma6 (the same
+// at 32 rows; 12, 8 with Q staged through shared memory: the default).
 template <class F>
 static auto with_config(int R, int col_warps, int max_row_groups, int pingpong, F&& fn) {
   return ROWGROUPS_SWITCH(row_groups(R, max_row_groups), RG, [&] {
@@ -82,6 +83,13 @@ static auto with_config(int R, int col_warps, int max_row_groups, int pingpong, 
           if (pingpong == 9) return fn(WideCfg<WRG, true, true, 8, true, true, 24>{});
           if (pingpong == 10) return fn(WideCfg<WRG, true, true, 8, true, true, 30>{});
           if (pingpong == 11) return fn(WideCfg<WRG, true, true, 8, true, true, 29>{});
+          // the probes of branch mma6: 8 with Q staged through shared memory (32: all rows after KV tile 0, 64: a row
+          // half at a time around tiles 0-2); 12 the default since
+          if (pingpong == 12) return fn(WideCfg<WRG, true, true, 8, true, true, 31 | 32>{});
+          if (pingpong == 13) return fn(WideCfg<WRG, true, true, 8, true, true, 31 | 64>{});
+          // 14: the page-table row pointer warp-uniform (128); 15: 12 + 14
+          if (pingpong == 14) return fn(WideCfg<WRG, true, true, 8, true, true, 31 | 128>{});
+          if (pingpong == 15) return fn(WideCfg<WRG, true, true, 8, true, true, 31 | 32 | 128>{});
         } else {  // pingpong 4: the lean form at 32 rows too (to time it against wide2pp2 there)
           if (pingpong == 4) return fn(WideCfg<WRG, true, true, 8, true, true>{});
         }

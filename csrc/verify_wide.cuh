@@ -35,7 +35,8 @@
 // (the ping-pong order leaves half 0's Q*K^T chains and half 1's softmax alone in theirs). Its lean form
 // (LEAN, pingpong 3: verify_wide_lean.cuh) runs the same schedule with less integer work per tile; with all five
 // probe bits of branch mma4 (LV 31, pingpong 8: K fragments a k-step ahead, the tail tile's branch taken once, the KV
-// copy after the partial-score loads, the row max's shuffles on demand, exp2 as one ex2.approx.ftz) it is the default.
+// copy after the partial-score loads, the row max's shuffles on demand, exp2 as one ex2.approx.ftz) and the block's Q
+// staged through shared memory by cp.async + ldmatrix (LV 32, branch mma6: pingpong 12) it is the default.
 //
 // Shared memory: 4 * 16 * 584 * 2 (KV) + 4 * BLOCK_M * 16 * 4 (partials) + NBUF * BLOCK_M * 24 * 2
 // (P) + (NBUF + 1) * BLOCK_M * 4: at RG = 4 92.5 KB (95.8 KB with PINGPONG), under sm_120's 99 KB;

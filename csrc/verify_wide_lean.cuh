@@ -10,10 +10,12 @@
 //   - each softmax warp writes one "max moved" byte per tile ([NBUF][8] bytes); P*V reads the 8 bytes of
 //     the tile as one 64-bit word (one load, one compare, warp-uniform) instead of 8 alpha loads and
 //     compares per warp; the alphas themselves are read only when a max moved (rarely).
-// WideCfg::LV (bits; the probes of branch mma4, all five = pingpong 8, the default since): 1 Q*K^T's K fragments per n8
+// WideCfg::LV (bits; the probes of branch mma4, all five = pingpong 8, the default until mma6): 1 Q*K^T's K fragments per n8
 // tile (ldmatrix.x2) a k-step ahead, 2 one branch on the tail tile (the common tile's softmax has no mask code, all of O
 // rescaled before the first P*V half), 4 the KV copy after the softmax's partial-score loads, 8 the row max's
-// shuffles only where a lane's own max passes the lazy threshold, 16 exp2 as one ex2.approx.ftz.
+// shuffles only where a lane's own max passes the lazy threshold, 16 exp2 as one ex2.approx.ftz; the probes of branch
+// mma6: 32 / 64 the block's Q staged through shared memory (lean_stage_q; 31 + 32 = pingpong 12, the default since),
+// 128 the page-table row pointer warp-uniform (KvStreamLean; slower).
 // Shared memory: verify_wide.cuh's layout plus the 16 flag bytes after the row buffers.
 #pragma once
 
@@ -94,6 +96,10 @@ __device__ __forceinline__ void ld_shared_floats(float (&v)[N], uint32_t a) {
 
 // KvStream's copy map (thread t: token t / TPT of a tile, chunks t % TPT + k TPT) with 32-bit targets
 // and the next token position carried.
+// LV & 128: the page-table row pointer passes through a shuffle from lane 0 once: ptxas then keeps it in a register pair
+// (+2 registers) instead of reloading the parameter from the constant bank every tile (LDC.64) and rebuilding the entry
+// address with 4 integer instructions (IMAD.WIDE instead; sm_90a SASS: 281 instructions per tile against 285). The page
+// shift stays a constant-bank load (ptxas folds a shuffle of it, volatile or not, back into LDC).
 template <class C>
 struct KvStreamLean {
   static constexpr int TPT = C::THREADS / C::BN, PER = (CHUNKS + TPT - 1) / TPT;
@@ -102,8 +108,14 @@ struct KvStreamLean {
   int first16;       // its byte offset in a KV row
   int pos, page;     // this thread's token in the next tile to copy, its page id (0 past the end)
 
+  __device__ __forceinline__ static const int* page_row(const VerifyParams& p, int b) {
+    const int* row = p.page_table + (size_t)b * p.max_pages;
+    if constexpr (C::LV & 128)
+      return reinterpret_cast<const int*>(__shfl_sync(0xffffffff, reinterpret_cast<unsigned long long>(row), 0));
+    return row;
+  }
   __device__ __forceinline__ KvStreamLean(const VerifyParams& p, int b, int start, int end, uint32_t kv_base)
-      : pages(p.page_table + (size_t)b * p.max_pages),
+      : pages(page_row(p, b)),
         dst(kv_base + ((threadIdx.x / TPT) * STRIDE + threadIdx.x % TPT * 8) * 2),
         first16(threadIdx.x % TPT * 16),
         pos(start + threadIdx.x / TPT) {
@@ -301,6 +313,90 @@ struct PvColsLean : PvCols<C, NP0, NP1> {
   }
 };
 
+// Rows [r0, r0 + NROWS) of the block's Q (zero past R) into shared memory at `dst` (row pitch STRIDE: conflict-free
+// ldmatrix), 16-byte copies, one commit group.
+template <class C, int NROWS>
+__device__ __forceinline__ void lean_copy_q_rows(const VerifyParams& p, int b, int row0, int r0, uint32_t dst) {
+  constexpr int TOTAL = NROWS * CHUNKS;
+  const __nv_bfloat16* q = p.q + (size_t)b * p.R * D_QK;
+#pragma unroll
+  for (int k = 0; k < (TOTAL + C::THREADS - 1) / C::THREADS; ++k) {
+    const int c = threadIdx.x + k * C::THREADS;
+    if (TOTAL % C::THREADS == 0 || c < TOTAL) {
+      const int r = c / CHUNKS, col = c % CHUNKS * 8;
+      const bool valid = row0 + r0 + r < p.R;
+      copy_chunk(dst + (r * STRIDE + col) * 2, q + (valid ? (size_t)(row0 + r0 + r) * D_QK + col : 0), valid ? 16 : 0);
+    }
+  }
+  cp_async_commit();
+}
+
+// This warp's Q fragments (rows [slice * BLOCK_M / 2 + mi * 16, +16), dims [quarter * K_PART, +K_PART)) by
+// ldmatrix.x4 from a staged copy whose row 0 is the block's row `first` (lanes 0-15 name rows 0-15 at k 0, lanes
+// 16-31 the same rows at k 8: the registers a0-a3 of the m16k16 A fragment, as load_q_fragments reads them).
+template <class C>
+__device__ __forceinline__ void lean_ldmatrix_q(uint32_t (&qa)[C::QM][C::KSTEPS][4], uint32_t staged, int first, int slice,
+                                                int quarter, int lane) {
+#pragma unroll
+  for (int mi = 0; mi < C::QM; ++mi)
+#pragma unroll
+    for (int ks = 0; ks < C::KSTEPS; ++ks)
+      ldmatrix_x4(qa[mi][ks], staged + ((slice * (C::BLOCK_M / C::RS) + mi * 16 - first + (lane & 15)) * STRIDE +
+                                        quarter * C::K_PART + ks * 16 + (lane >> 4) * 8) * 2);
+}
+
+// LV & (32 | 64): the block's Q staged through shared memory by 16-byte cp.async and read by ldmatrix.x4 (18 copies and
+// 18 ldmatrix per thread instead of 72 four-byte global loads), with the first KV tiles' copies (the prologue of the
+// default: stream.load of tiles 0 .. STAGES - 2, one commit group each).
+//   32: tile 0 into stage 0 and all 64 Q rows into stages 1-3 + the partial-score buffer (64 * STRIDE * 2 bytes from
+//       stage 1: up to the P buffers' first 2304 bytes, before the row buffers and flags), wait, ldmatrix, barrier,
+//       then tiles 1 and 2 (their copies start one round trip later than the default's);
+//   64: Q's first row half into stage 3 + the partial-score + P buffers (32 * STRIDE * 2 bytes), then tiles 0-2 as in
+//       the default, wait for the half (groups complete in order: its group first), ldmatrix of slice 0's warps,
+//       barrier, the second half into the same place, wait (tiles 0-2 too), ldmatrix of slice 1's warps, barrier.
+template <class C>
+__device__ __forceinline__ void lean_stage_q(const VerifyParams& p, int b, int row0, KvStreamLean<C>& stream, int end,
+                                             int ntiles, uint32_t kv_sa, int slice, int quarter, int lane,
+                                             uint32_t (&qa)[C::QM][C::KSTEPS][4]) {
+  constexpr uint32_t TILE_B = C::TILE_ELEMS * 2;
+  constexpr int HALF = C::BLOCK_M / C::RS;  // rows of one Q*K^T row slice
+  static_assert(C::RS == 2, "two row slices");
+  static_assert(TILE_B + C::BLOCK_M * STRIDE * 2 <= C::KV_BYTES + C::EXCH_BYTES + C::P_BYTES, "64 staged Q rows fit");
+  static_assert(HALF * STRIDE * 2 <= TILE_B + C::EXCH_BYTES + C::P_BYTES, "32 staged Q rows fit after stage 2");
+  if constexpr (C::LV & 32) {
+    stream.load(p, end, 0);  // ntiles >= 1 (split_range)
+    cp_async_commit();
+    const uint32_t staged = kv_sa + TILE_B;
+    lean_copy_q_rows<C, C::BLOCK_M>(p, b, row0, 0, staged);
+    cp_async_wait<0>();
+    __syncthreads();
+    lean_ldmatrix_q<C>(qa, staged, 0, slice, quarter, lane);
+    __syncthreads();  // Q's copy read before tiles 1 and 2 land on it
+#pragma unroll
+    for (int st = 1; st < C::STAGES - 1; ++st) {
+      if (st < ntiles) stream.load(p, end, st * TILE_B);
+      cp_async_commit();
+    }
+  } else {
+    const uint32_t staged = kv_sa + (C::STAGES - 1) * TILE_B;
+    lean_copy_q_rows<C, HALF>(p, b, row0, 0, staged);
+#pragma unroll
+    for (int st = 0; st < C::STAGES - 1; ++st) {
+      if (st < ntiles) stream.load(p, end, st * TILE_B);
+      cp_async_commit();
+    }
+    cp_async_wait<C::STAGES - 1>();  // Q's first half
+    __syncthreads();
+    if (slice == 0) lean_ldmatrix_q<C>(qa, staged, 0, slice, quarter, lane);
+    __syncthreads();
+    lean_copy_q_rows<C, HALF>(p, b, row0, HALF, staged);
+    cp_async_wait<0>();
+    __syncthreads();
+    if (slice == 1) lean_ldmatrix_q<C>(qa, staged, HALF, slice, quarter, lane);
+    __syncthreads();  // the staged rows overlap the partial-score and P buffers
+  }
+}
+
 // --- the kernel -------------------------------------------------------------------------------------
 
 template <class C>
@@ -329,16 +425,19 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
   pdl_launch_dependents();
   const int ntiles = (end - start + BN - 1) / BN;
   KvStreamLean<C> stream(p, b, start, end, kv_sa);
-#pragma unroll
-  for (int st = 0; st < STAGES - 1; ++st) {
-    if (st < ntiles) stream.load(p, end, st * TILE_B);
-    cp_async_commit();
-  }
-
   uint32_t qa[C::QM][C::KSTEPS][4];
+  if constexpr (C::LV & (32 | 64)) {
+    lean_stage_q<C>(p, b, row0, stream, end, ntiles, kv_sa, slice, quarter, lane, qa);
+  } else {
 #pragma unroll
-  for (int mi = 0; mi < C::QM; ++mi)
-    load_q_fragments<C>(p, b, row0 + slice * (BLOCK_M / C::RS) + mi * 16, quarter * C::K_PART, qa[mi]);
+    for (int st = 0; st < STAGES - 1; ++st) {
+      if (st < ntiles) stream.load(p, end, st * TILE_B);
+      cp_async_commit();
+    }
+#pragma unroll
+    for (int mi = 0; mi < C::QM; ++mi)
+      load_q_fragments<C>(p, b, row0 + slice * (BLOCK_M / C::RS) + mi * 16, quarter * C::K_PART, qa[mi]);
+  }
 
   const int srow = threadIdx.x / C::TPR, stok = (threadIdx.x % C::TPR) * C::EPT;
   const int mask_off = (b * p.T + min(row0 + srow, p.R - 1) / p.H) * p.W;

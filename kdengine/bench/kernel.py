@@ -33,8 +33,8 @@ from kdengine.ops.shapes import DV
 CONTEXTS = (4096, 16384, 65536)
 TREE_SIZES = (16, 64)
 NSPLITS = (16, 32, 64, 128, 256, "auto")
-SETS = ("full", "peers", "mma", "mma2", "mma4", "sm90", "paths", "pair", "half", "icache", "seesaw2", "s2tune", "s2t64",
-        "s2t64r", "s2ab", "nsplit",
+SETS = ("full", "peers", "mma", "mma2", "mma4", "mma6", "sm90", "paths", "pair", "half", "icache", "seesaw2", "s2tune",
+        "s2t64", "s2t64r", "s2ab", "nsplit",
         "merge")
 # The `merge` set: the sm90 schedule the dispatched call picks (cuda_backend.pick_schedule) with the merge
 # kernel, and the same split kernel alone (no merge: the merge's in-graph share is the difference). Up to
@@ -47,13 +47,18 @@ SETS = ("full", "peers", "mma", "mma2", "mma4", "sm90", "paths", "pair", "half",
 # ping-pong halves of 8 warps; x16: the same without ping-pong; wide2pp: wide2 (8 warps) with ping-pong;
 # wide2pp2: wide2 with both halves' P*V split around the barrier (pingpong 2); wide2pp2_lean: the same
 # schedule with less integer work per tile (pingpong 3, csrc/verify_wide_lean.cuh); mma_lean_*: the lean probes of branch
-# mma4 (pingpong 4-11, kdengine.ops.cuda_backend.PINGPONGS), mma_lean_v5 (all of them, pingpong 8) the default since.
+# mma4 (pingpong 4-11, kdengine.ops.cuda_backend.PINGPONGS), mma_lean_v5 (all of them, pingpong 8) the default from
+# then to branch mma6, whose probes are mma_lean_qs .. mma_lean_qsup (pingpong 12-15; mma_lean_qs the default since).
 MMA_LAYOUTS = {"mma_wide2pp": (16, 4, 3, True), "mma_wide2pp2": (16, 4, 3, 2), "mma_wide2pp2_lean": (16, 4, 3, 3),
                "mma_x16pp": (32, 4, 3, True), "mma_x16": (32, 4, 3, False),
                # the probes of branch mma4 (kdengine.ops.cuda_backend.PINGPONGS 4-8)
                "mma_lean_all": (16, 4, 3, 4), "mma_lean_kx2": (16, 4, 3, 5), "mma_lean_fast": (16, 4, 3, 6),
                "mma_lean_late": (16, 4, 3, 7), "mma_lean_v5": (16, 4, 3, 8), "mma_lean_short": (16, 4, 3, 9),
-               "mma_lean_v4": (16, 4, 3, 10), "mma_lean_v4k": (16, 4, 3, 11)}
+               "mma_lean_v4": (16, 4, 3, 10), "mma_lean_v4k": (16, 4, 3, 11),
+               # the probes of branch mma6 (PINGPONGS 12-15: the default with Q staged through shared memory, 12 and
+               # 13; the page-table row pointer warp-uniform, 14; both, 15)
+               "mma_lean_qs": (16, 4, 3, 12), "mma_lean_qs2": (16, 4, 3, 13), "mma_lean_up": (16, 4, 3, 14),
+               "mma_lean_qsup": (16, 4, 3, 15)}
 # the `mma4` set: at 64-row blocks (T * H > 32) the default, the default again (A/A) and these; at 32-row blocks
 # (T * H <= 32, T = 1, 2, 4 at H = 8: --trees) the default (wide2pp2 there), the default again and the lean form
 # (those equal to the default left out: since 896dc1b (perf_history/kernel/verify_kernel_mma4_*_896dc1b.json) the
@@ -61,6 +66,10 @@ MMA_LAYOUTS = {"mma_wide2pp": (16, 4, 3, True), "mma_wide2pp2": (16, 4, 3, 2), "
 MMA4_LAYOUTS = ("mma_wide2pp2_lean", "mma_lean_kx2", "mma_lean_fast", "mma_lean_late", "mma_lean_short", "mma_lean_v5",
                 "mma_lean_v4", "mma_lean_v4k")
 MMA4_SMALL_LAYOUTS = ("mma_lean_all",)
+# the `mma6` set (branch mma6, ci/gpu/mma6.sh): the default, the default again (A/A) and these at 64-row blocks (at
+# 32-row blocks the probes run wide2pp2, as the default does: only the default and its A/A row there); the one equal to
+# the default is left out (run 0c41cd6 timed them with mma_lean_v5 the default; mma_lean_qs is the default since)
+MMA6_LAYOUTS = ("mma_lean_v5", "mma_lean_qs", "mma_lean_qs2", "mma_lean_up", "mma_lean_qsup")
 # the layouts the `mma2` set times beside the default: the previous default (wide2pp2, ping-pong 2). Its runs so far:
 # 2e1c440 (default pingpong 1; mma_x16pp at auto and fixed NSPLIT, mma_x16), 4c2df52 (default pingpong 1;
 # mma_wide2pp2 at auto and fixed NSPLIT, which then became the default), a987463 (default pingpong 2;
@@ -195,7 +204,8 @@ def rotating_call(name: str, nsplit, *, scalar_loads: bool = False, layout=None)
 
 
 PP_LABELS = {2: "2", 3: "2lean", 4: "2leanall", 5: "2leankx2", 6: "2leanfast", 7: "2leanlate", 8: "2leanv5",
-             9: "2leanshort", 10: "2leanv4", 11: "2leanv4k"}
+             9: "2leanshort", 10: "2leanv4", 11: "2leanv4k", 12: "2leanqs", 13: "2leanqs2",
+             14: "2leanup", 15: "2leanqsup"}
 
 
 def layout_label(cw, rg, comb, pp) -> str:
@@ -266,6 +276,11 @@ def variants(N: int, T: int, which: str = "full"):
         rows = [base[0], (f"{base[0][0]}/aa", "cuda", "auto", False, None)]
         return rows + [(f"cuda/{layout_label(*MMA_LAYOUTS[n])}/sauto", "cuda", "auto", False, MMA_LAYOUTS[n])
                        for n in names if MMA_LAYOUTS[n] != default_layout()]
+    if which == "mma6":  # the mma.sync default, the same again as an A/A control, the probes of branch mma6
+        rows = [base[0], (f"{base[0][0]}/aa", "cuda", "auto", False, None)]
+        return rows + ([] if T * H <= 32 else [(f"cuda/{layout_label(*MMA_LAYOUTS[n])}/sauto", "cuda", "auto", False,
+                                                MMA_LAYOUTS[n]) for n in MMA6_LAYOUTS
+                                               if MMA_LAYOUTS[n] != default_layout()])
     if which == "nsplit":  # the dispatched call at fixed split counts beside its own planner (auto)
         return [(f"{DISPATCH}/s{sp}", "cuda_auto", sp, False, None) for sp in NSPLITS if sp != "auto"] + [
             (DISPATCH, "cuda_auto", "auto", False, None)]
@@ -557,7 +572,7 @@ def build_parser(prog: str = "python -m kdengine.bench.kernel") -> argparse.Argu
     p.add_argument("--nsplit", type=int, default=None)
     p.add_argument("--page-size", type=int, default=64)
     p.add_argument("--pingpong", type=int, choices=cuda_backend.PINGPONGS, default=None,
-                   help="ping-pong halves (1; 2: P*V split around the barrier, wide2 only; 3: the same, lean; 4-11: "
+                   help="ping-pong halves (1; 2: P*V split around the barrier, wide2 only; 3: the same, lean; 4-15: "
                         "the lean probes, cuda_backend.PINGPONGS) or not (0) for the wide "
                         "layouts; with --col-warps / --combine: that layout instead of the default")
     p.add_argument("--col-warps", type=int, default=None, help="the layout (cuda_backend.COL_WARPS)")

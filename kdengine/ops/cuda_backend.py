@@ -61,11 +61,17 @@ DEFAULT_ROW_GROUPS = 4
 # there); 5-11 = lean variants at 64-row blocks, wide2pp2 at 32-row blocks (WideCfg::LV bits of csrc/verify_wide.cuh:
 # 1 Q*K^T's K fragments loaded per n8 tile a k-step ahead, 2 one branch on the tail tile, 4 the KV copy after the
 # softmax's partial-score loads, 8 the row max's shuffles on demand, 16 exp2 as one ex2.approx.ftz): 5 = 1, 6 = 2,
-# 7 = 4, 8 = all (the lean form's second version, "wide2pp2_lean2": the default), 9 = 8 + 16, 10 = all but 1,
+# 7 = 4, 8 = all (the lean form's second version, "wide2pp2_lean2": the default up to branch mma6), 9 = 8 + 16, 10 = all but 1,
 # 11 = all but 2.
-PINGPONGS = tuple(range(12))
-SPLIT_PV_PINGPONGS = tuple(range(2, 12))  # wide2 only
-# 8 (the default since branch mma4): the lean form with all five probe bits (LV 31). In one H200 run beside 3 (the
+# 12-15 (wide2 only; probes of branch mma6, ci/gpu/mma6.sh; 64-row blocks, wide2pp2 at 32): the previous default (8) plus
+# WideCfg::LV bits of csrc/verify_wide_lean.cuh: 32 / 64 = the block's Q staged through shared memory by 16-byte
+# cp.async and read by ldmatrix.x4 instead of 72 four-byte global loads per thread (lean_stage_q; 32: all 64 rows at
+# once after KV tile 0's copy, tiles 1-2 after Q is in registers; 64: one row half at a time, the first before KV
+# tiles 0-2, the second beside them), 128 = the page-table row pointer warp-uniform (KvStreamLean). 12 = 32, 13 = 64,
+# 14 = 128, 15 = 32 + 128.
+PINGPONGS = tuple(range(shapes.NUM_PINGPONGS))
+SPLIT_PV_PINGPONGS = tuple(range(2, shapes.NUM_PINGPONGS))  # wide2 only
+# 8 (the default from branch mma4 to mma6): the lean form with all five probe bits (LV 31). In one H200 run beside 3 (the
 # previous default) and 3 again as an A/A control
 # (perf_history/kernel/verify_kernel_mma4_gpu-nvidia-h200-sm90_896dc1b.json), 8 / 3 / 3 again, us: 4k T=16 19.4 /
 # 20.1 / 20.1, 4k T=64 32.3 / 34.2 / 34.2, 16k T=16 32.6 / 34.8 / 34.8, 16k T=64 83.6 / 92.4 / 92.7, 65k T=16 81.9 /
@@ -76,7 +82,19 @@ SPLIT_PV_PINGPONGS = tuple(range(2, 12))  # wide2 only
 # 12.8 / 12.2 / 12.2, 4k T=4 13.7 / 13.3 / 13.2, 16k T=1 19.1 / 18.9 / 18.8, 16k T=2 19.9 / 19.2 / 19.3, 16k T=4
 # 21.1 / 20.5 / 20.5, 65k T=1 42.7 / 44.8 / 44.8, 65k T=2 43.8 / 45.2 / 45.3, 65k T=4 45.2 / 46.7 / 46.7 (faster at
 # 65k, slower at 4k-16k).
-DEFAULT_PINGPONG = 8
+# 12 (the default since branch mma6): 8 with the block's Q staged through shared memory (LV 31 + 32). In one H200 run
+# beside 8 (the previous default) and 8 again as an A/A control
+# (perf_history/kernel/verify_kernel_mma6_gpu-nvidia-h200-sm90_0c41cd6.json), 12 / 8 / 8 again, us: 4k T=16 18.5 / 19.2
+# / 19.3, 4k T=64 31.3 / 32.2 / 32.3, 16k T=16 31.7 / 32.5 / 32.5, 16k T=64 83.0 / 83.6 / 83.6, 65k T=16 81.6 / 82.7 /
+# 82.5, 65k T=64 286.5 / 288.5 / 287.7: faster by more than the A/A spread at all six sizes (IQRs apart at 65k); 13 /
+# 14 / 15, us: 4k T=16 19.1 / 19.7 / 18.8, 4k T=64 31.6 / 33.4 / 32.3, 16k T=16 32.4 / 34.0 / 33.1, 16k T=64 83.3 /
+# 88.7 / 87.5, 65k T=16 82.0 / 87.7 / 86.8, 65k T=64 285.6 / 306.3 / 305.3 (13 slower than 12 except at 65k T=64; 14
+# slower than 8 and 15 slower than 12 at all six sizes, by 2.1-6.6%, most at 65k: the page-table pointer in a register
+# pair (254 registers) cost more than the 4 instructions per tile it saved; not profiled). ncu at 65k T=16
+# (perf_history/kernel/mma6_0c41cd6/): lg_throttle stalls per issue 0.34 -> 0.00, tensor pipe 37.96% -> 38.28%, issue
+# active 26.12% -> 26.65%; the loop is unchanged (SASS 284 instructions per tile against 285). 32-row blocks (T * H <=
+# 32) run wide2pp2 as before.
+DEFAULT_PINGPONG = 12
 # Merge kernel (csrc/verify_kernel.cuh; the split partials are bf16 [B, nsplit, T*H, 512], their lse
 # fp32): 0 = one loop over the splits per thread, 1 = split weights computed in parallel first, then 4
 # thread groups over the splits with 8 partial rows in flight per thread; 2 = the same over 4 blocks

@@ -136,16 +136,19 @@ def test_merge_set_times_and_labels_the_dispatched_schedule():
     assert sched == "cuda_sm90_seesaw2"  # 512 query rows
 
 
-def test_mma4_set_times_the_probes_beside_the_default_twice():
-    for T, names in ((64, kernel.MMA4_LAYOUTS), (4, kernel.MMA4_SMALL_LAYOUTS)):  # 64-row blocks; 32-row (T * H <= 32)
-        rows = kernel.variants(65536, T, "mma4")
+def test_mma4_and_mma6_sets_time_the_probes_beside_the_default_twice():
+    # 64-row blocks; 32-row (T * H <= 32): mma4 times its small layouts there, mma6 only the default twice
+    for which, T, names in (("mma4", 64, kernel.MMA4_LAYOUTS), ("mma4", 4, kernel.MMA4_SMALL_LAYOUTS),
+                            ("mma6", 64, kernel.MMA6_LAYOUTS), ("mma6", 4, ())):
+        rows = kernel.variants(65536, T, which)
         labels = [v[0] for v in rows]
         default = kernel.default_label()
         assert labels[:2] == [default, f"{default}/aa"] and rows[0][1:] == rows[1][1:]
         assert labels[2:] == [f"cuda/{kernel.layout_label(*kernel.MMA_LAYOUTS[n])}/sauto" for n in names
                               if kernel.MMA_LAYOUTS[n] != kernel.default_layout()]
-        assert T * kernel.H <= 32 or len(labels) == 2 + len(names) - 1  # the default is one of the probes
         assert len(set(labels)) == len(labels) and all(v[2] == "auto" for v in rows)
+    # the default (branch mma6's pingpong 12) is one of the mma6 probes, the previous one (8) timed beside it
+    assert kernel.MMA_LAYOUTS["mma_lean_qs"] == kernel.default_layout() and "mma_lean_v5" in kernel.MMA6_LAYOUTS
     assert kernel.build_parser().parse_args(["measure", "--out", "x", "--set", "mma4", "--trees", "1,2"]).trees == "1,2"
 
 
