@@ -144,8 +144,11 @@ CLOCK_CHANGE_LIMIT = 0.05  # an SM clock change larger than this fraction marks 
 # capped in its middle reads clean at both ends (the seesaw2 set of
 # perf_history/kernel/verify_kernel_seesaw2_*_2503f03.json ended at 1860 MHz under sw_power_cap, while a row
 # timed before it read ~10% slower than in another set of the same run). throttle_fraction reports the
-# capped share of a span; `throttled` does not use it yet: how often the gate's GPU runs are capped is not
-# measured, and a flag set on every heavy benchmark would keep the gate from ever failing on them.
+# capped share of a span, and a span capped for more than VIOLATION_LIMIT of its time is `throttled`. With the
+# verify timer's spin gaps no row of the H200's final run was capped (perf_history/kernel/final_e2a43f3/:
+# every row 0%, the decode's counter did not move), so the flag marks a machine in trouble, not every heavy
+# benchmark. GPUs whose NVML has no violation counters keep the instant reasons only.
+VIOLATION_LIMIT = 0.05
 
 
 def reason_names(mask: int) -> list[str]:
@@ -254,14 +257,18 @@ def throttle_fraction(start: dict, end: dict) -> float | None:
 
 
 def throttled(start: dict, end: dict) -> bool:
-    """True when a non-benign throttle reason was active at the start or the end, or the SM clock
-    moved more than CLOCK_CHANGE_LIMIT between two busy readings (a reading taken while the GPU was
-    idle has a parked clock and is not compared)."""
+    """True when a non-benign throttle reason was active at the start or the end, when NVML counted the
+    clocks capped (power or thermal) for more than VIOLATION_LIMIT of the span between the readings, or
+    when the SM clock moved more than CLOCK_CHANGE_LIMIT between two busy readings (a reading taken while
+    the GPU was idle has a parked clock and is not compared)."""
     if not start and not end:
         return False
     for state in (start, end):
         if int(state.get("throttle_mask", 0)) & ~BENIGN_REASONS:
             return True
+    frac = throttle_fraction(start, end)
+    if frac is not None and frac > VIOLATION_LIMIT:
+        return True
     idle = any(int(state.get("throttle_mask", 0)) & 0x1 for state in (start, end))
     a, b = start.get("sm_mhz"), end.get("sm_mhz")
     if a and b and not idle:  # an idle GPU parks its clock: a change from idle says nothing

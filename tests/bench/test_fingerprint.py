@@ -124,4 +124,9 @@ def test_throttle_fraction_from_the_violation_counters():
     assert fp.throttle_fraction(start, {**end, "t_s": 100.0}) is None
     assert fp.throttle_fraction({"sm_mhz": 1980}, {"sm_mhz": 1980}) is None
     assert fp.throttle_fraction({"t_s": 1.0}, {"t_s": 2.0}) is None
-    assert fp.throttled({**start, "throttle_mask": 0}, {**end, "throttle_mask": 0}) is False  # reported, not judged
+    clean = {"throttle_mask": 0, "sm_mhz": 1980}
+    assert fp.throttled({**start, **clean}, {**end, **clean}) is True  # capped for a quarter of the span
+    brief = {**end, "power_violation_ns": start["power_violation_ns"] + 50_000_000, "thermal_violation_ns": 0}
+    assert fp.throttle_fraction(start, brief) == pytest.approx(0.025)
+    assert fp.throttled({**start, **clean}, {**brief, **clean}) is False  # 2.5%: under VIOLATION_LIMIT
+    assert fp.throttled({**clean}, {**clean}) is False  # no counters: the instant reasons only, as before
