@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device run for the probes of branch mma6 (ci/gpu/mma4.sh adapted): build for the local arch, smoke calls of the
+# One device run for the probes of branch mma6 (ci/gpu/mma4.sh adapted, retired: ci/gpu/README.md): build for the local arch, smoke calls of the
 # default (pingpong 8) and the probes (12, 13: Q staged through shared memory) with their rel L2, the kernel sweep set
 # `mma6` at T = 16, 64 (the default, the default again as an A/A control, the probes), the GPU tests of the path
 # (tests/ops/test_cuda.py: every layout incl. the probes) and tests/bench/test_kernel.py beside memcheck + racecheck of

@@ -73,7 +73,7 @@ MMA6_LAYOUTS = ("mma_lean_v5", "mma_lean_qs", "mma_lean_qs2", "mma_lean_up", "mm
 # the layouts the `mma2` set times beside the default: the previous default (wide2pp2, ping-pong 2). Its runs so far:
 # 2e1c440 (default pingpong 1; mma_x16pp at auto and fixed NSPLIT, mma_x16), 4c2df52 (default pingpong 1;
 # mma_wide2pp2 at auto and fixed NSPLIT, which then became the default), a987463 (default pingpong 2;
-# mma_wide2pp2_lean, which then became the default: ci/gpu/mma3.sh, retired: ci/gpu/README.md); since 896dc1b (branch mma4: ci/gpu/mma4.sh, set
+# mma_wide2pp2_lean, which then became the default: ci/gpu/mma3.sh, retired: ci/gpu/README.md); since 896dc1b (branch mma4: ci/gpu/mma4.sh, retired, set
 # `mma4`) the default is mma_lean_v5 and the previous default, the lean form, is timed beside it
 MMA2_LAYOUTS = ("mma_wide2pp2_lean",)
 S2_PROBES = ("swap", "early", "se", "qc", "seq", "eno")  # = kdengine.ops.cuda_backend.SEESAW2_PROBES (checked by a test)

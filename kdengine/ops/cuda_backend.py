@@ -57,7 +57,7 @@ DEFAULT_ROW_GROUPS = 4
 # 65k T=64 324.8 / 363.9 / 362.8: faster by more than the A/A spread at all six sizes; ncu at 65k T=16 4.37
 # executed warp instructions per HMMA against 5.29, tensor pipe 33.9% against 30.3%. Timed at 64 rows per block
 # only: 32-row blocks (T*H <= 32, 128 registers) spill in both forms, more in the lean one (ptxas -v).
-# 4-11 (wide2 only; probes of branch mma4, ci/gpu/mma4.sh): 4 = the lean form at 32-row blocks too (3 runs wide2pp2
+# 4-11 (wide2 only; probes of branch mma4, ci/gpu/mma4.sh, retired: ci/gpu/README.md): 4 = the lean form at 32-row blocks too (3 runs wide2pp2
 # there); 5-11 = lean variants at 64-row blocks, wide2pp2 at 32-row blocks (WideCfg::LV bits of csrc/verify_wide.cuh:
 # 1 Q*K^T's K fragments loaded per n8 tile a k-step ahead, 2 one branch on the tail tile, 4 the KV copy after the
 # softmax's partial-score loads, 8 the row max's shuffles on demand, 16 exp2 as one ex2.approx.ftz): 5 = 1, 6 = 2,
