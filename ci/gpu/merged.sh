@@ -5,7 +5,7 @@
 # same inputs), decode at 4k/16k/65k with the cuda backend (random routing), then, while time is left, the
 # dispatched call at fixed NSPLIT beside its planner, the seesaw2 set in both orders, pytest-benchmark's A/A compares,
 # ncu of the dispatched call, of the mma.sync default and of FlashMLA at 65k, the decode again (its run-to-run spread). Steps run in that order and one
-# starts only when DEADLINE (seconds from the start, default 380) leaves room for it, so a run cut short
+# starts only when DEADLINE (seconds from the start, default 420) leaves room for it, so a run cut short
 # still returns what it measured. $OUT gets the three JSON records and logs.tgz (the device tool returns at
 # most 8 files: the logs travel in one tarball, packed on exit).
 #   here:   mkdir -p out/final && git bundle create out/final/kd.bundle HEAD && cp .whl/sgl_flash_mla-*.whl out/final/
@@ -13,7 +13,7 @@
 set -o pipefail
 OUT=${OUT:-/tmp/kdengine-out}; LOGS=/tmp/merged-logs; rm -rf "$LOGS"; mkdir -p "$OUT" "$LOGS"
 trap 'tar czf "$OUT/logs.tgz" -C "$LOGS" . 2>/dev/null' EXIT
-SRC=$PWD; KD=/tmp/kd-final; DEADLINE=${DEADLINE:-380}
+SRC=$PWD; KD=/tmp/kd-final; DEADLINE=${DEADLINE:-420}
 export PYTHONUNBUFFERED=1 KDENGINE_CACHE_DIR=/tmp/kdcache TRITON_DEFAULT_FP_FUSION=1
 python3 -m pip install -q --no-index --no-deps --target /tmp/site "$SRC"/out/final/*.whl || echo "FlashMLA wheel not installed"
 rm -rf "$KD" && git clone -q "$SRC/out/final/kd.bundle" "$KD" && cd "$KD" || exit 1

@@ -10,9 +10,9 @@ from pathlib import Path
 
 def main(paths: list[str]) -> int:
     docs = [json.loads(Path(p).read_text()) for p in paths]
-    print("columns: " + "  ".join(f"{Path(p).stem} ({d.get('order', 'sequential')})" for p, d in zip(paths, docs)))
+    print("columns: " + "  ".join(f"{Path(p).stem} ({d.get('order', 'sequential')})" for p, d in zip(paths, docs, strict=True)))
     print("cells: median us / share of the row's span under a power or thermal cap (NVML violation counters)")
-    for p, d in zip(paths, docs):
+    for p, d in zip(paths, docs, strict=True):
         ends = (d["fingerprint"].get("clocks") or {}, d.get("clocks_end") or {})
         print(f"{Path(p).stem}: clocks " + " -> ".join(f"{c.get('sm_mhz')} MHz {c.get('power_w')} W "
                                                       f"{c.get('throttle_reasons')}" for c in ends))
