@@ -459,6 +459,14 @@ def peer_lines(doc: dict) -> list[str]:
     return peers.ratio_lines(medians)
 
 
+def _state(row: dict) -> str:
+    """A row's mark when its span was throttled (the timer's flag) and how much of it NVML counted capped."""
+    capped = row.get("capped_frac")
+    marks = (["throttled"] if row.get("throttled") else []) + (
+        [f"capped {100 * capped:.0f}%"] if capped is not None and capped > 0.005 else [])
+    return f"  ({', '.join(marks)})" if marks else ""
+
+
 def render_doc(doc: dict) -> str:
     fp = doc["fingerprint"]
     ceil = doc["ceilings"]
@@ -490,7 +498,7 @@ def render_doc(doc: dict) -> str:
             x_torch = f"{torch_s / t:8.1f}" if torch_s else f"{'-':>8}"
             x_peer = f"{t / peer_s:9.2f}" if peer_s else f"{'-':>9}"
             lines.append(f"{case['N']:>6} {case['T']:>3}  {label:30s} {row['nsplit']!s:>6} {t * 1e6:10.1f} "
-                         f"{case['T'] / t:10.0f} {row['floor_pct']:8.1f} {x_ext} {x_torch} {x_peer}")
+                         f"{case['T'] / t:10.0f} {row['floor_pct']:8.1f} {x_ext} {x_torch} {x_peer}{_state(row)}")
         lines.append("")
     extra = peer_lines(doc)
     return "\n".join(lines + (extra + [""] if extra else []))

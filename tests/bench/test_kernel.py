@@ -105,6 +105,15 @@ def test_measure_case_times_every_buildable_variant_in_either_order(monkeypatch,
         kernel.measure_case(200, 5, roofline.ceilings("cpu"), "peers", order="shuffled")
 
 
+def test_a_throttled_or_capped_row_is_marked_in_the_table():
+    doc = json.loads((ROOT / "perf_history/kernel/order_2b9fdff/verify_kernel_order2_2b9fdff.json").read_text())
+    table = kernel.render_doc(doc)
+    row = next(line for line in table.splitlines() if line.split()[:3] == ["65536", "64", "flashmla"])
+    assert row.endswith("(throttled, capped 100%)")  # interleaved, no spin gaps: the power cap all along
+    clean = json.loads((ROOT / "perf_history/kernel/order_e8ba5e7/verify_kernel_order2_e8ba5e7.json").read_text())
+    assert "capped" not in kernel.render_doc(clean) and "throttled" not in kernel.render_doc(clean)
+
+
 def test_nsplit_set_checks_the_dispatched_planner_against_fixed_splits():
     rows = kernel.variants(16384, 16, "nsplit")
     assert rows[-1][:3] == (kernel.DISPATCH, "cuda_auto", "auto")
