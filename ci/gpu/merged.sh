@@ -72,10 +72,9 @@ step seesaw2
 # the A/A control), FlashMLA
 room 50 && timeout 60 python3 -m kdengine.bench.kernel measure --set seesaw2 \
   --out "$OUT/verify_kernel_seesaw2_$sha.json" --commit "$full" 2>&1 | tee "$LOGS/seesaw2.log" | grep -E "^ctx" | tail -30
-# the same set with each row's samples in one block (the sweep's order before interleaved rounds; spin gaps kept):
-# what the order alone changes, at every size
-room 50 && timeout 60 python3 -m kdengine.bench.kernel measure --set seesaw2 --order sequential \
-  --out "$OUT/verify_kernel_seesaw2seq_$sha.json" --commit "$full" 2>&1 | tee "$LOGS/seesaw2seq.log" | grep -E "^ctx" | tail -30
+# the same set in interleaved rounds (spin gaps kept): what the order alone changes, at every size
+room 50 && timeout 60 python3 -m kdengine.bench.kernel measure --set seesaw2 --order interleaved \
+  --out "$OUT/verify_kernel_seesaw2int_$sha.json" --commit "$full" 2>&1 | tee "$LOGS/seesaw2int.log" | grep -E "^ctx" | tail -30
 step "pytest-benchmark A/A"
 # the README's local loop on the same code, verify/cuda at the six sizes: autosave, then three compares at
 # median:5% (each must pass: the sampler's statistics are GPU time per launch, spin gaps included)

@@ -319,18 +319,22 @@ def variants(N: int, T: int, which: str = "full"):
     return out
 
 
-ORDERS = ("interleaved", "sequential")
+ORDERS = ("sequential", "interleaved")
 
 
 def measure_case(N: int, T: int, ceil: roofline.Ceilings, which: str = "full", samples: int = SAMPLES,
-                 order: str = "interleaved", gap_ms: float = verify_timing.GAP_S * 1e3) -> dict:
-    """Every variant of one size, timed on the same input sets. order "interleaved" (the default): the
-    variants' samples are taken round by round (verify_timing.time_verify_many), so a drift of the GPU
-    over the run falls on all of them alike; "sequential": each variant's samples in one block, one after
-    another (the method of the records up to this option: there a variant's reading at 65k could depend on
-    its place in the set). gap_ms: the GPU spins about that long after each sample (verify_timing.GAP_S:
-    keeps the power cap off; 0 and "sequential" together are the records' method before these options). A variant that cannot be built or run is recorded as an error,
-    not fatal."""
+                 order: str = "sequential", gap_ms: float = verify_timing.GAP_S * 1e3) -> dict:
+    """Every variant of one size, timed on the same input sets. order "sequential" (the default): each
+    variant's samples in one block, one after another, as the suite's front ends (asv, pytest-benchmark,
+    `kdengine bench`) take them, so the figures agree with theirs; "interleaved": the variants' samples
+    round by round (verify_timing.time_verify_many), so a drift of the GPU over the set falls on all alike.
+    gap_ms: the GPU spins about that long after each sample (verify_timing.GAP_S). The position effect of
+    the records before these options was the power cap, which the spin keeps off (at 65k T=64 on the H200,
+    0% of any row's span capped in either order: perf_history/kernel/order_e8ba5e7/, final_e2a43f3/).
+    Interleaved reads some kernels slower than sequential with the same gap, by up to 4% at T=16 (FlashMLA
+    at 65k: 54.4 against 52.4 us; seesaw2 at 16k: 21.5 against 20.9; final_e2a43f3/seesaw2{,seq}.log):
+    the kernel changes between samples. A variant that cannot be built or run is recorded as an error, not
+    fatal."""
     from kdengine.bench import fingerprint as fp
     from kdengine.ops.inputs import rel_l2
     from kdengine.ops.reference import verify_attention_reference
@@ -560,10 +564,11 @@ def build_parser(prog: str = "python -m kdengine.bench.kernel") -> argparse.Argu
                         "times), the mma.sync default, triton, torch, the peers; mma / sm90: one path's "
                         "variants; paths: both cuda paths' defaults, each with the chunked merge, and the "
                         "peers; nsplit: the dispatched call at fixed NSPLIT beside auto")
-    p.add_argument("--order", choices=ORDERS, default="interleaved",
-                   help="interleaved (default): the variants of a size take their samples round by round, so "
-                        "a drift of the GPU over the run falls on all alike; sequential: each variant's samples "
-                        "in one block (the records' method before this option)")
+    p.add_argument("--order", choices=ORDERS, default="sequential",
+                   help="sequential (default): each variant's samples in one block, as asv, pytest-benchmark and "
+                        "kdengine bench take them; interleaved: the variants of a size take their samples round by "
+                        "round, so a drift of the GPU over the set falls on all alike (up to 4%% slower at T=16: "
+                        "the kernel changes between samples)")
     p.add_argument("--gap-ms", type=float, default=verify_timing.GAP_S * 1e3,
                    help="the GPU spins about this long after each sample (busy, so its clock does not park; low "
                         "power, so the power cap back-to-back heavy samples reach stays off); 0: none")
