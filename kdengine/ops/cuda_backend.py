@@ -160,7 +160,7 @@ SM90_MIN_TOKENS_PER_SPLIT = 128
 # does not model (a probe). The default from SEESAW2_MIN_ROWS query rows (below).
 SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4, "staggered_small": 5, "staggered_tail": 6,
              "seesaw2": 7, "seesaw2_bar": 8}
-# seesaw2's probes (csrc/verify_sm90.cuh S2_PROBE_FLAGS, schedules 9-13; hand-offs on mbarriers as seesaw2), each
+# seesaw2's probes (csrc/verify_sm90.cuh S2_PROBE_FLAGS, schedules 9-14; hand-offs on mbarriers as seesaw2), each
 # seesaw2 plus: swap = warpgroup 1 issues P_a V_aR before P_b V_bR (stage 0's chunks 4-8 freed first); early =
 # warpgroup 0 publishes P_a before waiting for its P_a V_aL; se = swap + early; qc = the prologue's Q in chunks on
 # their own mbarriers, interleaved with tile 0's; seq = swap + early + qc; eno = early without order. None beat seesaw2
