@@ -333,7 +333,8 @@ def measure_case(N: int, T: int, ceil: roofline.Ceilings, which: str = "full", s
     0% of any row's span capped in either order: perf_history/kernel/order_e8ba5e7/, final_e2a43f3/).
     Interleaved reads some kernels slower than sequential with the same gap, by up to 4% at T=16 (FlashMLA
     at 65k: 54.4 against 52.4 us; seesaw2 at 16k: 21.5 against 20.9; final_e2a43f3/seesaw2{,seq}.log):
-    the kernel changes between samples. A variant that cannot be built or run is recorded as an error, not
+    the kernel changes between samples (not L2 residue: a flush of 8x the L2 reads the same,
+    perf_history/kernel/flush_probe_e160d03/). A variant that cannot be built or run is recorded as an error, not
     fatal."""
     from kdengine.bench import fingerprint as fp
     from kdengine.ops.inputs import rel_l2
