@@ -551,6 +551,16 @@ def once(args) -> int:
     return 0 if err < 1e-2 else 1
 
 
+def _milliseconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected milliseconds, got {text!r}") from None
+    if not value >= 0:  # also NaN
+        raise argparse.ArgumentTypeError(f"expected milliseconds >= 0, got {text!r}")
+    return value
+
+
 def build_parser(prog: str = "python -m kdengine.bench.kernel") -> argparse.ArgumentParser:
     from kdengine.ops import cuda_backend
 
@@ -570,7 +580,7 @@ def build_parser(prog: str = "python -m kdengine.bench.kernel") -> argparse.Argu
                         "kdengine bench take them; interleaved: the variants of a size take their samples round by "
                         "round, so a drift of the GPU over the set falls on all alike (up to 4%% slower at T=16: "
                         "the kernel changes between samples)")
-    p.add_argument("--gap-ms", type=float, default=verify_timing.GAP_S * 1e3,
+    p.add_argument("--gap-ms", type=_milliseconds, default=verify_timing.GAP_S * 1e3,
                    help="the GPU spins about this long after each sample (busy, so its clock does not park; low "
                         "power, so the power cap back-to-back heavy samples reach stays off); 0: none")
     p.add_argument("--commit", default=None,

@@ -182,3 +182,11 @@ def test_s2ab_set_rotates_seesaw2_and_its_two_probes_through_the_positions():
     for pos in range(3):
         assert sorted(names[pos::3]) == sorted(["cuda_sm90_seesaw2", "cuda_sm90_seesaw2_early", "cuda_sm90_seesaw2_eno"])
     assert len(set(labels)) == len(labels)
+
+
+@pytest.mark.parametrize("bad", ["-1", "nan", "fast"])
+def test_measure_rejects_a_bad_gap_naming_the_option(bad, capsys):
+    with pytest.raises(SystemExit):
+        kernel.build_parser().parse_args(["measure", "--out", "x.json", "--gap-ms", bad])
+    assert "--gap-ms" in capsys.readouterr().err
+    assert kernel.build_parser().parse_args(["measure", "--out", "x.json", "--gap-ms", "0"]).gap_ms == 0.0
