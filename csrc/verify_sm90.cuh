@@ -105,7 +105,7 @@
 //     hand-offs (m', m'', P_a, P_b) are on mbarriers (every thread of the writing warpgroup arrives, release; the
 //     readers wait on the step's parity, acquire), and so is the final row-sum exchange (256 arrivals): racecheck,
 //     synccheck and memcheck clean, the same speed as the named-barrier form within the run's spread (that form
-//     stays selectable as SEESAW2_BAR, a probe). The default from 128 query rows (cuda_backend.SEESAW2_MIN_ROWS).
+//     stays selectable as SEESAW2_BAR, a probe). The default from 128 query rows and 4 KV tiles per split (cuda_backend.SEESAW2_MIN_ROWS, SEESAW2_MIN_TILES).
 // Splits, partials and lse follow VerifyParams (verify_launch.h); the merge is the shared merge kernel
 // (a programmatic dependent launch). Two merges fused into this kernel were built, tested and measured
 // slower on the H200, and removed: a cluster merge through distributed shared memory (at one 220 KB block

@@ -83,6 +83,7 @@ SM90_BACKENDS = {"cuda_sm90_both": "both", "cuda_sm90_staggered": "staggered", "
                  "cuda_sm90_pair": "pair", "cuda_sm90_half": "half", "cuda_sm90_staggered_small": "staggered_small",
                  "cuda_sm90_staggered_tail": "staggered_tail", "cuda_sm90_seesaw2": "seesaw2",
                  "cuda_sm90_seesaw2_bar": "seesaw2_bar",
+                 "cuda_sm90_dispatched": None,  # launch_sm90's own pick (cuda_backend.pick_schedule)
                  **{f"cuda_sm90_seesaw2_{n}": f"seesaw2_{n}" for n in S2_PROBES}}
 # Short device-run sets of sm90 schedules: (the schedules timed, the baseline first; whether the baseline is
 # timed again after them as the run's A/A control).
@@ -291,7 +292,7 @@ def variants(N: int, T: int, which: str = "full"):
     if which == "merge":  # the merge kernel after the split kernel, and absent (timing only)
         from kdengine.ops import cuda_backend
 
-        sched = f"cuda_sm90_{cuda_backend.pick_schedule(T, H)}"
+        sched = "cuda_sm90_dispatched"  # the schedule launch_sm90 picks for the call (rows and tiles per split)
         return [(f"{sched}/c0/sauto", sched, "auto", False, {}),
                 (f"{sched}/c0/splitonly/sauto", sched, "auto", False, {"combine": cuda_backend.SPLIT_ONLY})]
     if which == "s2ab":  # seesaw2 and its closest probes in rounds (each position taken by each in turn), FlashMLA

@@ -157,7 +157,7 @@ SM90_MIN_TOKENS_PER_SPLIT = 128
 # its own barrier and is reloaded by the consumer that saw its last reader finish (csrc/verify_sm90.cuh).
 # Its four one-way hand-offs between the warpgroups (two row maxima, two P) and the row-sum exchange are on
 # mbarriers; seesaw2_bar is the same kernel with them on named barriers (bar.arrive / bar.sync), which racecheck
-# does not model (a probe). The default from SEESAW2_MIN_ROWS query rows (below).
+# does not model (a probe). The default from SEESAW2_MIN_ROWS query rows and SEESAW2_MIN_TILES KV tiles per split (below).
 SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4, "staggered_small": 5, "staggered_tail": 6,
              "seesaw2": 7, "seesaw2_bar": 8}
 # seesaw2's probes (csrc/verify_sm90.cuh S2_PROBE_FLAGS, schedules 9-14; hand-offs on mbarriers as seesaw2), each
@@ -176,7 +176,7 @@ SCHEDULES.update({f"seesaw2_{name}": 9 + i for i, name in enumerate(SEESAW2_PROB
 # T64 22.2 / 22.2 / 24.0 -> 21.0 (25.5), 16k T16 23.8 / 23.9 / 22.6 -> 22.7 (39.0), 16k T64 53.1 / 52.8 / 51.0
 # -> 48.1 (50.7), 65k T16 55.2 / 55.8 / 51.2 -> 51.1 (52.8), 65k T64 174.7 / 182.9 / 167.1 -> 163.7 (125.8).
 # Faster than staggered by more than the A/A spread at all six sizes, so no threshold.
-DEFAULT_SCHEDULE = "staggered_small"  # below SEESAW2_MIN_ROWS query rows
+DEFAULT_SCHEDULE = "staggered_small"  # below SEESAW2_MIN_ROWS query rows or SEESAW2_MIN_TILES tiles per split
 # Query rows per sequence (R = T * H) from which the default is pair instead; None: never by default.
 # pair was measured faster than staggered at all six sizes in one run (this pair code as pair_v0 in
 # perf_history/kernel/verify_kernel_pairload_*_752b824.json: 14.2 / 23.5 / 54.8 us at T=16 and 21.3 / 50.8 /
@@ -211,6 +211,15 @@ HALF_MIN_ROWS: int | None = None
 # T64 124.6 / 123.5 against 128.1 / 129.6 us in two records, 65k T16 44.7 / 44.5 against 45.2 / 45.2, 16k T64
 # 40.5 against 41.5, 4k equal.
 SEESAW2_MIN_ROWS: int | None = 128
+# ... and from this many KV tiles per split (split_tiles: at the page table's capacity and the planned NSPLIT, as
+# the kernel cuts its splits), staggered_small below: with 2 tiles a split is one seesaw2 step with nothing to
+# overlap. In every H200 set that timed both at 4k T=16 (2 tiles per split at NSPLIT 32), staggered_small / seesaw2 /
+# staggered_small again, us: 13.3 / 14.8 / 13.3 (50dcc76), 12.9 / 14.9 / 13.3 (2503f03), 12.9 / 15.0 / 13.3 and
+# interleaved 13.3 / 15.0 / 13.4 (e2a43f3: perf_history/kernel/verify_kernel_seesaw2{seq,}_*_e2a43f3.json); at 4
+# tiles (16k T=16 at NSPLIT 64, 4k T=64 at 16) seesaw2 is the faster in all of them (e2a43f3, sequential: 20.9 /
+# 22.8 and 20.2 / 21.0). 3 tiles per split was never timed. In a CUDA graph the capacity, not the prefix of a
+# replay, decides: an engine whose page table holds 65k tokens runs seesaw2 at every prefix.
+SEESAW2_MIN_TILES = 4
 
 
 # The merge of the sm90 kernel is the merge kernel DEFAULT_COMBINE (a programmatic dependent launch). Its
@@ -222,9 +231,20 @@ SEESAW2_MIN_ROWS: int | None = 128
 SPLIT_ONLY = -1  # launch_sm90's combine for the split kernel alone (out / lse not written): timing only
 
 
-def pick_schedule(T: int, H: int) -> str:
-    """The default sm90 schedule of a call with T tree tokens and H heads."""
-    if SEESAW2_MIN_ROWS is not None and T * H >= SEESAW2_MIN_ROWS:
+def split_tiles(capacity: int, nsplit: int) -> int:
+    """KV tiles per split of the sm90 kernel at `capacity` tokens cut into `nsplit` splits (its split length:
+    ceil(tokens / nsplit) rounded up to whole 64-token tiles)."""
+    if capacity < 1 or nsplit < 1:
+        raise ValueError(f"capacity and nsplit: expected >= 1, got {capacity} and {nsplit}")
+    split_tokens = -(-capacity // nsplit)
+    return -(-split_tokens // SM90_TILE_TOKENS)
+
+
+def pick_schedule(T: int, H: int, tiles_per_split: int | None = None) -> str:
+    """The default sm90 schedule of a call with T tree tokens and H heads (tiles_per_split: split_tiles of the
+    call; None: not considered)."""
+    if (SEESAW2_MIN_ROWS is not None and T * H >= SEESAW2_MIN_ROWS
+            and (tiles_per_split is None or tiles_per_split >= SEESAW2_MIN_TILES)):
         return "seesaw2"
     if HALF_MIN_ROWS is not None and T * H >= HALF_MIN_ROWS:
         return "half"
@@ -327,7 +347,7 @@ def launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_
     """The Hopper kernel + merge into caller-given out/lse (schedule None: pick_schedule; combine None:
     DEFAULT_COMBINE; SPLIT_ONLY: the split kernel alone, out/lse left unwritten)."""
     if schedule is None:
-        schedule = pick_schedule(q.shape[1], q.shape[2])
+        schedule = pick_schedule(q.shape[1], q.shape[2], split_tiles(page_table.shape[1] * kv_cache.shape[1], nsplit))
     if combine is None:
         combine = DEFAULT_COMBINE
     if combine not in (SPLIT_ONLY, *COMBINES):

@@ -144,6 +144,23 @@ def test_pick_schedule_is_seesaw2_from_128_rows_else_staggered_small():
     assert {s for (t, h), s in picked.items() if t * h < 128} == {"staggered_small"}
 
 
+def test_seesaw2_needs_its_tiles_per_split_else_staggered_small():
+    # 4k T=16 plans NSPLIT 32: 128 tokens = 2 KV tiles per split, where staggered_small is the faster; 16k T=16
+    # (NSPLIT 64) and 4k T=64 (16) have 4, where seesaw2 is (cuda_backend.SEESAW2_MIN_TILES)
+    split_tiles = cuda_backend.split_tiles
+    assert split_tiles(4096, 32) == 2 and split_tiles(16384, 64) == 4 and split_tiles(4096, 16) == 4
+    assert split_tiles(4095, 32) == 2 and split_tiles(4097, 32) == 3 and split_tiles(100, 1) == 2  # the kernel's cut
+    assert split_tiles(65536, 64) == 16 and split_tiles(1, 1) == 1
+    with pytest.raises(ValueError, match="nsplit"):
+        split_tiles(4096, 0)
+    assert cuda_backend.SEESAW2_MIN_TILES == 4
+    pick = cuda_backend.pick_schedule
+    assert pick(16, 8, split_tiles(4096, 32)) == "staggered_small" and pick(16, 8, 3) == "staggered_small"
+    assert pick(16, 8, split_tiles(16384, 64)) == "seesaw2" and pick(64, 8, split_tiles(4096, 16)) == "seesaw2"
+    assert pick(8, 8, 64) == "staggered_small"  # below the rows: the tiles do not matter
+    assert pick(16, 8) == "seesaw2"  # tiles unknown: rows alone
+
+
 def test_pick_schedule_uses_seesaw2_from_its_row_threshold(monkeypatch):
     monkeypatch.setattr(cuda_backend, "SEESAW2_MIN_ROWS", None)  # off: never picked
     assert "seesaw2" not in {cuda_backend.pick_schedule(t, h) for t in (1, 16, 64, 256) for h in (1, 8, 16)}
@@ -276,8 +293,9 @@ def test_sm90_nan_past_the_end_is_ignored():
 @pytest.mark.parametrize("capacity", [5000, 40000])
 @pytest.mark.parametrize("T, schedule", [(16, "seesaw2"), (9, "staggered_small")])
 def test_sm90_through_verify_attention_and_graphs(monkeypatch, capacity, T, schedule):
-    """The dispatched call (seesaw2 from 128 query rows, staggered_small below; with few and with many KV
-    tiles per split), captured once and replayed at several lengths with poisoned outputs."""
+    """The dispatched call (seesaw2 from 128 query rows and SEESAW2_MIN_TILES KV tiles per split, else
+    staggered_small; at capacity 5000 T=16 has 3 tiles per split, so staggered_small runs it, at 40000 seesaw2),
+    captured once and replayed at several lengths with poisoned outputs."""
     _needs_sm90()
     from kdengine.ops.verify import verify_attention
 
@@ -286,7 +304,10 @@ def test_sm90_through_verify_attention_and_graphs(monkeypatch, capacity, T, sche
     out, lse = verify_attention(*inp.args(), sm_scale=inp.sm_scale, backend="cuda", return_lse=True)
     _check(inp, out, lse)
     inp = _problem(TestParam(T, [capacity, capacity], B=2), seed=7)
-    assert cuda_backend.pick_schedule(T, 8) == schedule
+    assert cuda_backend.pick_schedule(T, 8) == schedule  # by rows alone
+    _, splits = cuda_backend.plan(inp.q, inp.kv_cache, inp.page_table, None, "sm90")
+    tiles = cuda_backend.split_tiles(inp.page_table.shape[1] * inp.kv_cache.shape[1], splits)
+    assert (tiles >= cuda_backend.SEESAW2_MIN_TILES) == (capacity == 40000)  # both sides of the tiles rule run
     bits = pack_tree_mask(inp.tree_mask)
     prefix_len = inp.prefix_len.clone()
     run = lambda: cuda_backend.run(inp.q, inp.kv_cache, inp.page_table, prefix_len, bits,
