@@ -35,10 +35,11 @@ from kdengine.bench import samples as sidecars
 # "overrides": the KDENGINE_* variables that change what is measured (kdengine.env.MEASUREMENT_VARS; runs
 # recorded before it existed lack the key and compare with either)
 COMPARABLE_KEYS = ("gpu", "sm_count", "driver", "cuda", "torch", "overrides", "verify_timer")
-# verify_timer (kdengine.bench.verify_timing.METHOD): GPU runs recorded before the key existed took their verify
-# samples back to back, so at heavy sizes under the power cap; they read as this value, not as unknown, so a
-# run of the new method is not compared with them (its 65k figures moved with the method, not the code).
-LEGACY_VERIFY_TIMER = "back-to-back"
+# What a GPU run recorded before a key existed held, where that is known and must not read as unknown (unknown
+# compares with anything): verify_timer (kdengine.bench.verify_timing.METHOD): such runs took their verify samples
+# back to back, so at heavy sizes under the power cap, and a run of the new method is not compared with them (its
+# 65k figures moved with the method, not the code).
+LEGACY_GPU_FIELDS = {"verify_timer": "back-to-back"}
 ASV_RESULT_VERSION = 2
 MIN_PREFIX = 4  # shortest abbreviated sha accepted
 RECORD_JOURNAL = ".record-journal.json"  # ci/record.py's install journal: while it exists, results are half-written
@@ -133,8 +134,8 @@ def asv_key(name: str, params: list[str] | tuple[str, ...]) -> str:
 
 def _fingerprint_field(fp: dict, key: str):
     value = fp.get(key)
-    if value is None and key == "verify_timer" and fp.get("gpu") not in (None, "cpu"):
-        return LEGACY_VERIFY_TIMER
+    if value is None and fp.get("gpu") not in (None, "cpu"):
+        return LEGACY_GPU_FIELDS.get(key)
     return value
 
 

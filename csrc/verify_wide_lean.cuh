@@ -313,6 +313,17 @@ struct PvColsLean : PvCols<C, NP0, NP1> {
   }
 };
 
+// The prologue's KV copies: tiles [FROM, TO) of the split into stages FROM .. TO - 1, one commit group each (empty
+// past ntiles, so the groups count the same for every split).
+template <int FROM, int TO, class C>
+__device__ __forceinline__ void lean_load_tiles(KvStreamLean<C>& stream, const VerifyParams& p, int end, int ntiles) {
+#pragma unroll
+  for (int st = FROM; st < TO; ++st) {
+    if (st < ntiles) stream.load(p, end, st * (C::TILE_ELEMS * 2));
+    cp_async_commit();
+  }
+}
+
 // Rows [r0, r0 + NROWS) of the block's Q (zero past R) into shared memory at `dst` (row pitch STRIDE: conflict-free
 // ldmatrix), 16-byte copies, one commit group.
 template <class C, int NROWS>
@@ -372,19 +383,11 @@ __device__ __forceinline__ void lean_stage_q(const VerifyParams& p, int b, int r
     __syncthreads();
     lean_ldmatrix_q<C>(qa, staged, 0, slice, quarter, lane);
     __syncthreads();  // Q's copy read before tiles 1 and 2 land on it
-#pragma unroll
-    for (int st = 1; st < C::STAGES - 1; ++st) {
-      if (st < ntiles) stream.load(p, end, st * TILE_B);
-      cp_async_commit();
-    }
+    lean_load_tiles<1, C::STAGES - 1>(stream, p, end, ntiles);
   } else {
     const uint32_t staged = kv_sa + (C::STAGES - 1) * TILE_B;
     lean_copy_q_rows<C, HALF>(p, b, row0, 0, staged);
-#pragma unroll
-    for (int st = 0; st < C::STAGES - 1; ++st) {
-      if (st < ntiles) stream.load(p, end, st * TILE_B);
-      cp_async_commit();
-    }
+    lean_load_tiles<0, C::STAGES - 1>(stream, p, end, ntiles);
     cp_async_wait<C::STAGES - 1>();  // Q's first half
     __syncthreads();
     if (slice == 0) lean_ldmatrix_q<C>(qa, staged, 0, slice, quarter, lane);
@@ -429,11 +432,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
   if constexpr (C::LV & (32 | 64)) {
     lean_stage_q<C>(p, b, row0, stream, end, ntiles, kv_sa, slice, quarter, lane, qa);
   } else {
-#pragma unroll
-    for (int st = 0; st < STAGES - 1; ++st) {
-      if (st < ntiles) stream.load(p, end, st * TILE_B);
-      cp_async_commit();
-    }
+    lean_load_tiles<0, STAGES - 1>(stream, p, end, ntiles);
 #pragma unroll
     for (int mi = 0; mi < C::QM; ++mi)
       load_q_fragments<C>(p, b, row0 + slice * (BLOCK_M / C::RS) + mi * 16, quarter * C::K_PART, qa[mi]);

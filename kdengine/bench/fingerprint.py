@@ -247,13 +247,13 @@ def clocks(index: int | None = None) -> dict:
 def throttle_fraction(start: dict, end: dict) -> float | None:
     """The fraction of the span between two readings that NVML counted the clocks held down by the power
     cap or a thermal limit; None when the readings lack the counters or the timestamps."""
-    dt = (end.get("t_s") or 0.0) - (start.get("t_s") or 0.0)
-    if not start.get("t_s") or not end.get("t_s") or dt <= 0:
+    t0, t1 = start.get("t_s"), end.get("t_s")
+    if not t0 or not t1 or t1 <= t0:
         return None
     capped = [end[k] - start[k] for k in ("power_violation_ns", "thermal_violation_ns") if k in start and k in end]
     if not capped:
         return None
-    return max(0.0, max(capped)) / 1e9 / dt
+    return max(0.0, max(capped)) / 1e9 / (t1 - t0)
 
 
 def throttled(start: dict, end: dict) -> bool:

@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from kdengine.bench import peers, roofline, verify_timing
+from kdengine.ops.cuda_backend import SEESAW2_PROBES
 from kdengine.ops.shapes import DV
 
 CONTEXTS = (4096, 16384, 65536)
@@ -76,7 +77,7 @@ MMA6_LAYOUTS = ("mma_lean_v5", "mma_lean_qs", "mma_lean_qs2", "mma_lean_up", "mm
 # mma_wide2pp2_lean, which then became the default: ci/gpu/mma3.sh, retired: ci/gpu/README.md); since 896dc1b (branch mma4: ci/gpu/mma4.sh, retired, set
 # `mma4`) the default is mma_lean_v5 and the previous default, the lean form, is timed beside it
 MMA2_LAYOUTS = ("mma_wide2pp2_lean",)
-S2_PROBES = ("swap", "early", "se", "qc", "seq", "eno")  # = kdengine.ops.cuda_backend.SEESAW2_PROBES (checked by a test)
+S2_PROBES = SEESAW2_PROBES  # seesaw2's probe names (schedules seesaw2_<name>)
 # The sm90 path's rows: backend name -> schedule (kdengine.ops.cuda_backend.SCHEDULES). (In the first
 # record, perf_history/kernel/verify_kernel_sm90_*_ebda896.json, "cuda_sm90" was the seesaw schedule.)
 SM90_BACKENDS = {"cuda_sm90_both": "both", "cuda_sm90_staggered": "staggered", "cuda_sm90_seesaw": "seesaw",

@@ -128,6 +128,19 @@ def cpu_sampler(fn: Callable[[], object], *, inner: int = 1, clock: Callable[[],
 # --- GPU ------------------------------------------------------------------------------------------
 
 
+def _gap_cycles(gap_s: float) -> int:
+    """The spin after a sample, in SM cycles at GAP_CLOCK_HZ (0: none); gap_s must be seconds >= 0."""
+    if not gap_s >= 0:
+        raise ValueError(f"gap_s: expected seconds >= 0, got {gap_s!r}")
+    return int(gap_s * GAP_CLOCK_HZ)
+
+
+def _spin(cycles: int) -> None:
+    """One GPU thread busy for `cycles` (outside any events): the clock stays up while the power falls."""
+    if cycles > 0:
+        torch.cuda._sleep(cycles)
+
+
 def l2_flush_buffer(device: torch.device) -> torch.Tensor:
     """A byte buffer twice the size of the device's L2 (at least 64 MiB); writing it evicts L2."""
     props = torch.cuda.get_device_properties(device)
@@ -200,8 +213,7 @@ def time_gpu_interleaved(
     cycles counted at GAP_CLOCK_HZ), outside the events: the GPU stays busy, so its clock does not
     park, while its power falls, so a power cap reached by back-to-back heavy samples can recover.
     """
-    if not gap_s >= 0:
-        raise ValueError(f"gap_s: expected seconds >= 0, got {gap_s!r}")
+    gap_cycles = _gap_cycles(gap_s)
     _check_counts(samples, warmup, launches)
     if not launches_of:
         raise ValueError("launches_of: expected at least one launch")
@@ -232,8 +244,7 @@ def time_gpu_interleaved(
                 for i in range(launches):
                     launches_of[j](i)
             end[j][s].record()
-            if gap_s > 0:
-                torch.cuda._sleep(int(gap_s * GAP_CLOCK_HZ))
+            _spin(gap_cycles)
     torch.cuda.synchronize(device)
     clocks_end = fingerprint.clocks(device.index)
     throttled = fingerprint.throttled(clocks_start, clocks_end)
@@ -268,8 +279,7 @@ def gpu_sampler(
     advances `advance` by the GPU seconds per launch and returns them: the same sample as one of
     `time_gpu`'s."""
     _check_counts(1, warmup, launches)
-    if not gap_s >= 0:
-        raise ValueError(f"gap_s: expected seconds >= 0, got {gap_s!r}")
+    gap_cycles = _gap_cycles(gap_s)
     device = torch.device(device or "cuda")
     for w in range(warmup):
         launch(w % launches)
@@ -288,8 +298,7 @@ def gpu_sampler(
             for i in range(launches):
                 launch(i)
         end.record()
-        if gap_s > 0:
-            torch.cuda._sleep(int(gap_s * GAP_CLOCK_HZ))
+        _spin(gap_cycles)
         end.synchronize()
         return advance.advance(start.elapsed_time(end) / 1e3 / launches)
 
