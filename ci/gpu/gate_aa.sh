@@ -16,6 +16,8 @@
 #      are judged but not recorded, e.g. a planted slowdown that must not enter history).
 # Output under $OUT (three files: the device tool returns at most 8): logs.tgz (every perf log), gate.tgz
 # (JSON + markdown verdicts), perf_history.tgz (the new result files, to be committed here).
+# Packed after every run. Watch it live: pipe its stdout through `grep --line-buffered`, never `| tail` (a
+# call killed at the device's limit then prints nothing).
 set -o pipefail
 OUT=${OUT:-/tmp/kdengine-out}; W=/tmp/gate-work; LOG=$W/logs; rm -rf "$W"; mkdir -p "$LOG" "$W/gate" "$OUT"
 SRC=$PWD; KD=/tmp/kd; TOOL=/tmp/kdtool
@@ -58,6 +60,7 @@ for sha in $RUNS; do
   rc=$?
   last=$(( $(date +%s) - t0 ))
   echo "=== run $i exit $rc in $last s"
+  pack  # after every run, not only on exit: a call cut at the device's limit still returns the runs it finished
   grep -E "^\[perf|verdict|regressed|noisy" "$LOG/perf_run${i}_${sha:0:10}.log" | grep -v "^  " | cut -c1-220 | tail -20
   i=$((i + 1))
 done
