@@ -232,11 +232,12 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // stage-0 reload after the step's max arrived; S2_PRO = the prologue's page-table reads and TMA descriptor prefetches
 // first thing) and the L2 prefetch two steps ahead are measured in perf_history/kernel/sm90_s2tune_{912b393,5873571}/
 // and gone from here (csrc history).
-constexpr int S2_ORDER = 1, S2_AHEAD = 4, S2_SWAP = 32, S2_EARLY = 64, S2_QC = 128;
+constexpr int S2_ORDER = 1, S2_AHEAD = 4, S2_SWAP = 32, S2_EARLY = 64, S2_QC = 128, S2_SOFT = 256;
 constexpr int S2_FLAGS = S2_AHEAD | S2_ORDER;  // SEESAW2, SEESAW2_BAR
 constexpr int S2_PROBE0 = 9;  // seesaw2_swap, seesaw2_early, seesaw2_se, seesaw2_qc, seesaw2_seq, seesaw2_eno
 constexpr int S2_PROBE_FLAGS[] = {S2_FLAGS | S2_SWAP, S2_FLAGS | S2_EARLY, S2_FLAGS | S2_SWAP | S2_EARLY,
-                                  S2_FLAGS | S2_QC, S2_FLAGS | S2_SWAP | S2_EARLY | S2_QC, S2_AHEAD | S2_EARLY};
+                                  S2_FLAGS | S2_QC, S2_FLAGS | S2_SWAP | S2_EARLY | S2_QC, S2_AHEAD | S2_EARLY,
+                                  S2_FLAGS | S2_SOFT};
 constexpr int S2_PROBES = sizeof(S2_PROBE_FLAGS) / sizeof(int);
 constexpr int NUM_SCHEDULES = S2_PROBE0 + S2_PROBES;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
 __host__ __device__ constexpr bool is_s2_probe(int schedule) {
@@ -554,9 +555,10 @@ enum TailMask { TAIL_LOADS = 0, TAIL_ROLLED = 1, TAIL_BITS = 2 };
 // Scale S into the log2 domain, mask it (tail tiles only: past `end`, and tree columns the row may not
 // see) and return each row's max (reduced over the row's quad of lanes). N accumulators: 2 N columns,
 // the first at token tile_start. TAIL_BITS: `bits` = tail_bits of this tile (read on tail tiles only).
-template <int N, int TAIL = TAIL_LOADS>
+template <int N, int TAIL = TAIL_LOADS, bool RAW = false>
 __device__ __forceinline__ void mask_rowmax(const VerifyParams& p, const Rows& rows, float (&s)[N], int tile_start,
                                             int prefix, int end, float (&mx)[2], uint32_t bits = 0) {
+  static_assert(!RAW || TAIL != TAIL_LOADS, "RAW: the scores stay unscaled (the TAIL_LOADS loop scales them)");
   const int lane = threadIdx.x % 32;
   const bool tail = tile_start + 2 * N > prefix;
   if constexpr (TAIL != TAIL_LOADS) {
@@ -564,8 +566,10 @@ __device__ __forceinline__ void mask_rowmax(const VerifyParams& p, const Rows& r
     // and selects (a few instructions per score instead of a branch and a load).
     static_assert(N <= 32, "one word of visibility bits");
     static_assert(TAIL != TAIL_BITS || N == 32, "tail_bits covers a 64-token tile");
+    if constexpr (!RAW) {
 #pragma unroll
-    for (int i = 0; i < N; ++i) s[i] *= p.scale_log2;
+      for (int i = 0; i < N; ++i) s[i] *= p.scale_log2;
+    }
     if (tail) {
       if constexpr (TAIL == TAIL_ROLLED) {
         bits = 0;
@@ -605,11 +609,25 @@ __device__ __forceinline__ void mask_rowmax(const VerifyParams& p, const Rows& r
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float v = -INFINITY;
+    float v;
+    if constexpr (RAW) {  // a tree (depth log2 N / 2 instead of a chain of N / 4)
+      static_assert(N % 8 == 0, "pairs of pairs");
+      float t[N / 4];
 #pragma unroll
-    for (int j = 0; j < N / 4; ++j) v = fmaxf(v, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+      for (int j = 0; j < N / 4; ++j) t[j] = fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]);
+#pragma unroll
+      for (int w = N / 8; w >= 1; w /= 2)
+#pragma unroll
+        for (int j = 0; j < w; ++j) t[j] = fmaxf(t[j], t[j + w]);
+      v = t[0];
+    } else {
+      v = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < N / 4; ++j) v = fmaxf(v, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+    }
     v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, 1));
     mx[h] = fmaxf(v, __shfl_xor_sync(0xffffffff, v, 2));
+    if constexpr (RAW) mx[h] *= p.scale_log2;  // scale_log2 > 0 (validate.check_inputs; the binding checks it)
   }
 }
 
@@ -658,6 +676,30 @@ __device__ __forceinline__ void exp_rows(float (&s)[N], const float (&m_use)[2],
       s[4 * j + 2 * h + 1] = FAST ? exp2_ftz(b) : exp2f(b);
       acc += s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
     }
+    acc += __shfl_xor_sync(0xffffffff, acc, 1);
+    sum[h] = acc + __shfl_xor_sync(0xffffffff, acc, 2);
+  }
+}
+
+// exp_rows<N, true> on unscaled S (mask_rowmax RAW): P = 2^(S * scale_log2 - m_use), one FFMA and one MUFU.EX2
+// per score instead of FMUL, FADD and MUFU, and the row sums added as a tree instead of a chain.
+template <int N>
+__device__ __forceinline__ void exp_rows_raw(float (&s)[N], float scale_log2, const float (&m_use)[2],
+                                             float (&sum)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float t[N / 4];
+#pragma unroll
+    for (int j = 0; j < N / 4; ++j) {
+      s[4 * j + 2 * h] = exp2_ftz(fmaf(s[4 * j + 2 * h], scale_log2, -m_use[h]));
+      s[4 * j + 2 * h + 1] = exp2_ftz(fmaf(s[4 * j + 2 * h + 1], scale_log2, -m_use[h]));
+      t[j] = s[4 * j + 2 * h] + s[4 * j + 2 * h + 1];
+    }
+#pragma unroll
+    for (int w = N / 8; w >= 1; w /= 2)
+#pragma unroll
+      for (int j = 0; j < w; ++j) t[j] += t[j + w];
+    float acc = t[0];
     acc += __shfl_xor_sync(0xffffffff, acc, 1);
     sum[h] = acc + __shfl_xor_sync(0xffffffff, acc, 2);
   }
@@ -1161,7 +1203,11 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
     const int steps = (ntiles + 1) / 2;
     constexpr int FL = s2_flags(SCHEDULE);
     constexpr bool ORDER = (FL & S2_ORDER) != 0, AHEAD = (FL & S2_AHEAD) != 0, SWAP = (FL & S2_SWAP) != 0,
-                   EARLY = (FL & S2_EARLY) != 0, QC = (FL & S2_QC) != 0;
+                   EARLY = (FL & S2_EARLY) != 0, QC = (FL & S2_QC) != 0, SOFT = (FL & S2_SOFT) != 0;
+    auto exp_p = [&](float (&sv)[32], const float (&mu)[2], float (&su)[2]) {
+      if constexpr (SOFT) exp_rows_raw<32>(sv, p.scale_log2, mu, su);
+      else exp_rows<32, true>(sv, mu, su);
+    };
     // AHEAD: the pool rows of the loads of step i (tiles ta + 2, ta + 3), looked up by each warpgroup's loader at
     // the end of step i - 1 (after its S issue, under the S wait; t = ta + 2 of step i) and at the first S.
     int row_a2 = 0, row_b2 = 0;
@@ -1189,13 +1235,13 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         const int ta = 2 * i, slot = (i & 1) * BM;
         const bool has_b = ta + 1 < ntiles, next_a = ta + 2 < ntiles, next_b = ta + 3 < ntiles;
         float mx[2], m_use[2], sc[2], sum[2];
-        mask_rowmax<32, true>(p, rows, s, start + ta * BN, prefix, end, mx);
+        mask_rowmax<32, true, SOFT>(p, rows, s, start + ta * BN, prefix, end, mx);
         move_max<true>(m, mx, m_use, sc);
         if (wtid % 4 == 0)
 #pragma unroll
           for (int h = 0; h < 2; ++h) mid_tab[slot + rows.local[h]] = m[h];
         handoff_signal(0);
-        exp_rows<32, true>(s, m_use, sum);
+        exp_p(s, m_use, sum);
 #pragma unroll
         for (int h = 0; h < 2; ++h) l[h] = l[h] * sc[h] + sum[h];
         reg_fence(o);
@@ -1278,7 +1324,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         const int ta = 2 * i, tb = ta + 1, slot = (i & 1) * BM;
         const bool has_b = tb < ntiles, next_a = ta + 2 < ntiles, next_b = tb + 2 < ntiles;
         float mx[2] = {-INFINITY, -INFINITY}, m_use[2], sc[2], sc0[2], sum[2] = {0.f, 0.f};
-        if (has_b) mask_rowmax<32, true>(p, rows, s, start + tb * BN, prefix, end, mx);
+        if (has_b) mask_rowmax<32, true, SOFT>(p, rows, s, start + tb * BN, prefix, end, mx);
         handoff_wait(0, i);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -1292,7 +1338,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
           for (int h = 0; h < 2; ++h) max_tab[slot + rows.local[h]] = m[h];
         handoff_signal(1);
         if (has_b) {
-          exp_rows<32, true>(s, m_use, sum);
+          exp_p(s, m_use, sum);
           pack_p(s, pa);
           store_p(sm + Q_OFF, rows, pa);  // over Q's rope chunk (held in registers)
           fence_async_smem();

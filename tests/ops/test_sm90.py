@@ -277,6 +277,18 @@ def test_sm90_running_max_moves_often(schedule):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("sm_scale", [0.0, -0.1, float("nan"), float("inf")])
+def test_sm90_binding_rejects_a_scale_that_is_not_positive(sm_scale):
+    """seesaw2_soft takes the row max of unscaled scores (right for a scale > 0 only): the binding refuses the
+    rest by name, whatever the caller skipped (verify_attention checks it first)."""
+    _needs_sm90()
+    inp = _problem(TestParam(16, 300), seed=5)
+    inp.sm_scale = sm_scale
+    with pytest.raises(RuntimeError, match="sm_scale must be a finite float > 0"):
+        _run_sm90(inp, 2, "seesaw2_soft")
+
+
+@pytest.mark.gpu
 def test_sm90_nan_past_the_end_is_ignored():
     """Pool slots past a sequence's end (same page) may hold anything: NaN there must not leak."""
     _needs_sm90()
