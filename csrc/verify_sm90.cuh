@@ -70,7 +70,11 @@
 //     barrier: a chunk range is reloaded by one thread of the warpgroup that just waited for its last
 //     reader (stage 0 chunks 0-3: warpgroup 0 after P_a V_aL; stage 0 chunks 4-8: warpgroup 1 after P_a
 //     V_aR; stage 1 chunks 0-3: warpgroup 0 after P_b V_bL; stage 1 chunks 4-8: warpgroup 1 after P_b
-//     V_bR). The rolled tail mask and ex2.ftz as in STAGGERED_SMALL; the TMA issue loops rolled. Each loader
+//     V_bR). The rolled tail mask and ex2.ftz as in STAGGERED_SMALL; the TMA issue loops rolled. The softmax
+//     runs on the unscaled scores (mask_rowmax RAW, exp_rows_raw): the row max is scaled once, P = 2^(S scale_log2 - m)
+//     is one FFMA + MUFU.EX2 per score, and the row max and sums are reduced as trees: 0.4-0.8% faster at the three
+//     T=64 sizes, T=16 within the spread (perf_history/kernel/s2soft_f222390/: 65k T64 120.2 / 119.9 us against
+//     121.1 / 120.7, FlashMLA 120.7 / 119.8); sm_scale > 0 is required (the binding checks it). Each loader
 //     thread looks up the pool rows of its next step's loads at the end of a step, under its S wait (S2_AHEAD,
 //     below), not right before each TMA issue (that page-table load sat in series with the reloads on the way
 //     to the next S), and warpgroup 1 publishes P_b only after issuing both of its P V (S2_ORDER: FlashMLA's
@@ -232,12 +236,11 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // stage-0 reload after the step's max arrived; S2_PRO = the prologue's page-table reads and TMA descriptor prefetches
 // first thing) and the L2 prefetch two steps ahead are measured in perf_history/kernel/sm90_s2tune_{912b393,5873571}/
 // and gone from here (csrc history).
-constexpr int S2_ORDER = 1, S2_AHEAD = 4, S2_SWAP = 32, S2_EARLY = 64, S2_QC = 128, S2_SOFT = 256;
+constexpr int S2_ORDER = 1, S2_AHEAD = 4, S2_SWAP = 32, S2_EARLY = 64, S2_QC = 128;
 constexpr int S2_FLAGS = S2_AHEAD | S2_ORDER;  // SEESAW2, SEESAW2_BAR
 constexpr int S2_PROBE0 = 9;  // seesaw2_swap, seesaw2_early, seesaw2_se, seesaw2_qc, seesaw2_seq, seesaw2_eno
 constexpr int S2_PROBE_FLAGS[] = {S2_FLAGS | S2_SWAP, S2_FLAGS | S2_EARLY, S2_FLAGS | S2_SWAP | S2_EARLY,
-                                  S2_FLAGS | S2_QC, S2_FLAGS | S2_SWAP | S2_EARLY | S2_QC, S2_AHEAD | S2_EARLY,
-                                  S2_FLAGS | S2_SOFT};
+                                  S2_FLAGS | S2_QC, S2_FLAGS | S2_SWAP | S2_EARLY | S2_QC, S2_AHEAD | S2_EARLY};
 constexpr int S2_PROBES = sizeof(S2_PROBE_FLAGS) / sizeof(int);
 constexpr int NUM_SCHEDULES = S2_PROBE0 + S2_PROBES;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
 __host__ __device__ constexpr bool is_s2_probe(int schedule) {
@@ -1203,11 +1206,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
     const int steps = (ntiles + 1) / 2;
     constexpr int FL = s2_flags(SCHEDULE);
     constexpr bool ORDER = (FL & S2_ORDER) != 0, AHEAD = (FL & S2_AHEAD) != 0, SWAP = (FL & S2_SWAP) != 0,
-                   EARLY = (FL & S2_EARLY) != 0, QC = (FL & S2_QC) != 0, SOFT = (FL & S2_SOFT) != 0;
-    auto exp_p = [&](float (&sv)[32], const float (&mu)[2], float (&su)[2]) {
-      if constexpr (SOFT) exp_rows_raw<32>(sv, p.scale_log2, mu, su);
-      else exp_rows<32, true>(sv, mu, su);
-    };
+                   EARLY = (FL & S2_EARLY) != 0, QC = (FL & S2_QC) != 0;
     // AHEAD: the pool rows of the loads of step i (tiles ta + 2, ta + 3), looked up by each warpgroup's loader at
     // the end of step i - 1 (after its S issue, under the S wait; t = ta + 2 of step i) and at the first S.
     int row_a2 = 0, row_b2 = 0;
@@ -1235,13 +1234,13 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         const int ta = 2 * i, slot = (i & 1) * BM;
         const bool has_b = ta + 1 < ntiles, next_a = ta + 2 < ntiles, next_b = ta + 3 < ntiles;
         float mx[2], m_use[2], sc[2], sum[2];
-        mask_rowmax<32, true, SOFT>(p, rows, s, start + ta * BN, prefix, end, mx);
+        mask_rowmax<32, TAIL_ROLLED, true>(p, rows, s, start + ta * BN, prefix, end, mx);
         move_max<true>(m, mx, m_use, sc);
         if (wtid % 4 == 0)
 #pragma unroll
           for (int h = 0; h < 2; ++h) mid_tab[slot + rows.local[h]] = m[h];
         handoff_signal(0);
-        exp_p(s, m_use, sum);
+        exp_rows_raw<32>(s, p.scale_log2, m_use, sum);
 #pragma unroll
         for (int h = 0; h < 2; ++h) l[h] = l[h] * sc[h] + sum[h];
         reg_fence(o);
@@ -1324,7 +1323,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         const int ta = 2 * i, tb = ta + 1, slot = (i & 1) * BM;
         const bool has_b = tb < ntiles, next_a = ta + 2 < ntiles, next_b = tb + 2 < ntiles;
         float mx[2] = {-INFINITY, -INFINITY}, m_use[2], sc[2], sc0[2], sum[2] = {0.f, 0.f};
-        if (has_b) mask_rowmax<32, true, SOFT>(p, rows, s, start + tb * BN, prefix, end, mx);
+        if (has_b) mask_rowmax<32, TAIL_ROLLED, true>(p, rows, s, start + tb * BN, prefix, end, mx);
         handoff_wait(0, i);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -1338,7 +1337,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
           for (int h = 0; h < 2; ++h) max_tab[slot + rows.local[h]] = m[h];
         handoff_signal(1);
         if (has_b) {
-          exp_p(s, m_use, sum);
+          exp_rows_raw<32>(s, p.scale_log2, m_use, sum);
           pack_p(s, pa);
           store_p(sm + Q_OFF, rows, pa);  // over Q's rope chunk (held in registers)
           fence_async_smem();

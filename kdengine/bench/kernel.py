@@ -35,7 +35,7 @@ CONTEXTS = (4096, 16384, 65536)
 TREE_SIZES = (16, 64)
 NSPLITS = (16, 32, 64, 128, 256, "auto")
 SETS = ("full", "peers", "mma", "mma2", "mma4", "mma6", "sm90", "paths", "pair", "half", "icache", "seesaw2", "s2tune",
-        "s2t64", "s2t64r", "s2ab", "s2soft", "nsplit",
+        "s2t64", "s2t64r", "s2ab", "nsplit",
         "merge")
 # The `merge` set: the sm90 schedule the dispatched call picks (cuda_backend.pick_schedule) with the merge
 # kernel, and the same split kernel alone (no merge: the merge's in-graph share is the difference). Up to
@@ -95,9 +95,7 @@ SM90_SETS = {"pair": (("staggered", "pair"), False), "half": (("staggered", "hal
              "s2tune": (("staggered_small", "seesaw2", *(f"seesaw2_{n}" for n in S2_PROBES)), True),
              # the same with seesaw2 as the baseline (and its A/A control)
              "s2t64": (("seesaw2", *(f"seesaw2_{n}" for n in S2_PROBES)), True),
-             "s2t64r": (("seesaw2", *(f"seesaw2_{n}" for n in reversed(S2_PROBES))), True),  # (the probes reversed)
-             # seesaw2 against its softmax on unscaled scores (seesaw2_soft) and itself again (the A/A control)
-             "s2soft": (("seesaw2", "seesaw2_soft"), True)}
+             "s2t64r": (("seesaw2", *(f"seesaw2_{n}" for n in reversed(S2_PROBES))), True)}  # (the probes reversed)
 S2AB_ROUNDS = 3
 H = 8
 SAMPLES = 50  # = kdengine.bench.workloads.GPU_VERIFY_SAMPLES

@@ -157,7 +157,8 @@ SM90_MIN_TOKENS_PER_SPLIT = 128
 # its own barrier and is reloaded by the consumer that saw its last reader finish (csrc/verify_sm90.cuh).
 # Its four one-way hand-offs between the warpgroups (two row maxima, two P) and the row-sum exchange are on
 # mbarriers; seesaw2_bar is the same kernel with them on named barriers (bar.arrive / bar.sync), which racecheck
-# does not model (a probe). The default from SEESAW2_MIN_ROWS query rows and SEESAW2_MIN_TILES KV tiles per split (below).
+# does not model (a probe). Its softmax runs on the unscaled scores (the row max scaled once, one FFMA + MUFU.EX2 per
+# score, trees for the row max and sums): 0.4-0.8% faster at T=64 (perf_history/kernel/s2soft_f222390/). The default from SEESAW2_MIN_ROWS query rows and SEESAW2_MIN_TILES KV tiles per split (below).
 SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4, "staggered_small": 5, "staggered_tail": 6,
              "seesaw2": 7, "seesaw2_bar": 8}
 # seesaw2's probes (csrc/verify_sm90.cuh S2_PROBE_FLAGS, schedules 9-14; hand-offs on mbarriers as seesaw2), each
@@ -166,9 +167,7 @@ SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4, "stag
 # their own mbarriers, interleaved with tile 0's; seq = swap + early + qc; eno = early without order. None beat seesaw2
 # at 65k (perf_history/kernel/s2t64_48c695b/README.md). The earlier probes (v0, ahead, alate, apro,
 # aolp) are measured in perf_history/kernel/sm90_s2tune_{912b393,5873571}/.
-# soft = the softmax on unscaled S: the row max scaled once (2 FMUL instead of 32), P = 2^(S * scale_log2 - m) as
-# one FFMA + MUFU.EX2 per score, the row max and the row sums reduced as trees (depth 4 against a chain of 8).
-SEESAW2_PROBES = ("swap", "early", "se", "qc", "seq", "eno", "soft")
+SEESAW2_PROBES = ("swap", "early", "se", "qc", "seq", "eno")
 SCHEDULES.update({f"seesaw2_{name}": 9 + i for i, name in enumerate(SEESAW2_PROBES)})
 # The default sm90 schedule, at every size. staggered_small was the default only from 8 KV tiles per split
 # (SMALL_MIN_TILES) while its tail mask was a rolled loop of a load per score: 3-9% slower than staggered at 4k

@@ -21,7 +21,7 @@ import torch
 from kdengine.ops import build, cuda_backend
 from kdengine.ops.mask import pack_tree_mask
 
-from .test_cuda import CONTRACT, ODD, TestParam, _check, _problem
+from .test_cuda import CONTRACT, ODD, TestParam, _check, _problem, _run_poisoned
 
 SM90_SOURCE = build.CSRC / "verify_sm90.cu"
 
@@ -279,13 +279,15 @@ def test_sm90_running_max_moves_often(schedule):
 @pytest.mark.gpu
 @pytest.mark.parametrize("sm_scale", [0.0, -0.1, float("nan"), float("inf")])
 def test_sm90_binding_rejects_a_scale_that_is_not_positive(sm_scale):
-    """seesaw2_soft takes the row max of unscaled scores (right for a scale > 0 only): the binding refuses the
-    rest by name, whatever the caller skipped (verify_attention checks it first)."""
+    """seesaw2 takes the row max of unscaled scores (right for a scale > 0 only): the binding refuses the rest by
+    name on both paths, whatever the caller skipped (verify_attention checks it first)."""
     _needs_sm90()
     inp = _problem(TestParam(16, 300), seed=5)
     inp.sm_scale = sm_scale
     with pytest.raises(RuntimeError, match="sm_scale must be a finite float > 0"):
-        _run_sm90(inp, 2, "seesaw2_soft")
+        _run_sm90(inp, 2, "seesaw2")
+    with pytest.raises(RuntimeError, match="sm_scale must be a finite float > 0"):
+        _run_poisoned(inp, 2)
 
 
 @pytest.mark.gpu
