@@ -119,6 +119,11 @@
 // sizes; its wait + merge cost 8-9 us inside the kernel under ncu, with __threadfence or with
 // release / acquire alike). Evidence: perf_history/kernel/verify_kernel_fuse_*_{d3f5797,84f1cb5,9e3c5b6}.json;
 // the code: git history before this note (branches fuse, fuse-acqrel).
+// SEESAW2 in 2-CTA clusters along the row tiles, each KV chunk fetched once per cluster by a multicast TMA and
+// re-issued after a cluster-scope release (or by whichever CTA frees it second), was built, tested and measured
+// slower at all six sizes (65k T=16 53.6 against 44.7 us, T=64 164.0 against 120.2): DRAM bytes were already read
+// once (the two row tiles share them through L2), and every reload waited for the slower CTA of the pair, on the
+// path that bounds the kernel (perf_history/kernel/mcast_32bdeed/, its code there as mcast.patch).
 // Tiles past the sequence end: rows at and past `end` of the last tile are zeroed in shared memory
 // before use (TMA copies whole pages; a pool slot past the end may hold anything, NaN included).
 // Shared memory: Q 72 KB + 2 KV stages of 72 KB + barriers + the row tables (seesaw, pair) = 219 KB (of 227);
