@@ -112,6 +112,21 @@ if room 40 && command -v ncu > /dev/null; then
   done
   cp /tmp/ncu_*T16.txt /tmp/ncu_*T64.txt "$LOGS/" 2>/dev/null
 fi
+step "source counters"
+# per-SASS-line stall samples of seesaw2 at 65k T=16 (one cold launch): which mbarrier waits hold the kernel there
+# (its top stall is long scoreboard: the chunk and hand-off waits; perf_history/kernel/s2t64_48c695b has T=64's)
+if room 50 && command -v ncu > /dev/null; then
+  rep=/tmp/src_seesaw2_T16
+  timeout 40 ncu --clock-control none -k regex:verify_sm90_kernel --launch-count 1 --import-source yes \
+    --section SourceCounters --section WarpStateStats --export $rep --force-overwrite \
+    python3 ci/gpu/sm90_once_many.py 16 65520 seesaw2 > $rep.log 2>&1
+  ncu --import $rep.ncu-rep --page source --csv --print-source sass > $rep.sass.csv 2>&1
+  python3 ci/gpu/ncu_source_top.py $rep.sass.csv 40 > "$LOGS/src_seesaw2_T16.sass.top.txt" 2>&1
+  gzip -f $rep.sass.csv
+  python3 perf_history/kernel/s2t64_48c695b/mbar_waits.py $rep.sass.csv.gz --all > "$LOGS/src_seesaw2_T16.mbar.txt" 2>&1
+  cp $rep.sass.csv.gz $rep.log "$LOGS/" 2>/dev/null
+  head -12 "$LOGS/src_seesaw2_T16.mbar.txt"
+fi
 step "decode again"
 # the decode's run-to-run spread: the same run again in a new process, last (its own record)
 room 60 && timeout ${DECODE_TIMEOUT:-100} python3 ci/gpu/engine_decode.py --out "$OUT/engine_run_cuda_${sha}_rerun.json" \
