@@ -234,18 +234,22 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // O rescale), so warpgroup 1 gets P_a one P V sooner; S2_QC = the prologue's Q in chunks, each on its own mbarrier
 // (q_bar: the rope chunk, for load_q8) and interleaved with tile 0's chunks, so the first S starts on Q's and tile 0's
 // first chunks instead of behind all of Q; seesaw2_eno = S2_EARLY without S2_ORDER (P_b published before warpgroup 1
-// waits for P_a). H200, two runs (perf_history/kernel/s2t64_48c695b/README.md, verify_kernel_{s2t64,s2t64r65k,s2t6465k,
+// waits for P_a); seesaw2_mid = P_b published between warpgroup 1's two P V (S2_MID, neither ORDER's place nor the
+// original one: warpgroup 0's P_b V_bL, whose end frees stage 1's chunks 0-3 for warpgroup 1's next S, goes onto the
+// tensor pipe one P V sooner; at 65k T=16 that reload is the kernel's most waited-on barrier, 5.9% of ncu's stall
+// samples, perf_history/kernel/s2src_21b7a11/). H200, two runs (perf_history/kernel/s2t64_48c695b/README.md, verify_kernel_{s2t64,s2t64r65k,s2t6465k,
 // s2ab,s2ab2}_*_{63861ed,48c695b}.json): none faster than SEESAW2 beyond the spread at both 65k sizes. swap / se / seq
 // slower at 65k T=64 in every record and position; early / eno faster under ncu at 65k T=64 but not in the graph-replayed
 // rows, and slower at 65k T=16 in every record; qc within the spread. Earlier probes (v0, ahead, alate, apro, aolp: S2_LATE = warpgroup 0's
 // stage-0 reload after the step's max arrived; S2_PRO = the prologue's page-table reads and TMA descriptor prefetches
 // first thing) and the L2 prefetch two steps ahead are measured in perf_history/kernel/sm90_s2tune_{912b393,5873571}/
 // and gone from here (csrc history).
-constexpr int S2_ORDER = 1, S2_AHEAD = 4, S2_SWAP = 32, S2_EARLY = 64, S2_QC = 128;
+constexpr int S2_ORDER = 1, S2_AHEAD = 4, S2_SWAP = 32, S2_EARLY = 64, S2_QC = 128, S2_MID = 256;
 constexpr int S2_FLAGS = S2_AHEAD | S2_ORDER;  // SEESAW2, SEESAW2_BAR
 constexpr int S2_PROBE0 = 9;  // seesaw2_swap, seesaw2_early, seesaw2_se, seesaw2_qc, seesaw2_seq, seesaw2_eno
 constexpr int S2_PROBE_FLAGS[] = {S2_FLAGS | S2_SWAP, S2_FLAGS | S2_EARLY, S2_FLAGS | S2_SWAP | S2_EARLY,
-                                  S2_FLAGS | S2_QC, S2_FLAGS | S2_SWAP | S2_EARLY | S2_QC, S2_AHEAD | S2_EARLY};
+                                  S2_FLAGS | S2_QC, S2_FLAGS | S2_SWAP | S2_EARLY | S2_QC, S2_AHEAD | S2_EARLY,
+                                  S2_AHEAD | S2_MID};
 constexpr int S2_PROBES = sizeof(S2_PROBE_FLAGS) / sizeof(int);
 constexpr int NUM_SCHEDULES = S2_PROBE0 + S2_PROBES;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
 __host__ __device__ constexpr bool is_s2_probe(int schedule) {
@@ -1211,7 +1215,8 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
     const int steps = (ntiles + 1) / 2;
     constexpr int FL = s2_flags(SCHEDULE);
     constexpr bool ORDER = (FL & S2_ORDER) != 0, AHEAD = (FL & S2_AHEAD) != 0, SWAP = (FL & S2_SWAP) != 0,
-                   EARLY = (FL & S2_EARLY) != 0, QC = (FL & S2_QC) != 0;
+                   EARLY = (FL & S2_EARLY) != 0, QC = (FL & S2_QC) != 0, MID = (FL & S2_MID) != 0;
+    static_assert(!(MID && (ORDER || SWAP)), "S2_MID places P_b's hand-off itself");
     // AHEAD: the pool rows of the loads of step i (tiles ta + 2, ta + 3), looked up by each warpgroup's loader at
     // the end of step i - 1 (after its S issue, under the S wait; t = ta + 2 of step i) and at the first S.
     int row_a2 = 0, row_b2 = 0;
@@ -1346,7 +1351,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
           pack_p(s, pa);
           store_p(sm + Q_OFF, rows, pa);  // over Q's rope chunk (held in registers)
           fence_async_smem();
-          if (!ORDER) handoff_signal(3);
+          if (!ORDER && !MID) handoff_signal(3);
         }
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -1378,6 +1383,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
           reload_b();
         } else {
           if (has_b) issue_pv_rs(o, pa, stage1, 1);  // O_R += P_b V_bR
+          if (MID && has_b) handoff_signal(3);  // (MID: between this side's two P V)
           handoff_wait(2, i);
           issue_pv_ss(o, stage0, 1);  // O_R += P_a V_aR
           if (ORDER && has_b) handoff_signal(3);  // (ORDER: both P V of this side issued first)

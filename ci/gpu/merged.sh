@@ -43,6 +43,7 @@ step "tests + sanitizers"
   san memcheck m5 --path sm90_half --B 3 --T 17 --prefix 130 --nsplit 4 &
   san memcheck m6 --path sm90_staggered_small --B 3 --T 17 --prefix 700 --nsplit 4 &
   san memcheck m7 --path sm90_seesaw2 --B 3 --T 17 --prefix 700 --nsplit 4 &
+  san memcheck m8 --path sm90_seesaw2_mid --B 3 --T 17 --prefix 700 --nsplit 4 &
   wait
   san racecheck r1 --path sm90_pair --T 3 --H 2 --prefix 140 &
   san racecheck r2 --path sm90_staggered --T 3 --H 2 --prefix 140 &
@@ -51,6 +52,7 @@ step "tests + sanitizers"
   san racecheck r5 --path sm90_staggered_small --T 3 --H 2 --prefix 140 &
   san racecheck r6 --path sm90_seesaw2 --T 3 --H 2 --prefix 140 &
   san racecheck r7 --path sm90_seesaw2 --B 3 --T 17 --prefix 700 --nsplit 4 &
+  san racecheck r8 --path sm90_seesaw2_mid --B 3 --T 17 --prefix 700 --nsplit 4 &
   wait
   for f in /tmp/san_*.txt; do grep -vE "^=========\s*$" "$f" | head -8; tail -1 "$f"; done
 ) > "$LOGS/sanitize.log" 2>&1 &
@@ -71,8 +73,10 @@ room 45 && timeout $(( DEADLINE - $(now) > 90 ? 90 : DEADLINE - $(now) )) python
 step seesaw2
 # seesaw2 (the default from 128 rows) and its named-barrier form beside staggered_small (and staggered_small again:
 # the A/A control), FlashMLA
-room 50 && timeout 60 python3 -m kdengine.bench.kernel measure --set seesaw2 \
-  --out "$OUT/verify_kernel_seesaw2_$sha.json" --commit "$full" 2>&1 | tee "$LOGS/seesaw2.log" | grep -E "^ctx" | tail -30
+# (SEESAW2_SET=s2mid: seesaw2 against the probe seesaw2_mid and its A/A row instead)
+S2SET=${SEESAW2_SET:-seesaw2}
+room 50 && timeout 60 python3 -m kdengine.bench.kernel measure --set $S2SET \
+  --out "$OUT/verify_kernel_${S2SET}_$sha.json" --commit "$full" 2>&1 | tee "$LOGS/seesaw2.log" | grep -E "^ctx" | tail -30
 # the same set in interleaved rounds (spin gaps kept): what the order alone changes, at every size (INTERLEAVED=1;
 # off by default since e2a43f3 measured it: its minute goes to the ncu of the peer)
 [[ ${INTERLEAVED:-0} == 1 ]] && room 50 && timeout 60 python3 -m kdengine.bench.kernel measure --set seesaw2 --order interleaved \

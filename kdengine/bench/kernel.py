@@ -35,7 +35,7 @@ CONTEXTS = (4096, 16384, 65536)
 TREE_SIZES = (16, 64)
 NSPLITS = (16, 32, 64, 128, 256, "auto")
 SETS = ("full", "peers", "mma", "mma2", "mma4", "mma6", "sm90", "paths", "pair", "half", "icache", "seesaw2", "s2tune",
-        "s2t64", "s2t64r", "s2ab", "nsplit",
+        "s2t64", "s2t64r", "s2ab", "s2mid", "nsplit",
         "merge")
 # The `merge` set: the sm90 schedule the dispatched call picks (cuda_backend.pick_schedule) with the merge
 # kernel, and the same split kernel alone (no merge: the merge's in-graph share is the difference). Up to
@@ -95,7 +95,9 @@ SM90_SETS = {"pair": (("staggered", "pair"), False), "half": (("staggered", "hal
              "s2tune": (("staggered_small", "seesaw2", *(f"seesaw2_{n}" for n in S2_PROBES)), True),
              # the same with seesaw2 as the baseline (and its A/A control)
              "s2t64": (("seesaw2", *(f"seesaw2_{n}" for n in S2_PROBES)), True),
-             "s2t64r": (("seesaw2", *(f"seesaw2_{n}" for n in reversed(S2_PROBES))), True)}  # (the probes reversed)
+             "s2t64r": (("seesaw2", *(f"seesaw2_{n}" for n in reversed(S2_PROBES))), True),  # (the probes reversed)
+             # seesaw2 against seesaw2_mid (P_b published between warpgroup 1's two P V) and itself again (A/A)
+             "s2mid": (("seesaw2", "seesaw2_mid"), True)}
 S2AB_ROUNDS = 3
 H = 8
 SAMPLES = 50  # = kdengine.bench.workloads.GPU_VERIFY_SAMPLES

@@ -167,7 +167,9 @@ SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4, "stag
 # their own mbarriers, interleaved with tile 0's; seq = swap + early + qc; eno = early without order. None beat seesaw2
 # at 65k (perf_history/kernel/s2t64_48c695b/README.md). The earlier probes (v0, ahead, alate, apro,
 # aolp) are measured in perf_history/kernel/sm90_s2tune_{912b393,5873571}/.
-SEESAW2_PROBES = ("swap", "early", "se", "qc", "seq", "eno")
+# mid = P_b published between warpgroup 1's two P V (stage 1's chunks 0-3, the most waited-on barrier at 65k T=16,
+# freed one P V sooner; perf_history/kernel/s2src_21b7a11/).
+SEESAW2_PROBES = ("swap", "early", "se", "qc", "seq", "eno", "mid")
 SCHEDULES.update({f"seesaw2_{name}": 9 + i for i, name in enumerate(SEESAW2_PROBES)})
 # The default sm90 schedule, at every size. staggered_small was the default only from 8 KV tiles per split
 # (SMALL_MIN_TILES) while its tail mask was a rolled loop of a load per score: 3-9% slower than staggered at 4k
