@@ -13,6 +13,7 @@ import torch
 from kdengine import env
 from kdengine.ops import build, shapes
 from kdengine.ops.schedule import resolve_nsplit
+from kdengine.ops.validate import check_scale
 
 DV = shapes.DV
 # Warps per 16-row group of the split kernel (csrc/verify_kernel.cuh): 2 (BN 32, 2 stages, 255
@@ -301,6 +302,7 @@ def launch(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_scale
            col_warps=DEFAULT_COL_WARPS, row_groups=DEFAULT_ROW_GROUPS, combine=DEFAULT_COMBINE,
            pingpong=DEFAULT_PINGPONG):
     """Run the kernels into caller-given out/lse (tests poison them first)."""
+    check_scale(sm_scale)  # (verify_attention checked it already; direct callers too)
     if col_warps not in COL_WARPS:
         raise ValueError(f"col_warps: expected one of {COL_WARPS}, got {col_warps!r}")
     if row_groups not in ROW_GROUPS:
@@ -349,6 +351,7 @@ def launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_
                 schedule=None, combine=None):
     """The Hopper kernel + merge into caller-given out/lse (schedule None: pick_schedule; combine None:
     DEFAULT_COMBINE; SPLIT_ONLY: the split kernel alone, out/lse left unwritten)."""
+    check_scale(sm_scale)  # > 0: seesaw2 scales the row max of unscaled scores
     if schedule is None:
         schedule = pick_schedule(q.shape[1], q.shape[2], split_tiles(page_table.shape[1] * kv_cache.shape[1], nsplit))
     if combine is None:

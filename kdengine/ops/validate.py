@@ -21,6 +21,13 @@ def _fail(name: str, expected: str, actual) -> None:
     raise ValueError(f"{name}: expected {expected}, got {actual}")
 
 
+def check_scale(sm_scale) -> None:
+    """sm_scale: a finite float > 0 (the cuda launchers check it too: the sm90 kernel's seesaw2 takes the row max
+    of unscaled scores and scales it after, right for a positive scale only)."""
+    if not isinstance(sm_scale, (int, float)) or isinstance(sm_scale, bool) or not math.isfinite(sm_scale) or sm_scale <= 0:
+        _fail("sm_scale", "a finite float > 0", sm_scale)
+
+
 def _check_tensor(name: str, t, dtype: torch.dtype, rank: int) -> None:
     if not isinstance(t, torch.Tensor):
         _fail(name, "a torch.Tensor", type(t).__name__)
@@ -65,8 +72,7 @@ def check_inputs(q, kv_cache, page_table, prefix_len, tree_mask, *, sm_scale, ch
     for name, t in (("kv_cache", kv_cache), ("page_table", page_table), ("prefix_len", prefix_len)):
         if t.device != q.device:
             _fail(name, f"device {q.device} (the device of q)", t.device)
-    if not isinstance(sm_scale, (int, float)) or isinstance(sm_scale, bool) or not math.isfinite(sm_scale) or sm_scale <= 0:
-        _fail("sm_scale", "a finite float > 0", sm_scale)
+    check_scale(sm_scale)
     bits = _mask_bits(tree_mask, B, T, q.device)
     if check_values and not capturing():
         _check_device_values(q, kv_cache, page_table, prefix_len, tree_mask, bits, check_mask)
