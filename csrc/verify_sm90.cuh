@@ -74,10 +74,10 @@
 //     runs on the unscaled scores (mask_rowmax RAW, exp_rows_raw): the row max is scaled once, P = 2^(S scale_log2 - m)
 //     is one FFMA + MUFU.EX2 per score, and the row max and sums are reduced as trees: 0.4-0.8% faster at the three
 //     T=64 sizes, T=16 within the spread (perf_history/kernel/s2soft_f222390/: 65k T64 120.2 / 119.9 us against
-//     121.1 / 120.7, FlashMLA 120.7 / 119.8); sm_scale > 0 is required (the binding checks it). Each loader
-//     thread looks up the pool rows of its next step's loads at the end of a step, under its S wait (S2_AHEAD,
+//     121.1 / 120.7, FlashMLA 120.7 / 119.8); sm_scale > 0 is required (cuda_backend's launchers check it). Each loader
+//     thread looks up the pool rows of its next step's loads at the end of a step, under its S wait (look_ahead,
 //     below), not right before each TMA issue (that page-table load sat in series with the reloads on the way
-//     to the next S), and warpgroup 1 publishes P_b only after issuing both of its P V (S2_ORDER: FlashMLA's
+//     to the next S), and warpgroup 1 publishes P_b only after issuing both of its P V (FlashMLA's
 //     order on the tensor pipe). H200, two runs (perf_history/kernel/verify_kernel_s2tune{,65k}_*_{912b393,
 //     5873571}.json, logs in sm90_s2tune_*/); in 5873571 (seesaw2_ao there = this SEESAW2, SASS identical;
 //     seesaw2_v0 = SEESAW2 before), us, staggered_small / seesaw2_v0 / this / A/A / FlashMLA: 4k T16 13.4 /
@@ -86,7 +86,7 @@
 //     51.1 / 45.2 / 44.5 / 51.1 / 52.6), 65k T64 154.5 / 128.1 / 124.6 / 155.6 / 122.0 (156.7 / 129.6 / 123.5 /
 //     159.2 / 122.1). ncu at 65k (one launch): T=64 126.75 -> 122.30 us, tensor pipe 64.85 -> 67.58%, stalls per
 //     issue barrier 0.97 -> 0.79, gmma 1.12 -> 0.97, long scoreboard 1.69 -> 1.92; T=16 42.27 -> 42.78 us. In
-//     912b393, S2_AHEAD alone against SEESAW2 then: 65k T64 124.4 / 124.7 against 130.8 / 130.8 (two records),
+//     912b393, the look-ahead alone against SEESAW2 then: 65k T64 124.4 / 124.7 against 130.8 / 130.8 (two records),
 //     ncu 128.35 -> 124.45 us. Everything below is about SEESAW2 before these two changes.
 //     H200, two runs beside staggered_small, its A/A control and FlashMLA (perf_history/kernel/
 //     verify_kernel_seesaw2_*_{66c932a,d5a6c13}.json, logs in sm90_seesaw2_*/; d5a6c13 = this code, 66c932a
@@ -201,10 +201,9 @@ static_assert(SMEM <= 227 * 1024, "over sm_90's 227 KB of shared memory per bloc
 // range is reloaded by the consumer thread that saw its last reader finish), no producer warpgroup.
 constexpr int S2_BAR_BYTES = 256;
 constexpr int S2_HANDOFFS = 5;  // SEESAW2's hand-off mbarriers after the q barrier: m', m'', P_a, P_b, the row sums
-constexpr int S2_QBARS = NCHUNK - 1;  // S2_QC: Q's chunks 0-7 on their own mbarriers after the hand-offs
 constexpr int S2_STATE_OFF = BAR_OFF + S2_BAR_BYTES;  // the same three [2][BM] fp32 tables
 constexpr int S2_SMEM = S2_STATE_OFF + 3 * 2 * BM * 4 + 1024;
-static_assert((STAGES * NCHUNK + 1 + S2_HANDOFFS + S2_QBARS) * 8 <= S2_BAR_BYTES && S2_SMEM <= 227 * 1024, "SEESAW2 layout");
+static_assert((STAGES * NCHUNK + 1 + S2_HANDOFFS) * 8 <= S2_BAR_BYTES && S2_SMEM <= 227 * 1024, "SEESAW2 layout");
 static_assert(NCHUNK % NGROUP == 0 && (STAGES * (2 * NGROUP + 1) + 1) * 8 <= 128, "barrier layout");
 // setmaxnreg: 384 threads x 168 registers at launch; the producer gives 128 of its 168 back.
 constexpr int PRODUCER_REGS = 40;
@@ -222,44 +221,20 @@ enum Schedule {
 // warpgroup 1's (the step's) published, 13 = P of the even tile (over its rope chunk) written, 14 = P of
 // the odd tile (over Q's rope chunk) written.
 constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14;
-// SEESAW2's variants, as flags (s2_flags). SEESAW2 (and SEESAW2_BAR) = S2_AHEAD | S2_ORDER: S2_AHEAD = each loader
-// thread looks up the pool rows of the next step's loads at the end of a step (under its S wait) instead of right
-// before each TMA issue (a dependent global load in series with the reload, on the path to the next S); S2_ORDER =
-// warpgroup 1 publishes P_b only once it has issued P_a V_aR, so that both of its P V are on the tensor pipe ahead
-// of warpgroup 0's P_b V_bL and next S (FlashMLA's order; P_b was written and fenced before, as it was).
-// Probes (schedules S2_PROBE0 + k, hand-offs on mbarriers), each SEESAW2 plus: S2_SWAP = warpgroup 1 issues P_a V_aR
-// before P_b V_bR (its first wait_group then frees stage 0's chunks 4-8, the ones warpgroup 0's next S waits on last;
-// stage 1's chunks 4-8 are reloaded after both); S2_EARLY = warpgroup 0 publishes P_a (waits for m'', stores P_a,
-// signals) while its P_a V_aL is still on the tensor pipe and only then waits for it (reload of stage 0's chunks 0-3,
-// O rescale), so warpgroup 1 gets P_a one P V sooner; S2_QC = the prologue's Q in chunks, each on its own mbarrier
-// (q_bar: the rope chunk, for load_q8) and interleaved with tile 0's chunks, so the first S starts on Q's and tile 0's
-// first chunks instead of behind all of Q; seesaw2_eno = S2_EARLY without S2_ORDER (P_b published before warpgroup 1
-// waits for P_a); seesaw2_mid = P_b published between warpgroup 1's two P V (S2_MID, neither ORDER's place nor the
-// original one: warpgroup 0's P_b V_bL, whose end frees stage 1's chunks 0-3 for warpgroup 1's next S, goes onto the
-// tensor pipe one P V sooner; at 65k T=16 that reload is the kernel's most waited-on barrier, 5.9% of ncu's stall
-// samples, perf_history/kernel/s2src_21b7a11/). H200, two runs (perf_history/kernel/s2t64_48c695b/README.md, verify_kernel_{s2t64,s2t64r65k,s2t6465k,
-// s2ab,s2ab2}_*_{63861ed,48c695b}.json): none faster than SEESAW2 beyond the spread at both 65k sizes. swap / se / seq
-// slower at 65k T=64 in every record and position; early / eno faster under ncu at 65k T=64 but not in the graph-replayed
-// rows, and slower at 65k T=16 in every record; qc within the spread. Earlier probes (v0, ahead, alate, apro, aolp: S2_LATE = warpgroup 0's
-// stage-0 reload after the step's max arrived; S2_PRO = the prologue's page-table reads and TMA descriptor prefetches
-// first thing) and the L2 prefetch two steps ahead are measured in perf_history/kernel/sm90_s2tune_{912b393,5873571}/
-// and gone from here (csrc history).
-constexpr int S2_ORDER = 1, S2_AHEAD = 4, S2_SWAP = 32, S2_EARLY = 64, S2_QC = 128, S2_MID = 256;
-constexpr int S2_FLAGS = S2_AHEAD | S2_ORDER;  // SEESAW2, SEESAW2_BAR
-constexpr int S2_PROBE0 = 9;  // seesaw2_swap, seesaw2_early, seesaw2_se, seesaw2_qc, seesaw2_seq, seesaw2_eno
-constexpr int S2_PROBE_FLAGS[] = {S2_FLAGS | S2_SWAP, S2_FLAGS | S2_EARLY, S2_FLAGS | S2_SWAP | S2_EARLY,
-                                  S2_FLAGS | S2_QC, S2_FLAGS | S2_SWAP | S2_EARLY | S2_QC, S2_AHEAD | S2_EARLY,
-                                  S2_AHEAD | S2_MID};
-constexpr int S2_PROBES = sizeof(S2_PROBE_FLAGS) / sizeof(int);
-constexpr int NUM_SCHEDULES = S2_PROBE0 + S2_PROBES;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
-__host__ __device__ constexpr bool is_s2_probe(int schedule) {
-  return schedule >= S2_PROBE0 && schedule < S2_PROBE0 + S2_PROBES;
-}
-__host__ __device__ constexpr int s2_flags(int schedule) {
-  return is_s2_probe(schedule) ? S2_PROBE_FLAGS[schedule - S2_PROBE0] : S2_FLAGS;
-}
+// SEESAW2 (and SEESAW2_BAR): each loader thread looks up the pool rows of the next step's loads at the end of a step
+// (under its S wait; look_ahead) instead of right before each TMA issue (a dependent global load in series with the
+// reload, on the path to the next S), and warpgroup 1 publishes P_b only once it has issued P_a V_aR, so that both of
+// its P V are on the tensor pipe ahead of warpgroup 0's P_b V_bL and next S (FlashMLA's order).
+// Its probes, each measured on the H200 slower than SEESAW2 or within the spread, are gone from here (their code:
+// csrc history before 2026-12-01's pruning, commit dd10800): swap (warpgroup 1 issues P_a V_aR before P_b V_bR), early
+// (warpgroup 0 publishes P_a before its P_a V_aL is done), se, qc (the prologue's Q in chunks on their own mbarriers),
+// seq, eno (early without the P_b order) in perf_history/kernel/s2t64_48c695b/README.md; mid (P_b published between
+// warpgroup 1's two P V: equal at T=16, 1.1% slower at 65k T=64) in verify_kernel_s2mid_*_dd10800.json; 2-CTA
+// clusters with multicast loads in mcast_32bdeed/; the earlier v0, ahead, alate, apro, aolp and the L2 prefetch in
+// sm90_s2tune_{912b393,5873571}/.
+constexpr int NUM_SCHEDULES = SEESAW2_BAR + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
 __host__ __device__ constexpr bool is_seesaw2(int schedule) {
-  return schedule == SEESAW2 || schedule == SEESAW2_BAR || is_s2_probe(schedule);
+  return schedule == SEESAW2 || schedule == SEESAW2_BAR;
 }
 __host__ __device__ constexpr int threads_of(int schedule) { return is_seesaw2(schedule) ? 128 * CONSUMERS : THREADS; }
 __host__ __device__ constexpr int smem_of(int schedule) { return is_seesaw2(schedule) ? S2_SMEM : SMEM; }
@@ -887,14 +862,12 @@ __device__ __forceinline__ void load_chunks(const VerifyParams& p, const CUtenso
 // S k-steps of chunks [C0, C1) of a tile, each chunk once its full barrier (fb + 8 chunk, `parity`) has
 // flipped; the rope chunk (8) from Q in registers (q8), the others from shared memory. FIRST: the first
 // k-step starts S (scale-d 0). Not committed.
-// QW (S2_QC, the first S): Q's chunk c waited on its own mbarrier too (qb + 8 c, phase 0; the rope chunk: q_bar).
-template <int C0, int C1, bool FIRST, bool QW = false>
+template <int C0, int C1, bool FIRST>
 __device__ __forceinline__ void issue_qk_chunks(float (&s)[32], uint64_t qd, uint64_t kd, const uint32_t (&q8)[4][4],
-                                                uint32_t fb, int parity, uint32_t qb = 0) {
+                                                uint32_t fb, int parity) {
   asm volatile("" : "+l"(qd), "+l"(kd));  // opaque per call: no descriptors hoisted and kept live across the loop
 #pragma unroll
   for (int c = C0; c < C1; ++c) {
-    if (QW && c != P_CHUNK) mbar_wait(qb + 8 * c, 0);
     mbar_wait(fb + 8 * c, parity);
     wgmma_fence();
 #pragma unroll
@@ -966,8 +939,6 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
       mbar_init(q_bar, 1);
       for (int i = 0; i < S2_HANDOFFS; ++i)  // every thread of the writing warpgroup; of both for the row sums
         mbar_init(q_bar + 8 * (1 + i), i < 4 ? 128 : 256);
-      if constexpr ((s2_flags(SCHEDULE) & S2_QC) != 0)
-        for (int i = 0; i < S2_QBARS; ++i) mbar_init(q_bar + 8 * (1 + S2_HANDOFFS + i), 1);
       asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
   } else if (producer) {
@@ -1026,24 +997,9 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
   if constexpr (is_seesaw2(SCHEDULE)) {  // Q, all of tile 0, tile 1 (its chunks 4-8 first: the order of its S)
     if (tid == 0) {
       const int* pages = p.page_table + (size_t)b * p.max_pages;
-      if constexpr ((s2_flags(SCHEDULE) & S2_QC) != 0) {  // Q's rope chunk, then Q chunk c beside tile 0's chunk c
-        const int row_0 = tile_row(p, pages, start);
-        mbar_expect_tx(q_bar, CHUNK_BYTES);
-        tma_load(q_s + P_CHUNK * CHUNK_BYTES, &q_map, P_CHUNK * SW, b * p.R + row0, q_bar);
-#pragma unroll 1
-        for (int k = 0; k < NCHUNK; ++k) {
-          if (k != P_CHUNK) {
-            const uint32_t qb = q_bar + 8 * (1 + S2_HANDOFFS + k);
-            mbar_expect_tx(qb, CHUNK_BYTES);
-            tma_load(q_s + k * CHUNK_BYTES, &q_map, k * SW, b * p.R + row0, qb);
-          }
-          load_chunks(p, &kv_map, pages, start, row_0, end, kv_s, k, k + 1, full_bar);
-        }
-      } else {
-        mbar_expect_tx(q_bar, TILE_BYTES);
-        for (int k = 0; k < NCHUNK; ++k) tma_load(q_s + k * CHUNK_BYTES, &q_map, k * SW, b * p.R + row0, q_bar);
-        load_chunks(p, &kv_map, pages, start, tile_row(p, pages, start), end, kv_s, 0, NCHUNK, full_bar);
-      }
+      mbar_expect_tx(q_bar, TILE_BYTES);
+      for (int k = 0; k < NCHUNK; ++k) tma_load(q_s + k * CHUNK_BYTES, &q_map, k * SW, b * p.R + row0, q_bar);
+      load_chunks(p, &kv_map, pages, start, tile_row(p, pages, start), end, kv_s, 0, NCHUNK, full_bar);
       if (ntiles > 1) {
         const int row1 = tile_row(p, pages, start + BN);
         load_chunks(p, &kv_map, pages, start + BN, row1, end, kv_s + TILE_BYTES, 4, NCHUNK, full_bar + 8 * NCHUNK);
@@ -1201,7 +1157,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
     // does not model bar.arrive and reports the tables handed through them (perf_history/kernel/s2race_6a95ae1/).
     // A side cannot arrive twice before the other has waited: each one's next arrival on k follows its wait
     // on a hand-off that the other side signals after its wait on k.
-    const uint32_t handoff_bar = q_bar + 8, qc_bar = handoff_bar + 8 * S2_HANDOFFS;  // (qc_bar: S2_QC)
+    const uint32_t handoff_bar = q_bar + 8;
     auto handoff_signal = [&](int k) {
       if constexpr (SCHEDULE != SEESAW2_BAR) mbar_arrive(handoff_bar + 8 * k);
       else bar_arrive(BAR_S2_MAX0 + k, 128 * CONSUMERS);
@@ -1213,11 +1169,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
     float* mid_tab = m_tab;  // [step parity][BM]: m' (warpgroup 0's running max after tile a)
     float* max_tab = l_tab;  // [step parity][BM]: m'' (the step's running max, warpgroup 1)
     const int steps = (ntiles + 1) / 2;
-    constexpr int FL = s2_flags(SCHEDULE);
-    constexpr bool ORDER = (FL & S2_ORDER) != 0, AHEAD = (FL & S2_AHEAD) != 0, SWAP = (FL & S2_SWAP) != 0,
-                   EARLY = (FL & S2_EARLY) != 0, QC = (FL & S2_QC) != 0, MID = (FL & S2_MID) != 0;
-    static_assert(!(MID && (ORDER || SWAP)), "S2_MID places P_b's hand-off itself");
-    // AHEAD: the pool rows of the loads of step i (tiles ta + 2, ta + 3), looked up by each warpgroup's loader at
+    // The pool rows of the loads of step i (tiles ta + 2, ta + 3), looked up by each warpgroup's loader at
     // the end of step i - 1 (after its S issue, under the S wait; t = ta + 2 of step i) and at the first S.
     int row_a2 = 0, row_b2 = 0;
     auto look_ahead = [&](int t) {
@@ -1235,9 +1187,9 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
     };
     if (w == 0) {
       zero_tail(0, 0, fb0);
-      issue_qk_chunks<0, NCHUNK, true, QC>(s, qd, kd0, q8, fb0, 0, qc_bar);
+      issue_qk_chunks<0, NCHUNK, true>(s, qd, kd0, q8, fb0, 0);
       wgmma_commit();
-      if constexpr (AHEAD) look_ahead(2);
+      look_ahead(2);
       wgmma_wait<0>();
       reg_fence(s);
       for (int i = 0; i < steps; ++i) {
@@ -1261,9 +1213,9 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         auto reload_a = [&]() {  // P_a V_aL done: stage 0's chunks 0-3 are free
           wgmma_wait<0>();
           reg_fence(o);
-          if (next_a && loader) load_chunks(p, &kv_map, pages, start + (ta + 2) * BN, AHEAD ? row_a2 : tile_row(p, pages, start + (ta + 2) * BN), end, stage0, 0, 4, fb0);
+          if (next_a && loader) load_chunks(p, &kv_map, pages, start + (ta + 2) * BN, row_a2, end, stage0, 0, 4, fb0);
         };
-        if (!EARLY) reload_a();
+        reload_a();
         handoff_wait(1, i);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -1272,31 +1224,16 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
           m[h] = m2;
           l[h] *= sc[h];
         }
-        if constexpr (EARLY) {  // P_a V_aL may still read pa: a moved max repacks into other registers
-          if (__any_sync(0xffffffff, sc[0] != 1.f || sc[1] != 1.f)) {
-            uint32_t pr[4][4];
+        if (__any_sync(0xffffffff, sc[0] != 1.f || sc[1] != 1.f)) {  // (rare: the max moved in tile b)
 #pragma unroll
-            for (int kk = 0; kk < 4; ++kk)
+          for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
-              for (int e = 0; e < 4; ++e)
-                pr[kk][e] = pack_bf16(s[8 * kk + 2 * e] * sc[e & 1], s[8 * kk + 2 * e + 1] * sc[e & 1]);
-            store_p(sm + KV_OFF, rows, pr);
-          } else {
-            store_p(sm + KV_OFF, rows, pa);
-          }
-        } else {
-          if (__any_sync(0xffffffff, sc[0] != 1.f || sc[1] != 1.f)) {  // (rare: the max moved in tile b)
-#pragma unroll
-            for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-              for (int e = 0; e < 4; ++e)
-                pa[kk][e] = pack_bf16(s[8 * kk + 2 * e] * sc[e & 1], s[8 * kk + 2 * e + 1] * sc[e & 1]);
-          }
-          store_p(sm + KV_OFF, rows, pa);  // P_a relative to m'', over stage 0's rope chunk (S of a read it)
+            for (int e = 0; e < 4; ++e)
+              pa[kk][e] = pack_bf16(s[8 * kk + 2 * e] * sc[e & 1], s[8 * kk + 2 * e + 1] * sc[e & 1]);
         }
+        store_p(sm + KV_OFF, rows, pa);  // P_a relative to m'', over stage 0's rope chunk (S of a read it)
         fence_async_smem();
         handoff_signal(2);
-        if (EARLY) reload_a();
         reg_fence(o);
         rescale(o, sc);
         reg_fence(o);
@@ -1310,10 +1247,10 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
           wgmma_commit();
           wgmma_wait<1>();  // P_b V_bL done: stage 1's chunks 0-3 are free
           reg_fence(o);
-          if (next_b && loader) load_chunks(p, &kv_map, pages, start + (ta + 3) * BN, AHEAD ? row_b2 : tile_row(p, pages, start + (ta + 3) * BN), end, stage1, 0, 4, fb1);
+          if (next_b && loader) load_chunks(p, &kv_map, pages, start + (ta + 3) * BN, row_b2, end, stage1, 0, 4, fb1);
           issue_qk_chunks<4, NCHUNK, false>(s, qd, kd0, q8, fb0, (i + 1) & 1);
           wgmma_commit();
-          if constexpr (AHEAD) look_ahead(ta + 4);
+          look_ahead(ta + 4);
         }
         wgmma_wait<0>();
         reg_fence(s);
@@ -1322,10 +1259,10 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
     } else {
       if (ntiles > 1) {
         zero_tail(1, 1, fb1);
-        issue_qk_chunks<4, NCHUNK, true, QC>(s, qd, kd1, q8, fb1, 0, qc_bar);
-        issue_qk_chunks<0, 4, false, QC>(s, qd, kd1, q8, fb1, 0, qc_bar);
+        issue_qk_chunks<4, NCHUNK, true>(s, qd, kd1, q8, fb1, 0);
+        issue_qk_chunks<0, 4, false>(s, qd, kd1, q8, fb1, 0);
         wgmma_commit();
-        if constexpr (AHEAD) look_ahead(2);
+        look_ahead(2);
         wgmma_wait<0>();
         reg_fence(s);
       }
@@ -1351,7 +1288,6 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
           pack_p(s, pa);
           store_p(sm + Q_OFF, rows, pa);  // over Q's rope chunk (held in registers)
           fence_async_smem();
-          if (!ORDER && !MID) handoff_signal(3);
         }
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -1362,45 +1298,28 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         rescale(o, sc);
         reg_fence(o);
         auto reload_a = [&]() {  // P_a V_aR done: stage 0's chunks 4-8 are free
-          if (next_a && loader) load_chunks(p, &kv_map, pages, start + (ta + 2) * BN, AHEAD ? row_a2 : tile_row(p, pages, start + (ta + 2) * BN), end, stage0, 4, NCHUNK, fb0);
+          if (next_a && loader) load_chunks(p, &kv_map, pages, start + (ta + 2) * BN, row_a2, end, stage0, 4, NCHUNK, fb0);
         };
         auto reload_b = [&]() {  // P_b V_bR done: stage 1's chunks 4-8 are free
-          if (next_b && loader) load_chunks(p, &kv_map, pages, start + (tb + 2) * BN, AHEAD ? row_b2 : tile_row(p, pages, start + (tb + 2) * BN), end, stage1, 4, NCHUNK, fb1);
+          if (next_b && loader) load_chunks(p, &kv_map, pages, start + (tb + 2) * BN, row_b2, end, stage1, 4, NCHUNK, fb1);
         };
-        if constexpr (SWAP) {  // P_a V_aR first: stage 0's chunks 4-8 (the last of warpgroup 0's next S) freed first
-          handoff_wait(2, i);
-          issue_pv_ss(o, stage0, 1);  // O_R += P_a V_aR
-          if (has_b) {
-            issue_pv_rs(o, pa, stage1, 1);  // O_R += P_b V_bR
-            if (ORDER) handoff_signal(3);
-            wgmma_wait<1>();
-          } else {
-            wgmma_wait<0>();
-          }
-          reload_a();
-          wgmma_wait<0>();
-          reg_fence(o);
+        if (has_b) issue_pv_rs(o, pa, stage1, 1);  // O_R += P_b V_bR
+        handoff_wait(2, i);
+        issue_pv_ss(o, stage0, 1);  // O_R += P_a V_aR
+        if (has_b) handoff_signal(3);  // (after both P V of this side are issued: FlashMLA's order)
+        if (has_b) {
+          wgmma_wait<1>();
           reload_b();
-        } else {
-          if (has_b) issue_pv_rs(o, pa, stage1, 1);  // O_R += P_b V_bR
-          if (MID && has_b) handoff_signal(3);  // (MID: between this side's two P V)
-          handoff_wait(2, i);
-          issue_pv_ss(o, stage0, 1);  // O_R += P_a V_aR
-          if (ORDER && has_b) handoff_signal(3);  // (ORDER: both P V of this side issued first)
-          if (has_b) {
-            wgmma_wait<1>();
-            reload_b();
-          }
-          wgmma_wait<0>();
-          reg_fence(o);
-          reload_a();
         }
+        wgmma_wait<0>();
+        reg_fence(o);
+        reload_a();
         if (next_b) {
           zero_tail(tb + 2, 1, fb1);
           issue_qk_chunks<4, NCHUNK, true>(s, qd, kd1, q8, fb1, (i + 1) & 1);
           issue_qk_chunks<0, 4, false>(s, qd, kd1, q8, fb1, (i + 1) & 1);
           wgmma_commit();
-          if constexpr (AHEAD) look_ahead(ta + 4);
+          look_ahead(ta + 4);
           wgmma_wait<0>();
           reg_fence(s);
         }

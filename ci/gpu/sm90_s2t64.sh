@@ -1,16 +1,15 @@
 #!/usr/bin/env bash
-# One device run for seesaw2 and the probes of branch s2t64 (csrc/verify_sm90.cuh S2_PROBE_FLAGS; kdengine.ops.
-# cuda_backend SEESAW2_PROBES; ci/gpu/sm90_s2tune.sh adapted): build for the local arch (ptxas report alongside), smoke
-# calls of each on two odd shapes (a hang ends the run there), then alone on the GPU the timing set `s2t64` (seesaw2,
-# the probes, seesaw2 again as the A/A control, FlashMLA) at the six sizes, the set with the probes reversed
-# (`s2t64r`) and `s2t64` again at 65k (65k T=64 spreads with position), the dispatched call at fixed split counts at
-# 65k T=16 (`nsplit`: the fixed per-block cost), at once the seesaw2 GPU tests of tests/ops/test_sm90.py (the probes
-# included) and compute-sanitizer (memcheck of every schedule on three shapes, racecheck and synccheck of the probes
-# on odd shapes), then ncu at 65k T=64 and T=16 of each (one process per size, one launch each, cold L2), last the
-# per-SASS-line source counters of $SOURCE at 65k T=64 if time is left (PROBES, SETS, SAN, NCU, SOURCE: what
-# each step covers; the defaults are the first run of the branch). Every step is cut by `timeout`,
-# capped so that the run ends by $DEADLINE seconds (the log tarball is written in any case).
-#   usage: KDENGINE_COMMIT=<sha> SM90_WHL=<sgl_flash_mla wheel> DEADLINE=200 bash ci/gpu/sm90_s2t64.sh
+# One device run for seesaw2 and a probe of it added as a schedule (PROBES: names after sm90_ in `kernel once
+# --path`; first used for the probes of branch s2t64, since removed; last for seesaw2_soft, perf_history/kernel/
+# s2soft_f222390): build for the local arch (ptxas report alongside), smoke calls of each on odd shapes (a hang ends the
+# run there), then alone on the GPU the timing sets of SETS ("set:contexts[:trees]"; a set of kdengine.bench.kernel
+# SETS, e.g. one with the probe beside seesaw2 and its A/A row), at once the seesaw2 GPU tests of
+# tests/ops/test_sm90.py and compute-sanitizer (memcheck of every schedule in PROBES on three shapes, racecheck and
+# synccheck of SAN on odd shapes), then ncu at 65k T=64 and T=16 of NCU (one process per size, one launch each, cold
+# L2), last the per-SASS-line source counters of SOURCE at 65k T=64 if time is left (SOURCE="" skips it). Every step
+# is cut by `timeout`, capped so that the run ends by $DEADLINE seconds (the log tarball is written in any case).
+#   usage: KDENGINE_COMMIT=<sha> SM90_WHL=<sgl_flash_mla wheel> DEADLINE=200 PROBES="seesaw2 seesaw2_x" \
+#          SETS="myset:all" bash ci/gpu/sm90_s2t64.sh
 set -o pipefail
 OUT=${OUT:-/tmp/kdengine-s2t64-out}
 LOG=$OUT/logs
@@ -20,11 +19,11 @@ export KDENGINE_CACHE_DIR=${KDENGINE_CACHE_DIR:-/tmp/kdengine-cache}
 PY=${PYTHON:-python3}
 status=0
 DEADLINE=${DEADLINE:-200}
-PROBES=${PROBES:-"seesaw2 seesaw2_swap seesaw2_early seesaw2_se seesaw2_qc seesaw2_seq"}
-SOURCE=${SOURCE:-"seesaw2 seesaw2_se"}
-SAN=${SAN:-"seesaw2_se seesaw2_seq"}  # the probes sanitized on odd shapes (memcheck, synccheck, racecheck)
+PROBES=${PROBES:-"seesaw2"}
+SOURCE=${SOURCE-"seesaw2"}  # (set but empty: no source counters)
+SAN=${SAN:-"seesaw2"}  # the probes sanitized on odd shapes (memcheck, synccheck, racecheck)
 NCU=${NCU:-$PROBES}  # the schedules under ncu
-SETS=${SETS:-"s2t64:all s2t64r:65536 s2t64:65536 nsplit:65536:16"}
+SETS=${SETS:-"seesaw2:all nsplit:65536:16"}
 cap() { local left=$((DEADLINE - SECONDS)); echo $(( left < $1 ? (left > 5 ? left : 5) : $1 )); }  # step limit
 step() { echo "=== $1 ($(date -u +%T), ${SECONDS}s)"; }
 finish() {

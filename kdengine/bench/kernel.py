@@ -28,15 +28,15 @@ from pathlib import Path
 import torch
 
 from kdengine.bench import peers, roofline, verify_timing
-from kdengine.ops.cuda_backend import SEESAW2_PROBES
 from kdengine.ops.shapes import DV
 
 CONTEXTS = (4096, 16384, 65536)
 TREE_SIZES = (16, 64)
 NSPLITS = (16, 32, 64, 128, 256, "auto")
-SETS = ("full", "peers", "mma", "mma2", "mma4", "mma6", "sm90", "paths", "pair", "half", "icache", "seesaw2", "s2tune",
-        "s2t64", "s2t64r", "s2ab", "s2mid", "nsplit",
+SETS = ("full", "peers", "mma", "mma2", "mma4", "mma6", "sm90", "paths", "pair", "half", "icache", "seesaw2", "nsplit",
         "merge")
+# (the sets s2tune, s2t64, s2t64r, s2ab and s2mid timed seesaw2's probes, gone since: their records stay in
+# perf_history/kernel/verify_kernel_{s2tune,s2t64,s2t64r65k,s2t6465k,s2ab,s2ab2,s2mid}_*.json)
 # The `merge` set: the sm90 schedule the dispatched call picks (cuda_backend.pick_schedule) with the merge
 # kernel, and the same split kernel alone (no merge: the merge's in-graph share is the difference). Up to
 # commit 1cd259e it timed DEFAULT_SCHEDULE (staggered) at every size, though from 8 KV tiles per split the
@@ -77,28 +77,18 @@ MMA6_LAYOUTS = ("mma_lean_v5", "mma_lean_qs", "mma_lean_qs2", "mma_lean_up", "mm
 # mma_wide2pp2_lean, which then became the default: ci/gpu/mma3.sh, retired: ci/gpu/README.md); since 896dc1b (branch mma4: ci/gpu/mma4.sh, retired, set
 # `mma4`) the default is mma_lean_v5 and the previous default, the lean form, is timed beside it
 MMA2_LAYOUTS = ("mma_wide2pp2_lean",)
-S2_PROBES = SEESAW2_PROBES  # seesaw2's probe names (schedules seesaw2_<name>)
 # The sm90 path's rows: backend name -> schedule (kdengine.ops.cuda_backend.SCHEDULES). (In the first
 # record, perf_history/kernel/verify_kernel_sm90_*_ebda896.json, "cuda_sm90" was the seesaw schedule.)
 SM90_BACKENDS = {"cuda_sm90_both": "both", "cuda_sm90_staggered": "staggered", "cuda_sm90_seesaw": "seesaw",
                  "cuda_sm90_pair": "pair", "cuda_sm90_half": "half", "cuda_sm90_staggered_small": "staggered_small",
                  "cuda_sm90_staggered_tail": "staggered_tail", "cuda_sm90_seesaw2": "seesaw2",
                  "cuda_sm90_seesaw2_bar": "seesaw2_bar",
-                 "cuda_sm90_dispatched": None,  # launch_sm90's own pick (cuda_backend.pick_schedule)
-                 **{f"cuda_sm90_seesaw2_{n}": f"seesaw2_{n}" for n in S2_PROBES}}
+                 "cuda_sm90_dispatched": None}  # launch_sm90's own pick (cuda_backend.pick_schedule)
 # Short device-run sets of sm90 schedules: (the schedules timed, the baseline first; whether the baseline is
 # timed again after them as the run's A/A control).
 SM90_SETS = {"pair": (("staggered", "pair"), False), "half": (("staggered", "half"), True),
              "icache": (("staggered", "staggered_small", "staggered_tail"), True),
-             "seesaw2": (("staggered_small", "seesaw2", "seesaw2_bar"), True),
-             # seesaw2 against its probes (kdengine.ops.cuda_backend.SEESAW2_PROBES), staggered_small as the baseline
-             "s2tune": (("staggered_small", "seesaw2", *(f"seesaw2_{n}" for n in S2_PROBES)), True),
-             # the same with seesaw2 as the baseline (and its A/A control)
-             "s2t64": (("seesaw2", *(f"seesaw2_{n}" for n in S2_PROBES)), True),
-             "s2t64r": (("seesaw2", *(f"seesaw2_{n}" for n in reversed(S2_PROBES))), True),  # (the probes reversed)
-             # seesaw2 against seesaw2_mid (P_b published between warpgroup 1's two P V) and itself again (A/A)
-             "s2mid": (("seesaw2", "seesaw2_mid"), True)}
-S2AB_ROUNDS = 3
+             "seesaw2": (("staggered_small", "seesaw2", "seesaw2_bar"), True)}
 H = 8
 SAMPLES = 50  # = kdengine.bench.workloads.GPU_VERIFY_SAMPLES
 SCHEMA = 2
@@ -298,10 +288,6 @@ def variants(N: int, T: int, which: str = "full"):
         sched = "cuda_sm90_dispatched"  # the schedule launch_sm90 picks for the call (rows and tiles per split)
         return [(f"{sched}/c0/sauto", sched, "auto", False, {}),
                 (f"{sched}/c0/splitonly/sauto", sched, "auto", False, {"combine": cuda_backend.SPLIT_ONLY})]
-    if which == "s2ab":  # seesaw2 and its closest probes in rounds (each position taken by each in turn), FlashMLA
-        names = [("seesaw2", "seesaw2_early", "seesaw2_eno")[(k + r) % 3] for r in range(S2AB_ROUNDS) for k in range(3)]
-        return [(f"cuda_sm90_{n}/r{i}/sauto", f"cuda_sm90_{n}", "auto", False, None) for i, n in enumerate(names)] + [
-            (p, p, None, False, None) for p in peers.PEERS]
     if which in SM90_SETS:  # sm90 schedules against a baseline (and the baseline again: the A/A control), the peers
         names, aa = SM90_SETS[which]
         rows = [(f"cuda_sm90_{n}/sauto", f"cuda_sm90_{n}", "auto", False, None) for n in names]

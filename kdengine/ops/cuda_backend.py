@@ -162,16 +162,9 @@ SM90_MIN_TOKENS_PER_SPLIT = 128
 # score, trees for the row max and sums): 0.4-0.8% faster at T=64 (perf_history/kernel/s2soft_f222390/). The default from SEESAW2_MIN_ROWS query rows and SEESAW2_MIN_TILES KV tiles per split (below).
 SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4, "staggered_small": 5, "staggered_tail": 6,
              "seesaw2": 7, "seesaw2_bar": 8}
-# seesaw2's probes (csrc/verify_sm90.cuh S2_PROBE_FLAGS, schedules 9-14; hand-offs on mbarriers as seesaw2), each
-# seesaw2 plus: swap = warpgroup 1 issues P_a V_aR before P_b V_bR (stage 0's chunks 4-8 freed first); early =
-# warpgroup 0 publishes P_a before waiting for its P_a V_aL; se = swap + early; qc = the prologue's Q in chunks on
-# their own mbarriers, interleaved with tile 0's; seq = swap + early + qc; eno = early without order. None beat seesaw2
-# at 65k (perf_history/kernel/s2t64_48c695b/README.md). The earlier probes (v0, ahead, alate, apro,
-# aolp) are measured in perf_history/kernel/sm90_s2tune_{912b393,5873571}/.
-# mid = P_b published between warpgroup 1's two P V (stage 1's chunks 0-3, the most waited-on barrier at 65k T=16,
-# freed one P V sooner; perf_history/kernel/s2src_21b7a11/).
-SEESAW2_PROBES = ("swap", "early", "se", "qc", "seq", "eno", "mid")
-SCHEDULES.update({f"seesaw2_{name}": 9 + i for i, name in enumerate(SEESAW2_PROBES)})
+# seesaw2's probes (swap, early, se, qc, seq, eno, mid; 2-CTA multicast clusters; earlier v0, ahead, alate, apro, aolp),
+# each measured on the H200 slower than seesaw2 or within the spread, are gone (csrc/verify_sm90.cuh says where each
+# one's evidence is; their code: the csrc history up to dd10800).
 # The default sm90 schedule, at every size. staggered_small was the default only from 8 KV tiles per split
 # (SMALL_MIN_TILES) while its tail mask was a rolled loop of a load per score: 3-9% slower than staggered at 4k
 # (perf_history/kernel/verify_kernel_icache_*_986b231.json). With the mask from packed words (tail_bits), one
@@ -211,7 +204,7 @@ HALF_MIN_ROWS: int | None = None
 # and memcheck are clean since its hand-offs are on mbarriers (perf_history/kernel/s2race_6a95ae1/README.md:
 # racecheck does not model bar.arrive, which drew its earlier reports). Since then its loaders read the page table
 # a step ahead and warpgroup 1 publishes the odd tile's P after issuing both of its P V (csrc/verify_sm90.cuh
-# S2_FLAGS; perf_history/kernel/verify_kernel_s2tune_*_5873571.json, seesaw2_ao there, against seesaw2_v0): 65k
+# SEESAW2; perf_history/kernel/verify_kernel_s2tune_*_5873571.json, seesaw2_ao there, against seesaw2_v0): 65k
 # T64 124.6 / 123.5 against 128.1 / 129.6 us in two records, 65k T16 44.7 / 44.5 against 45.2 / 45.2, 16k T64
 # 40.5 against 41.5, 4k equal.
 SEESAW2_MIN_ROWS: int | None = 128

@@ -163,22 +163,16 @@ def test_once_path_names_the_mma_layouts():
     assert args.path in kernel.MMA_LAYOUTS and args.T == 5
 
 
-def test_s2t64_set_times_seesaw2_twice_beside_every_probe():
+def test_seesaw2_set_times_its_baseline_twice_and_every_sm90_row_names_a_schedule():
     from kdengine.ops import cuda_backend
 
-    assert kernel.S2_PROBES == cuda_backend.SEESAW2_PROBES
-    labels = [v[0] for v in kernel.variants(65536, 64, "s2t64")]
-    probes = [f"cuda_sm90_seesaw2_{n}/sauto" for n in cuda_backend.SEESAW2_PROBES]
-    assert labels[:1 + len(probes) + 1] == ["cuda_sm90_seesaw2/sauto", *probes, "cuda_sm90_seesaw2/aa/sauto"]
-    assert all(f"seesaw2_{n}" in cuda_backend.SCHEDULES for n in cuda_backend.SEESAW2_PROBES)
-
-
-def test_s2ab_set_rotates_seesaw2_and_its_two_probes_through_the_positions():
-    labels = [v[0] for v in kernel.variants(65536, 64, "s2ab")]
-    names = [label.split("/")[0] for label in labels[:3 * kernel.S2AB_ROUNDS]]
-    for pos in range(3):
-        assert sorted(names[pos::3]) == sorted(["cuda_sm90_seesaw2", "cuda_sm90_seesaw2_early", "cuda_sm90_seesaw2_eno"])
-    assert len(set(labels)) == len(labels)
+    labels = [v[0] for v in kernel.variants(65536, 64, "seesaw2")]
+    assert labels[:4] == ["cuda_sm90_staggered_small/sauto", "cuda_sm90_seesaw2/sauto", "cuda_sm90_seesaw2_bar/sauto",
+                          "cuda_sm90_staggered_small/aa/sauto"]
+    # the sweep's sm90 rows and sets name only schedules the kernel still has (probes are removed, not left dangling)
+    assert all(s is None or s in cuda_backend.SCHEDULES for s in kernel.SM90_BACKENDS.values())
+    assert all(n in cuda_backend.SCHEDULES for names, _ in kernel.SM90_SETS.values() for n in names)
+    assert set(cuda_backend.SCHEDULES.values()) == set(range(len(cuda_backend.SCHEDULES)))
 
 
 @pytest.mark.parametrize("bad", ["-1", "nan", "fast"])
