@@ -159,7 +159,8 @@ SM90_MIN_TOKENS_PER_SPLIT = 128
 # Its four one-way hand-offs between the warpgroups (two row maxima, two P) and the row-sum exchange are on
 # mbarriers; seesaw2_bar is the same kernel with them on named barriers (bar.arrive / bar.sync), which racecheck
 # does not model (a probe). Its softmax runs on the unscaled scores (the row max scaled once, one FFMA + MUFU.EX2 per
-# score, trees for the row max and sums): 0.4-0.8% faster at T=64 (perf_history/kernel/s2soft_f222390/). The default from SEESAW2_MIN_ROWS query rows and SEESAW2_MIN_TILES KV tiles per split (below).
+# score, trees for the row max and sums): 0.4-0.8% faster at T=64 (perf_history/kernel/s2soft_f222390/). The default
+# from SEESAW2_MIN_ROWS query rows and SEESAW2_MIN_TILES KV tiles per split (below).
 SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4, "staggered_small": 5, "staggered_tail": 6,
              "seesaw2": 7, "seesaw2_bar": 8}
 # seesaw2's probes (swap, early, se, qc, seq, eno, mid; 2-CTA multicast clusters; earlier v0, ahead, alate, apro, aolp),
