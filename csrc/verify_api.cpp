@@ -82,13 +82,14 @@ void launch(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& page_ta
 void launch_sm90(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& page_table,
                  const at::Tensor& prefix_len, const at::Tensor& mask_bits, at::Tensor& out, at::Tensor& lse,
                  at::Tensor& part_out, at::Tensor& part_lse, double sm_scale, int64_t nsplit, int64_t schedule,
-                 int64_t combine) {
+                 int64_t combine, bool merge_early) {
   TORCH_CHECK(combine >= -1 && combine <= 3, "combine must be -1, 0, 1, 2 or 3, got ", combine);
   const c10::cuda::CUDAGuard guard(q.device());
   kdengine::VerifyParams p =
       make_params(q, kv, page_table, prefix_len, mask_bits, out, lse, part_out, part_lse, sm_scale, nsplit);
   const char* reason = kdengine::sm90_unsupported(p);
   TORCH_CHECK(reason == nullptr, "kdengine verify sm90 path: ", reason ? reason : "");
+  p.merge_early = merge_early ? 1 : 0;
   const cudaError_t err = kdengine::launch_verify_sm90(p, kv.size(0) * kv.size(1), static_cast<int>(schedule), static_cast<int>(combine),
                                                         c10::cuda::getCurrentCUDAStream());
   TORCH_CHECK(err == cudaSuccess, "kdengine verify sm90 launch failed: ", cudaGetErrorString(err));

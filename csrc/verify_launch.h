@@ -31,6 +31,9 @@ struct VerifyParams {
   int B, T, H, R, W;
   int page_size, page_shift, max_pages, nsplit;
   float scale_log2;  // sm_scale * log2(e)
+  // sm90 split kernel: 1 = it lets its programmatic dependent (the merge) launch as soon as every block has started
+  // (the merge's blocks then wait on the SMs the split grid leaves idle or frees); 0 = only before its partial writes
+  int merge_early;
 };
 
 // Query rows per block follow R = T * H: 16, 32 or 64 rows (1, 2 or 4 groups of 16), at most

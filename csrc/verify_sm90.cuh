@@ -951,6 +951,8 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
+  // p.merge_early: the merge may launch now (it waits for this grid to complete before any read); else below
+  if (p.merge_early) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 
   if (!is_seesaw2(SCHEDULE) && wg == CONSUMERS) {
     // --- producer: Q (rows of the flattened [B * R, 576] q; past R: the next sequence's rows or the
@@ -1565,7 +1567,8 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
   }
 
   // Normalise and write this split's partial rows (bf16) and their lse (natural log). The merge may
-  // launch now (programmatic dependent launch; it waits for this grid to complete before any read).
+  // launch now (programmatic dependent launch; it waits for this grid to complete before any read; with
+  // p.merge_early it could since the start, and a second trigger changes nothing).
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   const int lane = tid % 32;
 #pragma unroll

@@ -34,7 +34,7 @@ CONTEXTS = (4096, 16384, 65536)
 TREE_SIZES = (16, 64)
 NSPLITS = (16, 32, 64, 128, 256, "auto")
 SETS = ("full", "peers", "mma", "mma2", "mma4", "mma6", "sm90", "paths", "pair", "half", "icache", "seesaw2", "nsplit",
-        "merge")
+        "merge", "pdl")
 # (the sets s2tune, s2t64, s2t64r, s2ab and s2mid timed seesaw2's probes, gone since: their records stay in
 # perf_history/kernel/verify_kernel_{s2tune,s2t64,s2t64r65k,s2t6465k,s2ab,s2ab2,s2mid}_*.json)
 # The `merge` set: the sm90 schedule the dispatched call picks (cuda_backend.pick_schedule) with the merge
@@ -158,7 +158,8 @@ def launcher(name: str, inp, bits, nsplit, *, scalar_loads: bool = False, layout
         out, lse = cuda_backend.alloc_outputs(inp.q)
         args = (inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, bits, out, lse)
         call = lambda: cuda_backend.launch_sm90(*args, sm_scale=inp.sm_scale, nsplit=splits,
-                                                schedule=SM90_BACKENDS[name], combine=combine)
+                                                schedule=SM90_BACKENDS[name], combine=combine,
+                                                merge_early=opts.get("merge_early"))
         return call, splits, lambda: out
     result = {}
     if name == "torch":
@@ -237,7 +238,9 @@ def variants(N: int, T: int, which: str = "full"):
     mask rolled: the same math), staggered again (A/A), the peers. `seesaw2`: staggered_small, seesaw2
     (FlashMLA's order in our layout), seesaw2_bar (its hand-offs on named barriers), staggered_small again (A/A),
     the peers. `merge`: the sm90 schedule the dispatched
-    call picks (cuda_backend.pick_schedule) with and without the merge."""
+    call picks (cuda_backend.pick_schedule) with and without the merge. `pdl`: that call with the merge let launch
+    at the split kernel's start and before its partial writes (cuda_backend.DEFAULT_MERGE_EARLY's two values), the
+    split kernel alone, the default again (A/A)."""
     base = [(default_label(), "cuda", "auto", False, None), ("triton", "triton", None, False, None),
             ("torch", "torch", None, False, None)] + [(p, p, None, False, None) for p in peers.PEERS]
     if which == "peers":  # the dispatched call (the sm90 kernel on Hopper) beside the mma.sync default
@@ -288,6 +291,15 @@ def variants(N: int, T: int, which: str = "full"):
         sched = "cuda_sm90_dispatched"  # the schedule launch_sm90 picks for the call (rows and tiles per split)
         return [(f"{sched}/c0/sauto", sched, "auto", False, {}),
                 (f"{sched}/c0/splitonly/sauto", sched, "auto", False, {"combine": cuda_backend.SPLIT_ONLY})]
+    if which == "pdl":  # when the split kernel lets the merge launch: the default, the other choice, the split kernel
+        # alone (the merge's share), the default again (A/A)
+        from kdengine.ops import cuda_backend
+
+        sched, default = "cuda_sm90_dispatched", cuda_backend.DEFAULT_MERGE_EARLY
+        return [(f"{sched}/early{int(default)}/sauto", sched, "auto", False, {}),
+                (f"{sched}/early{int(not default)}/sauto", sched, "auto", False, {"merge_early": not default}),
+                (f"{sched}/splitonly/sauto", sched, "auto", False, {"combine": cuda_backend.SPLIT_ONLY}),
+                (f"{sched}/early{int(default)}/aa/sauto", sched, "auto", False, {})]
     if which in SM90_SETS:  # sm90 schedules against a baseline (and the baseline again: the A/A control), the peers
         names, aa = SM90_SETS[which]
         rows = [(f"cuda_sm90_{n}/sauto", f"cuda_sm90_{n}", "auto", False, None) for n in names]

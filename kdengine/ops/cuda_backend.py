@@ -227,6 +227,10 @@ SEESAW2_MIN_TILES = 4
 # `fuse`). Two merges fused into the split kernel (clusters through distributed shared memory, a
 # cooperative grid merge) were slower and are gone (csrc/verify_sm90.cuh header).
 SPLIT_ONLY = -1  # launch_sm90's combine for the split kernel alone (out / lse not written): timing only
+# When the sm90 split kernel lets the merge (its programmatic dependent) launch: True = as soon as every split block
+# has started (the merge's blocks take the SMs the split grid leaves idle or frees, and wait there for the grid to
+# complete), False = each block only before writing its partials (the merge's blocks are placed after the last one).
+DEFAULT_MERGE_EARLY = False
 
 
 def split_tiles(capacity: int, nsplit: int) -> int:
@@ -342,9 +346,10 @@ def resolve_path(kv_cache: torch.Tensor, path: str | None = None) -> str:
 
 
 def launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_scale, nsplit,
-                schedule=None, combine=None):
+                schedule=None, combine=None, merge_early=None):
     """The Hopper kernel + merge into caller-given out/lse (schedule None: pick_schedule; combine None:
-    DEFAULT_COMBINE; SPLIT_ONLY: the split kernel alone, out/lse left unwritten)."""
+    DEFAULT_COMBINE; SPLIT_ONLY: the split kernel alone, out/lse left unwritten; merge_early None:
+    DEFAULT_MERGE_EARLY)."""
     check_scale(sm_scale)  # > 0: seesaw2 scales the row max of unscaled scores
     if schedule is None:
         schedule = pick_schedule(q.shape[1], q.shape[2], split_tiles(page_table.shape[1] * kv_cache.shape[1], nsplit))
@@ -354,9 +359,13 @@ def launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_
         raise ValueError(f"combine: expected one of {(SPLIT_ONLY, *COMBINES)}, got {combine!r}")
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule: expected one of {tuple(SCHEDULES)}, got {schedule!r}")
+    if merge_early is None:
+        merge_early = DEFAULT_MERGE_EARLY
+    if not isinstance(merge_early, bool):
+        raise ValueError(f"merge_early: expected None or a bool, got {merge_early!r}")
     part_out, part_lse = alloc_partials(q, nsplit)
     build.load_extension().launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, part_out, part_lse,
-                                       sm_scale, nsplit, SCHEDULES[schedule], combine)
+                                       sm_scale, nsplit, SCHEDULES[schedule], combine, merge_early)
 
 
 def plan_nsplit_sm90(q, kv_cache, page_table, nsplit) -> int:

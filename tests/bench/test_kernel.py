@@ -142,6 +142,19 @@ def test_merge_set_times_and_labels_the_dispatched_schedule():
     assert kernel.SM90_BACKENDS["cuda_sm90_dispatched"] is None  # launch_sm90's schedule None: its own pick
 
 
+def test_pdl_set_times_both_merge_launch_points_the_split_alone_and_the_default_twice():
+    from kdengine.ops import cuda_backend
+
+    rows = kernel.variants(65536, 16, "pdl")
+    opts = [layout for *_, layout in rows]
+    default = cuda_backend.DEFAULT_MERGE_EARLY
+    assert opts == [{}, {"merge_early": not default}, {"combine": cuda_backend.SPLIT_ONLY}, {}]
+    assert {backend for _, backend, *_ in rows} == {"cuda_sm90_dispatched"}
+    labels = [label for label, *_ in rows]
+    assert len(set(labels)) == 4 and labels[0] == f"cuda_sm90_dispatched/early{int(default)}/sauto"
+    assert labels[3].startswith(labels[0].removesuffix("/sauto")) and "/aa/" in labels[3]
+
+
 def test_mma4_and_mma6_sets_time_the_probes_beside_the_default_twice():
     # 64-row blocks; 32-row (T * H <= 32): mma4 times its small layouts there, mma6 only the default twice
     for which, T, names in (("mma4", 64, kernel.MMA4_LAYOUTS), ("mma4", 4, kernel.MMA4_SMALL_LAYOUTS),
