@@ -60,7 +60,7 @@ kdengine::VerifyParams make_params(const at::Tensor& q, const at::Tensor& kv, co
 void launch(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& page_table, const at::Tensor& prefix_len,
             const at::Tensor& mask_bits, at::Tensor& out, at::Tensor& lse, at::Tensor& part_out, at::Tensor& part_lse,
             double sm_scale, int64_t nsplit, int64_t col_warps, int64_t max_row_groups, int64_t pingpong,
-            int64_t combine) {
+            int64_t combine, bool merge_early) {
   TORCH_CHECK(col_warps == 2 || col_warps == 4 || col_warps == 8 || col_warps == 16 || col_warps == 32,
               "col_warps must be 2, 4, 8, 16 or 32, got ", col_warps);
   TORCH_CHECK(pingpong == 0 || pingpong == 1 || (pingpong >= 2 && pingpong < kdengine::NUM_PINGPONGS && col_warps == 16),
@@ -69,8 +69,9 @@ void launch(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& page_ta
   TORCH_CHECK(combine >= 0 && combine <= 3, "combine must be 0, 1, 2 or 3, got ", combine);
   TORCH_CHECK(max_row_groups == 1 || max_row_groups == 2 || max_row_groups == 4, "max_row_groups must be 1, 2 or 4");
   const c10::cuda::CUDAGuard guard(q.device());
-  const kdengine::VerifyParams p =
+  kdengine::VerifyParams p =
       make_params(q, kv, page_table, prefix_len, mask_bits, out, lse, part_out, part_lse, sm_scale, nsplit);
+  p.merge_early = merge_early ? 1 : 0;
   const cudaError_t err = kdengine::launch_verify(p, static_cast<int>(col_warps), static_cast<int>(max_row_groups),
                                                    static_cast<int>(pingpong), static_cast<int>(combine),
                                                    c10::cuda::getCurrentCUDAStream());

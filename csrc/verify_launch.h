@@ -31,8 +31,9 @@ struct VerifyParams {
   int B, T, H, R, W;
   int page_size, page_shift, max_pages, nsplit;
   float scale_log2;  // sm_scale * log2(e)
-  // sm90 split kernel: 1 = it lets its programmatic dependent (the merge) launch as soon as every block has started
-  // (the merge's blocks then wait on the SMs the split grid leaves idle or frees); 0 = only before its partial writes
+  // 1 = the split kernel lets its programmatic dependent (the merge) launch as soon as every block has started (the
+  // merge's blocks then wait on the SMs the split grid leaves idle or frees); 0 = only before its partial writes
+  // (sm90 kernel; wide2 / lean mma.sync kernels; the other mma.sync layouts never trigger early)
   int merge_early;
 };
 

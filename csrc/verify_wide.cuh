@@ -416,6 +416,7 @@ template <class C>
 __device__ __forceinline__ void write_partials(const VerifyParams& p, const float (&o)[C::RG][C::V_PART / 8][4], float m_run,
                                                float l_run, float* row_s, int srow, int row0, size_t part_row0,
                                                int warp, int lane) {
+  pdl_launch_dependents();  // the merge may launch (a no-op where p.merge_early let it at the start)
   const int R = p.R;
 #pragma unroll
   for (int off = 1; off < C::TPR; off *= 2) l_run += __shfl_xor_sync(0xffffffff, l_run, off);
@@ -461,7 +462,8 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
   size_t part_row0;
   if (!split_range<BN, BLOCK_M, C::THREADS>(p, b, split, row0, start, end, part_row0)) return;
 
-  if constexpr (C::STREAM) pdl_launch_dependents();  // every split block is resident: the merge may launch
+  // every split block is resident: the merge may launch (p.merge_early; else from write_partials)
+  if (C::STREAM && p.merge_early) pdl_launch_dependents();
   const int ntiles = (end - start + BN - 1) / BN;
   KvStream<C> stream(p, b, start, end);  // STREAM layouts only (the compiler drops it otherwise)
 #pragma unroll

@@ -425,7 +425,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
   size_t part_row0;
   if (!split_range<BN, BLOCK_M, C::THREADS>(p, b, split, row0, start, end, part_row0)) return;
 
-  pdl_launch_dependents();
+  if (p.merge_early) pdl_launch_dependents();  // (else from write_partials)
   const int ntiles = (end - start + BN - 1) / BN;
   KvStreamLean<C> stream(p, b, start, end, kv_sa);
   uint32_t qa[C::QM][C::KSTEPS][4];

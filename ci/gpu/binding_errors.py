@@ -18,6 +18,7 @@ CASES = {
     "sm90_fp32_partials": ("part_out fp32", "launch_sm90", "part_out must be bf16"),
     "mma_fp32_partials": ("part_out fp32", "launch", "part_out must be bf16"),
     "sm90_bad_combine": ("combine 7", "launch_sm90", "combine must be"),
+    "mma_bad_col_warps": ("col_warps 3", "launch", "col_warps must be"),
     "sm90_noncontiguous": ("q not contiguous", "launch_sm90", "contiguous"),
     "sm90_nsplit_mismatch": ("partials of nsplit + 1", "launch_sm90", "partials must hold nsplit"),
     "sm90_page_size_4": ("page_size 4 (sm90_unsupported)", "launch_sm90", "page_size below 8"),
@@ -35,7 +36,8 @@ def one(case: str) -> int:
     _, entry, message = CASES[case]
     ext = build.load_extension()
 
-    def call(inp, *, nsplit=4, part_dtype=torch.bfloat16, extra_split=0, combine=3, q=None):
+    def call(inp, *, nsplit=4, part_dtype=torch.bfloat16, extra_split=0, combine=3, q=None,
+             col_warps=cuda_backend.DEFAULT_COL_WARPS):
         B, T, H, _ = inp.q.shape
         bits = pack_tree_mask(inp.tree_mask)
         out = torch.full((B, T, H, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
@@ -47,15 +49,16 @@ def one(case: str) -> int:
         if entry == "launch_sm90":
             ext.launch_sm90(*args, cuda_backend.SCHEDULES["seesaw2"], combine, False)
         else:
-            ext.launch(*args, cuda_backend.DEFAULT_COL_WARPS, cuda_backend.DEFAULT_ROW_GROUPS,
-                       cuda_backend.DEFAULT_PINGPONG, combine)
+            ext.launch(*args, col_warps, cuda_backend.DEFAULT_ROW_GROUPS,
+                       cuda_backend.DEFAULT_PINGPONG, combine, True)
         torch.cuda.synchronize()
         return out, bits
 
     inp = make_verify_inputs(T=16, H=8, prefix=300, seed=3, device="cuda",
                              page_size=4 if case == "sm90_page_size_4" else 64)
     bad = {"sm90_fp32_partials": dict(part_dtype=torch.float32), "mma_fp32_partials": dict(part_dtype=torch.float32),
-           "sm90_bad_combine": dict(combine=7), "sm90_nsplit_mismatch": dict(extra_split=1),
+           "sm90_bad_combine": dict(combine=7), "mma_bad_col_warps": dict(col_warps=3),
+           "sm90_nsplit_mismatch": dict(extra_split=1),
            "sm90_noncontiguous": dict(q=inp.q.transpose(1, 2).contiguous().transpose(1, 2)),
            "sm90_page_size_4": {}}[case]
     try:

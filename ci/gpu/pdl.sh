@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# One device run: when the sm90 split kernel lets the merge launch (cuda_backend.DEFAULT_MERGE_EARLY, kernel sweep set
-# `pdl`: the default, the other choice, the split kernel alone, the default again as the A/A control; sequential, then
-# interleaved rounds), after the GPU tests (every `-m gpu` test), the binding's failing checks one process each
-# (ci/gpu/binding_errors.py) and the sweep / suite agreement at 4k (ci/gpu/frontends.py). Steps start only while
-# DEADLINE (s, default 420) leaves room; logs are packed after every step.
-#   here:   rm -rf out/pdl && mkdir -p out/pdl && git bundle create out/pdl/kd.bundle HEAD && cp .whl/sgl_flash_mla-*.whl out/pdl/
+# One device run: when a split kernel lets the merge launch (cuda_backend.DEFAULT_MERGE_EARLY for the sm90 kernel,
+# DEFAULT_MMA_MERGE_EARLY for the mma.sync default; kernel sweep set `pdl`: each default, its other choice, the
+# default again as the A/A control, and the sm90 split kernel alone; sequential, then interleaved rounds), after the
+# GPU tests (every `-m gpu` test), the binding's failing checks one process each (ci/gpu/binding_errors.py; gdb's
+# native frames of a crashing one; ci/gpu/torch_check_probe.py) and the sweep / suite agreement at 4k
+# (ci/gpu/frontends.py). Steps start only while DEADLINE (s, default 420) leaves room; logs are packed after every step.
+#   here:   rm -rf out/pdl && mkdir -p out/pdl && git bundle create out/pdl/kd.bundle HEAD &&
+#           cp .whl/{sgl_flash_mla,asv_runner,gitpython,gitdb,smmap}-*.whl out/pdl/   (the GPU tests' imports)
 #   device: bash ci/gpu/pdl.sh   (carry out/pdl)
 set -o pipefail
 OUT=${OUT:-/tmp/kdengine-out}; LOGS=/tmp/pdl-logs; rm -rf "$LOGS"; mkdir -p "$OUT" "$LOGS"
 trap 'tar czf "$OUT/logs.tgz" -C "$LOGS" . 2>/dev/null' EXIT
 SRC=$PWD; KD=/tmp/kd-pdl; DEADLINE=${DEADLINE:-420}
 export PYTHONUNBUFFERED=1 KDENGINE_CACHE_DIR=/tmp/kdcache TRITON_DEFAULT_FP_FUSION=1
-python3 -m pip install -q --no-index --no-deps --target /tmp/site "$SRC"/out/pdl/*.whl || echo "FlashMLA wheel not installed"
+python3 -m pip install -q --no-index --no-deps --target /tmp/site "$SRC"/out/pdl/*.whl || echo "wheels not installed"
 rm -rf "$KD" && git clone -q "$SRC/out/pdl/kd.bundle" "$KD" && cd "$KD" || exit 1
 export PYTHONPATH=/tmp/site:$KD
 sha=$(git rev-parse --short HEAD); full=$(git rev-parse HEAD); echo "commit $sha"
@@ -23,9 +25,15 @@ step build
 timeout ${BUILD_TIMEOUT:-200} python3 -m kdengine.ops.build --arch native > "$LOGS/build.log" 2>&1 || { tail -30 "$LOGS/build.log"; exit 1; }
 step "GPU tests"
 [[ ${TESTS:-1} == 1 ]] && room 100 && timeout ${TEST_TIMEOUT:-200} python3 -X faulthandler -m pytest -q -m gpu tests -p no:cacheprovider \
-  --durations=10 2>&1 | tee "$LOGS/pytest_gpu.log" | grep -E "passed|failed|FAILED|Error|Fatal" | head -20
+  --continue-on-collection-errors --durations=10 2>&1 | tee "$LOGS/pytest_gpu.log" | grep -E "passed|failed|FAILED|Error|Fatal" | head -20
 step "binding errors"
 room 60 && timeout 120 python3 ci/gpu/binding_errors.py 2>&1 | tee "$LOGS/binding_errors.log"
+# where a crashing check dies (native frames), and whether a minimal extension built like ours crashes the same way
+if room 60 && command -v gdb > /dev/null; then
+  timeout 90 gdb -q -batch -ex run -ex bt --args python3 ci/gpu/binding_errors.py sm90_bad_combine > "$LOGS/gdb.log" 2>&1
+  grep -E "^#|SIGSEGV" "$LOGS/gdb.log" | head -30 | cut -c1-220
+fi
+room 90 && timeout 200 python3 ci/gpu/torch_check_probe.py 2>&1 | tee "$LOGS/torch_check_probe.log"
 step "pdl sequential"
 room 60 && timeout 90 python3 -m kdengine.bench.kernel measure --set pdl --out "$OUT/verify_kernel_pdl_$sha.json" \
   --commit "$full" 2>&1 | tee "$LOGS/pdl.log" | grep -E "^ctx" | cut -c1-120

@@ -127,26 +127,24 @@ def default_layout():
 
 def launcher(name: str, inp, bits, nsplit, *, scalar_loads: bool = False, layout=None):
     """(call, nsplit used, result) for one backend on one input set: call() launches, result() the output."""
-    if name == "cuda_auto":  # exactly what verify/cuda runs: the backend's own path choice (auto) and NSPLIT
+    if name == "cuda_auto":  # the call verify/cuda times (verify_timing.suite_call): the backend's own path choice
+        # (auto) and NSPLIT; its output is not kept, the check runs one more call after the timing
         from kdengine.ops import cuda_backend
 
         _, splits = cuda_backend.plan(inp.q, inp.kv_cache, inp.page_table, nsplit)
-        result = {}
-
-        def call():
-            result["out"] = cuda_backend.run(inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, bits,
-                                             sm_scale=inp.sm_scale, nsplit=nsplit, return_lse=False)[0]
-
-        return call, splits, lambda: result["out"]
+        fn = verify_timing.suite_call("cuda", nsplit)
+        return (lambda: fn(inp, bits)), splits, (lambda: fn(inp, bits))
     if name == "cuda":
         from kdengine.ops import cuda_backend
 
-        cw, rg, combine, pp = layout or default_layout()
+        # layout: (col_warps, row_groups, combine, pingpong[, merge_early])
+        cw, rg, combine, pp, *early = layout or default_layout()
         splits = cuda_backend.plan_nsplit(inp.q, inp.kv_cache, inp.page_table, nsplit, rg, cw, pp)
         out, lse = cuda_backend.alloc_outputs(inp.q)
         args = (inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, bits, out, lse)
         call = lambda: cuda_backend.launch(*args, sm_scale=inp.sm_scale, nsplit=splits, scalar_loads=scalar_loads,
-                                           col_warps=cw, row_groups=rg, combine=combine, pingpong=pp)
+                                           col_warps=cw, row_groups=rg, combine=combine, pingpong=pp,
+                                           merge_early=early[0] if early else None)
         return call, splits, lambda: out
     if name in SM90_BACKENDS:  # the Hopper wgmma path, one schedule of its two consumer warpgroups
         from kdengine.ops import cuda_backend
@@ -292,14 +290,19 @@ def variants(N: int, T: int, which: str = "full"):
         return [(f"{sched}/c0/sauto", sched, "auto", False, {}),
                 (f"{sched}/c0/splitonly/sauto", sched, "auto", False, {"combine": cuda_backend.SPLIT_ONLY})]
     if which == "pdl":  # when the split kernel lets the merge launch: the default, the other choice, the split kernel
-        # alone (the merge's share), the default again (A/A)
+        # alone (the merge's share; sm90), the default again (A/A); the sm90 kernel on Hopper, then the mma.sync default
         from kdengine.ops import cuda_backend
 
         sched, default = "cuda_sm90_dispatched", cuda_backend.DEFAULT_MERGE_EARLY
-        return [(f"{sched}/early{int(default)}/sauto", sched, "auto", False, {}),
+        sm90 = [(f"{sched}/early{int(default)}/sauto", sched, "auto", False, {}),
                 (f"{sched}/early{int(not default)}/sauto", sched, "auto", False, {"merge_early": not default}),
                 (f"{sched}/splitonly/sauto", sched, "auto", False, {"combine": cuda_backend.SPLIT_ONLY}),
-                (f"{sched}/early{int(default)}/aa/sauto", sched, "auto", False, {})]
+                (f"{sched}/early{int(default)}/aa/sauto", sched, "auto", False, {})] if hopper() else []
+        mma, early = default_layout(), cuda_backend.DEFAULT_MMA_MERGE_EARLY
+        label = default_label().removesuffix("/sauto")
+        return sm90 + [(f"{label}/early{int(early)}/sauto", "cuda", "auto", False, mma),
+                       (f"{label}/early{int(not early)}/sauto", "cuda", "auto", False, (*mma, not early)),
+                       (f"{label}/early{int(early)}/aa/sauto", "cuda", "auto", False, mma)]
     if which in SM90_SETS:  # sm90 schedules against a baseline (and the baseline again: the A/A control), the peers
         names, aa = SM90_SETS[which]
         rows = [(f"cuda_sm90_{n}/sauto", f"cuda_sm90_{n}", "auto", False, None) for n in names]

@@ -35,6 +35,19 @@ METHOD = f"gap{GAP_S * 1e3:g}ms"
 VerifyCall = Callable[[object, torch.Tensor], object]
 
 
+def suite_call(backend: str, nsplit: int | str | None = None) -> VerifyCall:
+    """The call verify/<backend>/... times (asv, pytest-benchmark, `kdengine bench`) and the kernel sweep's
+    dispatched row: verify_attention on one input set, its output not kept (one function, so the front ends differ
+    only in their input sets' placement: ci/gpu/frontends.py)."""
+    from kdengine.ops.verify import verify_attention
+
+    def call(inp, bits):
+        return verify_attention(inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, bits, sm_scale=inp.sm_scale,
+                                nsplit=nsplit, backend=backend)
+
+    return call
+
+
 def input_copies(*, N: int, T: int, H: int, device: str | torch.device = "cuda") -> int:
     """Input sets a GPU sample rotates through: enough that their KV exceeds twice the L2."""
     if torch.device(device).type != "cuda":

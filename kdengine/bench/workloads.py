@@ -234,16 +234,9 @@ def _capturable(w: Workload) -> bool:
 
 
 def _verify_call(w: Workload):
-    from kdengine.ops.verify import verify_attention
-
     if w.backend in PEER_BACKENDS:
         return peers.verify_call(w.backend)
-
-    def call(inp, bits):
-        return verify_attention(inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, bits,
-                                sm_scale=inp.sm_scale, nsplit=w.nsplit, backend=w.backend)
-
-    return call
+    return verify_timing.suite_call(w.backend, w.nsplit)
 
 
 def verify_sampler(w: Workload):

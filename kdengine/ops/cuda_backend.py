@@ -227,10 +227,21 @@ SEESAW2_MIN_TILES = 4
 # `fuse`). Two merges fused into the split kernel (clusters through distributed shared memory, a
 # cooperative grid merge) were slower and are gone (csrc/verify_sm90.cuh header).
 SPLIT_ONLY = -1  # launch_sm90's combine for the split kernel alone (out / lse not written): timing only
-# When the sm90 split kernel lets the merge (its programmatic dependent) launch: True = as soon as every split block
+# When a split kernel lets the merge (its programmatic dependent, sm_90+) launch: True = as soon as every split block
 # has started (the merge's blocks take the SMs the split grid leaves idle or frees, and wait there for the grid to
 # complete), False = each block only before writing its partials (the merge's blocks are placed after the last one).
+# sm90 kernel: False. mma.sync wide2 / lean kernels: DEFAULT_MMA_MERGE_EARLY (the other mma layouts never trigger early).
 DEFAULT_MERGE_EARLY = False
+DEFAULT_MMA_MERGE_EARLY = True
+
+
+def check_merge_early(merge_early, default: bool) -> bool:
+    """merge_early: None (the default) or a bool (the binding takes a bool: nothing else converts silently)."""
+    if merge_early is None:
+        return default
+    if not isinstance(merge_early, bool):
+        raise ValueError(f"merge_early: expected None or a bool, got {merge_early!r}")
+    return merge_early
 
 
 def split_tiles(capacity: int, nsplit: int) -> int:
@@ -298,9 +309,11 @@ def alloc_partials(q: torch.Tensor, nsplit: int) -> tuple[torch.Tensor, torch.Te
 
 def launch(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_scale, nsplit, scalar_loads=False,
            col_warps=DEFAULT_COL_WARPS, row_groups=DEFAULT_ROW_GROUPS, combine=DEFAULT_COMBINE,
-           pingpong=DEFAULT_PINGPONG):
-    """Run the kernels into caller-given out/lse (tests poison them first)."""
+           pingpong=DEFAULT_PINGPONG, merge_early=None):
+    """Run the kernels into caller-given out/lse (tests poison them first; merge_early None:
+    DEFAULT_MMA_MERGE_EARLY)."""
     check_scale(sm_scale)  # (verify_attention checked it already; direct callers too)
+    merge_early = check_merge_early(merge_early, DEFAULT_MMA_MERGE_EARLY)
     if col_warps not in COL_WARPS:
         raise ValueError(f"col_warps: expected one of {COL_WARPS}, got {col_warps!r}")
     if row_groups not in ROW_GROUPS:
@@ -313,7 +326,7 @@ def launch(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_scale
     part_out, part_lse = alloc_partials(q, nsplit)
     module = build.load_extension(scalar_loads=scalar_loads)
     module.launch(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, part_out, part_lse, sm_scale, nsplit,
-                  col_warps, row_groups, int(pingpong), combine)
+                  col_warps, row_groups, int(pingpong), combine, merge_early)
 
 
 def sm90_unavailable(kv_cache: torch.Tensor) -> str | None:
@@ -359,10 +372,7 @@ def launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_
         raise ValueError(f"combine: expected one of {(SPLIT_ONLY, *COMBINES)}, got {combine!r}")
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule: expected one of {tuple(SCHEDULES)}, got {schedule!r}")
-    if merge_early is None:
-        merge_early = DEFAULT_MERGE_EARLY
-    if not isinstance(merge_early, bool):
-        raise ValueError(f"merge_early: expected None or a bool, got {merge_early!r}")
+    merge_early = check_merge_early(merge_early, DEFAULT_MERGE_EARLY)
     part_out, part_lse = alloc_partials(q, nsplit)
     build.load_extension().launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, part_out, part_lse,
                                        sm_scale, nsplit, SCHEDULES[schedule], combine, merge_early)

@@ -20,7 +20,7 @@ def test_committed_records_still_render():
     for path in paths:
         doc = json.loads(path.read_text())
         text = kernel.render_doc(doc)
-        assert "ceilings measured" in text and "cuda/" in text
+        assert "ceilings measured" in text and "cuda" in text  # (sm90-only sets: cuda_sm90_... rows)
         if doc.get("schema", 1) == 1:
             assert "schema 1" in text  # the ceiling of those runs was a copy timed as a graph replay
         else:
@@ -142,17 +142,25 @@ def test_merge_set_times_and_labels_the_dispatched_schedule():
     assert kernel.SM90_BACKENDS["cuda_sm90_dispatched"] is None  # launch_sm90's schedule None: its own pick
 
 
-def test_pdl_set_times_both_merge_launch_points_the_split_alone_and_the_default_twice():
+def test_pdl_set_times_both_merge_launch_points_the_split_alone_and_the_default_twice(monkeypatch):
     from kdengine.ops import cuda_backend
 
-    rows = kernel.variants(65536, 16, "pdl")
-    opts = [layout for *_, layout in rows]
-    default = cuda_backend.DEFAULT_MERGE_EARLY
-    assert opts == [{}, {"merge_early": not default}, {"combine": cuda_backend.SPLIT_ONLY}, {}]
-    assert {backend for _, backend, *_ in rows} == {"cuda_sm90_dispatched"}
-    labels = [label for label, *_ in rows]
-    assert len(set(labels)) == 4 and labels[0] == f"cuda_sm90_dispatched/early{int(default)}/sauto"
-    assert labels[3].startswith(labels[0].removesuffix("/sauto")) and "/aa/" in labels[3]
+    for hopper in (True, False):
+        monkeypatch.setattr(kernel, "hopper", lambda h=hopper: h)
+        rows = kernel.variants(65536, 16, "pdl")
+        labels = [label for label, *_ in rows]
+        assert len(set(labels)) == len(labels) == (7 if hopper else 3)
+        sm90, mma = rows[:-3], rows[-3:]
+        if hopper:  # the sm90 default, its other launch point, the split kernel alone, the default again
+            default = cuda_backend.DEFAULT_MERGE_EARLY
+            assert [layout for *_, layout in sm90] == [{}, {"merge_early": not default},
+                                                        {"combine": cuda_backend.SPLIT_ONLY}, {}]
+            assert {backend for _, backend, *_ in sm90} == {"cuda_sm90_dispatched"}
+            assert sm90[0][0] == f"cuda_sm90_dispatched/early{int(default)}/sauto" and "/aa/" in sm90[3][0]
+        early, layout = cuda_backend.DEFAULT_MMA_MERGE_EARLY, kernel.default_layout()
+        assert [(backend, lay) for _, backend, _, _, lay in mma] == [("cuda", layout), ("cuda", (*layout, not early)),
+                                                                     ("cuda", layout)]
+        assert mma[0][0].endswith(f"/early{int(early)}/sauto") and "/aa/" in mma[2][0]
 
 
 def test_mma4_and_mma6_sets_time_the_probes_beside_the_default_twice():

@@ -201,6 +201,8 @@ def test_sm90_launch_arguments_are_checked():
     for bad in (1, "yes", 0.0):  # the binding takes a bool: anything else would convert silently or fail there
         with pytest.raises(ValueError, match="^merge_early: expected None or a bool"):
             cuda_backend.launch_sm90(*args, sm_scale=0.1, nsplit=12, schedule="seesaw2", merge_early=bad)
+        with pytest.raises(ValueError, match="^merge_early: expected None or a bool"):
+            cuda_backend.launch(*args, sm_scale=0.1, nsplit=12, merge_early=bad)
     # seesaw2 takes the row max of unscaled scores (right for a scale > 0 only): both launchers refuse the rest
     for bad in (0.0, -0.1, float("nan"), float("inf"), True):
         with pytest.raises(ValueError, match="^sm_scale: expected a finite float > 0"):
