@@ -33,7 +33,6 @@ if room 60 && command -v gdb > /dev/null; then
   timeout 90 gdb -q -batch -ex run -ex bt --args python3 ci/gpu/binding_errors.py sm90_bad_combine > "$LOGS/gdb.log" 2>&1
   grep -E "^#|SIGSEGV" "$LOGS/gdb.log" | head -30 | cut -c1-220
 fi
-room 90 && timeout 200 python3 ci/gpu/torch_check_probe.py 2>&1 | tee "$LOGS/torch_check_probe.log"
 step "pdl sequential"
 room 60 && timeout 90 python3 -m kdengine.bench.kernel measure --set pdl --out "$OUT/verify_kernel_pdl_$sha.json" \
   --commit "$full" 2>&1 | tee "$LOGS/pdl.log" | grep -E "^ctx" | cut -c1-120
@@ -43,4 +42,6 @@ room 60 && timeout 90 python3 -m kdengine.bench.kernel measure --set pdl --order
 step "front ends at 4k"
 room 60 && timeout 120 python3 ci/gpu/frontends.py --out "$OUT/frontends_$sha.json" 2>&1 | tee "$LOGS/frontends.log" \
   | grep -E "^ctx4096 T[0-9]+ (sweep|suite)"
+step "minimal extension probe"
+room 60 && timeout 200 python3 ci/gpu/torch_check_probe.py 2>&1 | tee "$LOGS/torch_check_probe.log"
 step done
