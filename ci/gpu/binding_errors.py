@@ -1,8 +1,9 @@
 """How the binding's own checks fail on the GPU: each bad call goes straight into the extension (no Python check in
 front), in its own `python -X faulthandler` process, then a good call in the same process. A check must raise
 RuntimeError naming what is wrong, and the process must stay usable; a crash shows as the child's exit status and its
-faulthandler trace. The final H200 run of dd10800 segfaulted inside launch_sm90 when a TORCH_CHECK of make_params
-fired (the sm_scale check, since moved to Python): this run asks whether every failing check there does so.
+faulthandler trace. Until the binding was built with torch's C++ standard (kdengine.ops.build.HOST_CFLAGS) the checks
+whose message formats a number crashed (SIGSEGV; perf_history/kernel/pdl_288100a/). tests/ops/test_cuda.py runs the
+two numeric cases.
 
     python3 ci/gpu/binding_errors.py            (prints one line per case; exit 1 when any case misbehaves)
     python3 ci/gpu/binding_errors.py CASE       (one case in this process: what the parent runs)

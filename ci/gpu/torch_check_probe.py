@@ -1,6 +1,7 @@
-"""Does a failing TORCH_CHECK whose message formats a number crash an extension built like ours (the binding's
-combine check did on the H200: ci/gpu/binding_errors.py)? A four-function extension is built with our host flags
-(-O3 -std=c++17) and with torch's defaults; each failing check runs in its own process. Prints one line per case.
+"""Does a failing TORCH_CHECK whose message formats a number crash an extension built with given host flags? A
+four-function extension is built with the binding's former host flags (-O3 -std=c++17: it did crash, on the H200's
+torch 2.11, perf_history/kernel/pdl_288100a/) and with torch's defaults; each failing check runs in its own process.
+Prints one line per case.
 
     python3 ci/gpu/torch_check_probe.py            (all cases)
     python3 ci/gpu/torch_check_probe.py FLAGS FN   (one case in this process)

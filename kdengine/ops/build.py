@@ -71,6 +71,14 @@ def gencode_flags(archs: tuple[str, ...], ptx: bool = True) -> list[str]:
     return flags
 
 
+# The host flags of the binding (verify_api.cpp, the one translation unit that includes torch): no -std, so it is
+# compiled with the C++ standard torch's cpp_extension picks for the installed torch (C++20 since torch 2.10). Built
+# as C++17 against torch 2.11 (H200 image), every TORCH_CHECK whose message formats a number segfaulted instead of
+# raising (a one-function extension did the same; perf_history/kernel/pdl_288100a/: torch_check_probe.log,
+# binding_errors.log). The kernels' .cu files include no torch header and keep nvcc_flags' -std=c++17.
+HOST_CFLAGS = ["-O3"]
+
+
 def nvcc_flags(archs: tuple[str, ...], *, scalar_loads: bool = False, ptx: bool = True) -> list[str]:
     """Every nvcc flag of the kernel build (the one place they are written)."""
     flags = ["-O3", "-std=c++17", "-lineinfo", "--expt-relaxed-constexpr", *gencode_flags(archs, ptx)]
@@ -133,7 +141,7 @@ def load_extension(arch: str | None = None, *, scalar_loads: bool = False, verbo
     module = load(
         name=name,
         sources=[str(CSRC / s) for s in SOURCES],
-        extra_cflags=["-O3", "-std=c++17"],
+        extra_cflags=HOST_CFLAGS,
         extra_cuda_cflags=nvcc_flags(archs, scalar_loads=scalar_loads),
         extra_include_paths=[str(CSRC)],
         build_directory=str(build_dir),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
@@ -55,6 +56,13 @@ def test_gencode_flags_cover_every_arch_plus_ptx():
     assert not any("SCALAR" in f for f in flags)
     assert "-DKDENGINE_SCALAR_LOADS" in build.nvcc_flags(("90",), scalar_loads=True)
     assert build.gencode_flags(("90",), ptx=False) == ["-gencode=arch=compute_90a,code=sm_90a"]
+
+
+def test_the_binding_takes_torchs_cxx_standard():
+    # verify_api.cpp includes torch: built as C++17 against a C++20 torch, a failing check that formats a number
+    # crashed (build.HOST_CFLAGS); the torch-free kernels keep nvcc's -std=c++17
+    assert not any(f.startswith("-std") for f in build.HOST_CFLAGS)
+    assert "-std=c++17" in build.nvcc_flags(("90",))
 
 
 def test_extension_names_differ_per_variant():
@@ -278,7 +286,24 @@ def test_fp32_partials_are_rejected():
     args = (inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, pack_tree_mask(inp.tree_mask), out, lse)
     with pytest.raises(RuntimeError, match="part_out must be bf16"):
         build.load_extension().launch(*args, part_out.float(), part_lse, inp.sm_scale, 2, cuda_backend.DEFAULT_COL_WARPS,
-                                      cuda_backend.DEFAULT_ROW_GROUPS, True, cuda_backend.DEFAULT_COMBINE)
+                                      cuda_backend.DEFAULT_ROW_GROUPS, True, cuda_backend.DEFAULT_COMBINE, False)
+
+
+@pytest.mark.gpu
+def test_binding_checks_that_format_a_number_raise():
+    """A failing TORCH_CHECK whose message formats a number crashed the process (SIGSEGV) while the binding was built
+    as C++17 against a C++20 torch (build.HOST_CFLAGS): each such check of both entry points, one process each
+    (ci/gpu/binding_errors.py: the bad call must raise RuntimeError naming the argument, then a good call must run)."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[2] / "ci" / "gpu" / "binding_errors.py"
+    cases = ["mma_bad_col_warps"] + (["sm90_bad_combine"] if torch.cuda.get_device_capability() == (9, 0) else [])
+    for case in cases:
+        r = subprocess.run([sys.executable, "-X", "faulthandler", str(script), case], capture_output=True, text=True,
+                           timeout=600)
+        assert r.returncode == 0, f"{case}: exit {r.returncode}\n{r.stdout[-2000:]}{r.stderr[-2000:]}"
+        assert "raised:" in r.stdout and "then a good call" in r.stdout
 
 
 @pytest.mark.gpu
