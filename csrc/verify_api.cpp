@@ -18,6 +18,12 @@ T* ptr(const at::Tensor& t) {
   return reinterpret_cast<T*>(t.data_ptr());
 }
 
+// A number in a check's message, formatted here (std::to_string) instead of by TORCH_CHECK's stream insertion: on the
+// H200 image (torch 2.11) a failing TORCH_CHECK whose arguments include an int64 or a double killed the process with
+// SIGSEGV, as did the same check in a one-function extension, whatever the C++ standard; strings and dtypes were
+// fine (perf_history/kernel/pdl_288100a/, binding_fix_*/). Every number in a message below goes through this.
+std::string num(int64_t v) { return std::to_string(v); }
+
 // The launch parameters of one call: checks what the kernels need to be memory safe, then fills p.
 // out [B, T, H, 512] bf16, lse [B, T, H] fp32, part_out [B, nsplit, T*H, 512] bf16, part_lse [B, nsplit, T*H] fp32.
 kdengine::VerifyParams make_params(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& page_table,
@@ -62,11 +68,11 @@ void launch(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& page_ta
             double sm_scale, int64_t nsplit, int64_t col_warps, int64_t max_row_groups, int64_t pingpong,
             int64_t combine, bool merge_early) {
   TORCH_CHECK(col_warps == 2 || col_warps == 4 || col_warps == 8 || col_warps == 16 || col_warps == 32,
-              "col_warps must be 2, 4, 8, 16 or 32, got ", col_warps);
+              "col_warps must be 2, 4, 8, 16 or 32, got " + num(col_warps));
   TORCH_CHECK(pingpong == 0 || pingpong == 1 || (pingpong >= 2 && pingpong < kdengine::NUM_PINGPONGS && col_warps == 16),
-              "pingpong must be 0, 1 or (col_warps 16 only) 2..", kdengine::NUM_PINGPONGS - 1, ", got ", pingpong,
-              " with col_warps ", col_warps);
-  TORCH_CHECK(combine >= 0 && combine <= 3, "combine must be 0, 1, 2 or 3, got ", combine);
+              "pingpong must be 0, 1 or (col_warps 16 only) 2.." + num(kdengine::NUM_PINGPONGS - 1) + ", got " +
+                  num(pingpong) + " with col_warps " + num(col_warps));
+  TORCH_CHECK(combine >= 0 && combine <= 3, "combine must be 0, 1, 2 or 3, got " + num(combine));
   TORCH_CHECK(max_row_groups == 1 || max_row_groups == 2 || max_row_groups == 4, "max_row_groups must be 1, 2 or 4");
   const c10::cuda::CUDAGuard guard(q.device());
   kdengine::VerifyParams p =
@@ -84,7 +90,7 @@ void launch_sm90(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& pa
                  const at::Tensor& prefix_len, const at::Tensor& mask_bits, at::Tensor& out, at::Tensor& lse,
                  at::Tensor& part_out, at::Tensor& part_lse, double sm_scale, int64_t nsplit, int64_t schedule,
                  int64_t combine, bool merge_early) {
-  TORCH_CHECK(combine >= -1 && combine <= 3, "combine must be -1, 0, 1, 2 or 3, got ", combine);
+  TORCH_CHECK(combine >= -1 && combine <= 3, "combine must be -1, 0, 1, 2 or 3, got " + num(combine));
   const c10::cuda::CUDAGuard guard(q.device());
   kdengine::VerifyParams p =
       make_params(q, kv, page_table, prefix_len, mask_bits, out, lse, part_out, part_lse, sm_scale, nsplit);

@@ -20,6 +20,7 @@ CASES = {
     "mma_fp32_partials": ("part_out fp32", "launch", "part_out must be bf16"),
     "sm90_bad_combine": ("combine 7", "launch_sm90", "combine must be"),
     "mma_bad_col_warps": ("col_warps 3", "launch", "col_warps must be"),
+    "mma_bad_pingpong": ("pingpong 99", "launch", "pingpong must be"),
     "sm90_noncontiguous": ("q not contiguous", "launch_sm90", "contiguous"),
     "sm90_nsplit_mismatch": ("partials of nsplit + 1", "launch_sm90", "partials must hold nsplit"),
     "sm90_page_size_4": ("page_size 4 (sm90_unsupported)", "launch_sm90", "page_size below 8"),
@@ -38,7 +39,7 @@ def one(case: str) -> int:
     ext = build.load_extension()
 
     def call(inp, *, nsplit=4, part_dtype=torch.bfloat16, extra_split=0, combine=3, q=None,
-             col_warps=cuda_backend.DEFAULT_COL_WARPS):
+             col_warps=cuda_backend.DEFAULT_COL_WARPS, pingpong=cuda_backend.DEFAULT_PINGPONG):
         B, T, H, _ = inp.q.shape
         bits = pack_tree_mask(inp.tree_mask)
         out = torch.full((B, T, H, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
@@ -50,8 +51,7 @@ def one(case: str) -> int:
         if entry == "launch_sm90":
             ext.launch_sm90(*args, cuda_backend.SCHEDULES["seesaw2"], combine, False)
         else:
-            ext.launch(*args, col_warps, cuda_backend.DEFAULT_ROW_GROUPS,
-                       cuda_backend.DEFAULT_PINGPONG, combine, True)
+            ext.launch(*args, col_warps, cuda_backend.DEFAULT_ROW_GROUPS, pingpong, combine, True)
         torch.cuda.synchronize()
         return out, bits
 
@@ -59,6 +59,7 @@ def one(case: str) -> int:
                              page_size=4 if case == "sm90_page_size_4" else 64)
     bad = {"sm90_fp32_partials": dict(part_dtype=torch.float32), "mma_fp32_partials": dict(part_dtype=torch.float32),
            "sm90_bad_combine": dict(combine=7), "mma_bad_col_warps": dict(col_warps=3),
+           "mma_bad_pingpong": dict(pingpong=99),
            "sm90_nsplit_mismatch": dict(extra_split=1),
            "sm90_noncontiguous": dict(q=inp.q.transpose(1, 2).contiguous().transpose(1, 2)),
            "sm90_page_size_4": {}}[case]

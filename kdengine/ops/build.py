@@ -72,10 +72,10 @@ def gencode_flags(archs: tuple[str, ...], ptx: bool = True) -> list[str]:
 
 
 # The host flags of the binding (verify_api.cpp, the one translation unit that includes torch): no -std, so it is
-# compiled with the C++ standard torch's cpp_extension picks for the installed torch (C++20 since torch 2.10). Built
-# as C++17 against torch 2.11 (H200 image), every TORCH_CHECK whose message formats a number segfaulted instead of
-# raising (a one-function extension did the same; perf_history/kernel/pdl_288100a/: torch_check_probe.log,
-# binding_errors.log). The kernels' .cu files include no torch header and keep nvcc_flags' -std=c++17.
+# compiled with the C++ standard torch's cpp_extension picks for the installed torch (C++20 since torch 2.10) and its
+# inline headers match the library's. (This did not stop the checks that format a number from crashing on the H200
+# image, perf_history/kernel/final_f208c48/: the binding formats its numbers itself, verify_api.cpp num().) The
+# kernels' .cu files include no torch header and keep nvcc_flags' -std=c++17.
 HOST_CFLAGS = ["-O3"]
 
 

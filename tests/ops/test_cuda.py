@@ -59,8 +59,8 @@ def test_gencode_flags_cover_every_arch_plus_ptx():
 
 
 def test_the_binding_takes_torchs_cxx_standard():
-    # verify_api.cpp includes torch: built as C++17 against a C++20 torch, a failing check that formats a number
-    # crashed (build.HOST_CFLAGS); the torch-free kernels keep nvcc's -std=c++17
+    # verify_api.cpp includes torch: built with torch's own standard (build.HOST_CFLAGS); the torch-free kernels keep
+    # nvcc's -std=c++17
     assert not any(f.startswith("-std") for f in build.HOST_CFLAGS)
     assert "-std=c++17" in build.nvcc_flags(("90",))
 
@@ -291,14 +291,15 @@ def test_fp32_partials_are_rejected():
 
 @pytest.mark.gpu
 def test_binding_checks_that_format_a_number_raise():
-    """A failing TORCH_CHECK whose message formats a number crashed the process (SIGSEGV) while the binding was built
-    as C++17 against a C++20 torch (build.HOST_CFLAGS): each such check of both entry points, one process each
+    """A failing TORCH_CHECK whose arguments included a number crashed the process (SIGSEGV) on the H200 image (torch
+    2.11; verify_api.cpp num()): each check of both entry points whose message holds a number, one process each
     (ci/gpu/binding_errors.py: the bad call must raise RuntimeError naming the argument, then a good call must run)."""
     import subprocess
     import sys
 
     script = Path(__file__).resolve().parents[2] / "ci" / "gpu" / "binding_errors.py"
-    cases = ["mma_bad_col_warps"] + (["sm90_bad_combine"] if torch.cuda.get_device_capability() == (9, 0) else [])
+    cases = ["mma_bad_col_warps", "mma_bad_pingpong"] + (
+        ["sm90_bad_combine"] if torch.cuda.get_device_capability() == (9, 0) else [])
     for case in cases:
         r = subprocess.run([sys.executable, "-X", "faulthandler", str(script), case], capture_output=True, text=True,
                            timeout=600)
