@@ -10,23 +10,8 @@
 # most 8 files: the logs travel in one tarball, packed on exit).
 #   here:   mkdir -p out/final && git bundle create out/final/kd.bundle HEAD && cp .whl/sgl_flash_mla-*.whl out/final/
 #   device: bash ci/gpu/merged.sh   (carry out/final)
-set -o pipefail
-OUT=${OUT:-/tmp/kdengine-out}; LOGS=/tmp/merged-logs; rm -rf "$LOGS"; mkdir -p "$OUT" "$LOGS"
-trap 'tar czf "$OUT/logs.tgz" -C "$LOGS" . 2>/dev/null' EXIT
-SRC=$PWD; KD=/tmp/kd-final; DEADLINE=${DEADLINE:-420}
-export PYTHONUNBUFFERED=1 KDENGINE_CACHE_DIR=/tmp/kdcache TRITON_DEFAULT_FP_FUSION=1
-python3 -m pip install -q --no-index --no-deps --target /tmp/site "$SRC"/out/final/*.whl || echo "FlashMLA wheel not installed"
-rm -rf "$KD" && git clone -q "$SRC/out/final/kd.bundle" "$KD" && cd "$KD" || exit 1
-export PYTHONPATH=/tmp/site:$KD
-sha=$(git rev-parse --short HEAD); full=$(git rev-parse HEAD); echo "commit $sha"
-nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.max.sm --format=csv
-t0=$(date +%s); now() { echo $(( $(date +%s) - t0 )); }
-# each step packs the logs so far: a call cut at the device's limit still returns them (the EXIT trap may not run)
-step() { tar czf "$OUT/logs.tgz" -C "$LOGS" . 2>/dev/null; echo "=== $1 ($(now) s)"; }
-# room NEED: true when a step that takes up to NEED seconds fits before DEADLINE
-room() { (( $(now) + $1 <= DEADLINE )) || { echo "=== skipped: $(now) s used, $1 s needed, deadline $DEADLINE s"; false; }; }
-step build
-timeout ${BUILD_TIMEOUT:-200} python3 -m kdengine.ops.build --arch native > "$LOGS/build.log" 2>&1 || { tail -30 "$LOGS/build.log"; exit 1; }
+NAME=final
+source ci/gpu/bundle_run.sh  # wheels, the bundle's clone (entered), step / room, the build
 step "tests + sanitizers"
 (  # compute-sanitizer on small shapes of both paths, beside the tests: memcheck (one-warp merge blocks at
    # nsplit <= 8, the grouped merge past one batch, odd T and prefixes), racecheck of each sm90 schedule in use and of half

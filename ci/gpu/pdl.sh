@@ -8,21 +8,8 @@
 #   here:   rm -rf out/pdl && mkdir -p out/pdl && git bundle create out/pdl/kd.bundle HEAD &&
 #           cp .whl/{sgl_flash_mla,asv_runner,gitpython,gitdb,smmap}-*.whl out/pdl/   (the GPU tests' imports)
 #   device: bash ci/gpu/pdl.sh   (carry out/pdl)
-set -o pipefail
-OUT=${OUT:-/tmp/kdengine-out}; LOGS=/tmp/pdl-logs; rm -rf "$LOGS"; mkdir -p "$OUT" "$LOGS"
-trap 'tar czf "$OUT/logs.tgz" -C "$LOGS" . 2>/dev/null' EXIT
-SRC=$PWD; KD=/tmp/kd-pdl; DEADLINE=${DEADLINE:-420}
-export PYTHONUNBUFFERED=1 KDENGINE_CACHE_DIR=/tmp/kdcache TRITON_DEFAULT_FP_FUSION=1
-python3 -m pip install -q --no-index --no-deps --target /tmp/site "$SRC"/out/pdl/*.whl || echo "wheels not installed"
-rm -rf "$KD" && git clone -q "$SRC/out/pdl/kd.bundle" "$KD" && cd "$KD" || exit 1
-export PYTHONPATH=/tmp/site:$KD
-sha=$(git rev-parse --short HEAD); full=$(git rev-parse HEAD); echo "commit $sha"
-nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.max.sm --format=csv
-t0=$(date +%s); now() { echo $(( $(date +%s) - t0 )); }
-step() { tar czf "$OUT/logs.tgz" -C "$LOGS" . 2>/dev/null; echo "=== $1 ($(now) s)"; }
-room() { (( $(now) + $1 <= DEADLINE )) || { echo "=== skipped: $(now) s used, $1 s needed, deadline $DEADLINE s"; false; }; }
-step build
-timeout ${BUILD_TIMEOUT:-200} python3 -m kdengine.ops.build --arch native > "$LOGS/build.log" 2>&1 || { tail -30 "$LOGS/build.log"; exit 1; }
+NAME=pdl
+source ci/gpu/bundle_run.sh  # wheels, the bundle's clone (entered), step / room, the build
 step "GPU tests"
 [[ ${TESTS:-1} == 1 ]] && room 100 && timeout ${TEST_TIMEOUT:-200} python3 -X faulthandler -m pytest -q -m gpu tests -p no:cacheprovider \
   --continue-on-collection-errors --durations=10 2>&1 | tee "$LOGS/pytest_gpu.log" | grep -E "passed|failed|FAILED|Error|Fatal" | head -20
