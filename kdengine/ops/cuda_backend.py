@@ -234,7 +234,7 @@ SPLIT_ONLY = -1  # launch_sm90's combine for the split kernel alone (out / lse n
 # trigger early). H200, kernel sweep set `pdl`, sequential and interleaved in each of two runs (perf_history/kernel/
 # verify_kernel_pdl{,int}_*_{6268674,288100a}.json; pdl_*/): the sm90 kernel's early trigger was slower at five sizes,
 # by 0.6-1.9 us (65k T64 121.5 against 119.6 us; 4k T16 within the A/A spread); the mma.sync default's early trigger
-# (its form until 288100a) 0.4-1.2 us slower at the three T=64 sizes (4k T64 31.3 against 30.2, 65k T64 287.8 against
+# (its form until 288100a) 1.0-1.3 us slower at the three T=64 sizes (4k T64 31.3 against 30.2, 65k T64 287.8 against
 # 286.5), equal at T=16. Likely reading: merge blocks launched early fill the first SMs the split grid frees (up to 8
 # each) instead of spreading over all of them once it completes. The flag stays for a GPU where that may differ
 # (sm_120: `python -m kdengine.bench.kernel measure --set pdl`).
