@@ -238,7 +238,7 @@ def variants(N: int, T: int, which: str = "full"):
     the peers. `merge`: the sm90 schedule the dispatched
     call picks (cuda_backend.pick_schedule) with and without the merge. `pdl`: that call with the merge let launch
     at the split kernel's start and before its partial writes (cuda_backend.DEFAULT_MERGE_EARLY's two values), the
-    split kernel alone, the default again (A/A)."""
+    split kernel alone, the default again (A/A), then the mma.sync default likewise (DEFAULT_MMA_MERGE_EARLY)."""
     base = [(default_label(), "cuda", "auto", False, None), ("triton", "triton", None, False, None),
             ("torch", "torch", None, False, None)] + [(p, p, None, False, None) for p in peers.PEERS]
     if which == "peers":  # the dispatched call (the sm90 kernel on Hopper) beside the mma.sync default

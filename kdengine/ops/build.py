@@ -72,7 +72,7 @@ def gencode_flags(archs: tuple[str, ...], ptx: bool = True) -> list[str]:
 
 
 # The host flags of the binding (verify_api.cpp, the one translation unit that includes torch): no -std, so it is
-# compiled with the C++ standard torch's cpp_extension picks for the installed torch (C++20 since torch 2.10) and its
+# compiled with the C++ standard torch's cpp_extension picks for the installed torch (C++20 in torch 2.13's) and its
 # inline headers match the library's. (This did not stop the checks that format a number from crashing on the H200
 # image, perf_history/kernel/final_f208c48/: the binding formats its numbers itself, verify_api.cpp num().) The
 # kernels' .cu files include no torch header and keep nvcc_flags' -std=c++17.
