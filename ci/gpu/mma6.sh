@@ -16,6 +16,7 @@ export PYTHONUNBUFFERED=1 KDENGINE_CACHE_DIR=${KDENGINE_CACHE_DIR:-/tmp/kdcache}
 PY=${PYTHON:-python3}
 DEADLINE=${DEADLINE:-180}
 STEPS=${STEPS:-"build smoke bench checks ncu"}
+SET=${SET:-mma6}   # the kernel sweep set of the bench step (mma7: the page-64 form)
 PROBES=${PROBES:-"8 12 13 14 15"}   # the default and the probes (kdengine.ops.cuda_backend.PINGPONGS)
 SAN2=${SAN2:-"8 12 13 15"}   # those sanitized on the second shape too
 # pingpong:T profiled at 65k, in this order while time remains: the default, then the probes by their 65k median (bench;
@@ -51,8 +52,8 @@ fi
 
 if want bench; then
   step bench
-  timeout $(cap 60) $PY -m kdengine.bench.kernel measure --set mma6 --trees 16,64 \
-    --out "$OUT/verify_kernel_mma6_$sha.json" --commit "${KDENGINE_COMMIT:-$sha}" 2>&1 | tee "$LOGS/bench.log" \
+  timeout $(cap 60) $PY -m kdengine.bench.kernel measure --set $SET --trees 16,64 \
+    --out "$OUT/verify_kernel_${SET}_$sha.json" --commit "${KDENGINE_COMMIT:-$sha}" 2>&1 | tee "$LOGS/bench.log" \
     | grep -E "ctx|ceiling" || status=1
 fi
 
