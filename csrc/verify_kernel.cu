@@ -60,10 +60,9 @@ static cudaError_t launch_split(const VerifyParams& p, cudaStream_t stream) {
 // schedule in its lean form (WideCfg::LEAN, verify_wide_lean.cuh: "wide2pp2_lean") for 64-row blocks,
 // wide2pp2 for 32-row blocks; 4: the lean form for 32-row blocks too; 5-11: lean probes (WideCfg::LV) for
 // 64-row blocks, wide2pp2 for 32-row blocks (8, all five probe bits); 12-15: the probes of branch mma6 (the same
-// at 32 rows; 12, 8 with Q staged through shared memory: the default); 16: 12 with the page size 64 as a constant
-// (at `page_size` 64; 12 at any other).
+// at 32 rows; 12, 8 with Q staged through shared memory: the default).
 template <class F>
-static auto with_config(int R, int col_warps, int max_row_groups, int pingpong, F&& fn, int page_size = 0) {
+static auto with_config(int R, int col_warps, int max_row_groups, int pingpong, F&& fn) {
   return ROWGROUPS_SWITCH(row_groups(R, max_row_groups), RG, [&] {
     return COLWARPS_SWITCH(col_warps, CW, [&] {
       constexpr int WRG = RG < 2 ? 2 : RG;
@@ -91,10 +90,6 @@ static auto with_config(int R, int col_warps, int max_row_groups, int pingpong, 
           // 14: the page-table row pointer warp-uniform (128); 15: 12 + 14
           if (pingpong == 14) return fn(WideCfg<WRG, true, true, 8, true, true, 31 | 128>{});
           if (pingpong == 15) return fn(WideCfg<WRG, true, true, 8, true, true, 31 | 32 | 128>{});
-          // 16: 12 with the page size 64 as a compile-time constant (256) where the pool's page size is 64, else 12
-          if (pingpong == 16)
-            return page_size == 64 ? fn(WideCfg<WRG, true, true, 8, true, true, 31 | 32 | 256>{})
-                                   : fn(WideCfg<WRG, true, true, 8, true, true, 31 | 32>{});
         } else {  // pingpong 4: the lean form at 32 rows too (to time it against wide2pp2 there)
           if (pingpong == 4) return fn(WideCfg<WRG, true, true, 8, true, true>{});
         }
@@ -165,9 +160,9 @@ static cudaError_t launch_combine(const VerifyParams& p, int combine, cudaStream
 
 cudaError_t launch_verify(const VerifyParams& p, int col_warps, int max_row_groups, int pingpong, int combine,
                           cudaStream_t stream) {
-  const cudaError_t err = with_config(
-      p.R, col_warps, max_row_groups, pingpong, [&](auto cfg) { return launch_split<decltype(cfg)>(p, stream); },
-      p.page_size);
+  const cudaError_t err = with_config(p.R, col_warps, max_row_groups, pingpong, [&](auto cfg) {
+    return launch_split<decltype(cfg)>(p, stream);
+  });
   if (err != cudaSuccess) return err;
   return launch_combine(p, combine, stream);
 }

@@ -15,8 +15,7 @@
 // rescaled before the first P*V half), 4 the KV copy after the softmax's partial-score loads, 8 the row max's
 // shuffles only where a lane's own max passes the lazy threshold, 16 exp2 as one ex2.approx.ftz; the probes of branch
 // mma6: 32 / 64 the block's Q staged through shared memory (lean_stage_q; 31 + 32 = pingpong 12, the default since),
-// 128 the page-table row pointer warp-uniform (KvStreamLean; slower); 256 the page size 64 as a compile-time constant
-// (KvStreamLean; pingpong 16, launched only at page size 64, the default's kernel otherwise).
+// 128 the page-table row pointer warp-uniform (KvStreamLean; slower).
 // Shared memory: verify_wide.cuh's layout plus the 16 flag bytes after the row buffers.
 #pragma once
 
@@ -122,23 +121,14 @@ struct KvStreamLean {
         pos(start + threadIdx.x / TPT) {
     fetch(p, end);
   }
-  // LV & 256 (launched only where p.page_size == 64): the page shift and size as immediates, no constant-bank loads
-  __device__ __forceinline__ static int page_shift(const VerifyParams& p) {
-    if constexpr (C::LV & 256) return 6;
-    return p.page_shift;
-  }
-  __device__ __forceinline__ static int page_size(const VerifyParams& p) {
-    if constexpr (C::LV & 256) return 64;
-    return p.page_size;
-  }
   __device__ __forceinline__ void fetch(const VerifyParams& p, int end) {
-    page = pos < end ? __ldg(pages + (pos >> page_shift(p))) : 0;
+    page = pos < end ? __ldg(pages + (pos >> p.page_shift)) : 0;
   }
   // Copy the next tile into the stage at byte offset `stage` (zero-filled past `end`: there page 0's row
   // is named, in bounds, and none of it read), then read the page id of the tile after it.
   __device__ __forceinline__ void load(const VerifyParams& p, int end, uint32_t stage) {
     const int bytes = pos < end ? 16 : 0;
-    const unsigned row = page * page_size(p) + (pos & (page_size(p) - 1));
+    const unsigned row = page * p.page_size + (pos & (p.page_size - 1));
     const char* src = reinterpret_cast<const char*>(p.kv) + (size_t)row * (D_QK * 2) + first16;
 #pragma unroll
     for (int k = 0; k < PER; ++k)

@@ -166,8 +166,7 @@ def test_pdl_set_times_both_merge_launch_points_the_split_alone_and_the_default_
 def test_mma4_and_mma6_sets_time_the_probes_beside_the_default_twice():
     # 64-row blocks; 32-row (T * H <= 32): mma4 times its small layouts there, mma6 only the default twice
     for which, T, names in (("mma4", 64, kernel.MMA4_LAYOUTS), ("mma4", 4, kernel.MMA4_SMALL_LAYOUTS),
-                            ("mma6", 64, kernel.MMA6_LAYOUTS), ("mma6", 4, ()), ("mma7", 64, kernel.MMA7_LAYOUTS),
-                            ("mma7", 4, ())):
+                            ("mma6", 64, kernel.MMA6_LAYOUTS), ("mma6", 4, ())):
         rows = kernel.variants(65536, T, which)
         labels = [v[0] for v in rows]
         default = kernel.default_label()
