@@ -1,5 +1,5 @@
-# The common start of a one-call device run from a git bundle, sourced by merged.sh and pdl.sh with NAME set (the
-# run's folder out/$NAME, carried to the device with the bundle kd.bundle and any wheels): logs under $LOGS, packed
+# The common start of a one-call device run from a git bundle, sourced by merged.sh, pdl.sh and binding.sh with NAME
+# set (the run's folder out/$NAME, carried to the device with the bundle kd.bundle and any wheels): logs under $LOGS, packed
 # into $OUT/logs.tgz at every `step` and on exit; the wheels installed into /tmp/site; the bundle cloned into
 # /tmp/kd-$NAME and entered; sha / full the commit measured; `now` seconds since the start, `room NEED` true while a
 # step of NEED seconds fits before DEADLINE (s, default 420); then the build for the local GPU.
@@ -8,7 +8,8 @@ OUT=${OUT:-/tmp/kdengine-out}; LOGS=/tmp/$NAME-logs; rm -rf "$LOGS"; mkdir -p "$
 trap 'tar czf "$OUT/logs.tgz" -C "$LOGS" . 2>/dev/null' EXIT
 SRC=$PWD; KD=/tmp/kd-$NAME; DEADLINE=${DEADLINE:-420}
 export PYTHONUNBUFFERED=1 KDENGINE_CACHE_DIR=/tmp/kdcache TRITON_DEFAULT_FP_FUSION=1
-python3 -m pip install -q --no-index --no-deps --target /tmp/site "$SRC"/out/$NAME/*.whl || echo "wheels not installed"
+wheels=("$SRC"/out/$NAME/*.whl)
+[[ -e ${wheels[0]} ]] && { python3 -m pip install -q --no-index --no-deps --target /tmp/site "${wheels[@]}" || echo "wheels not installed"; }
 rm -rf "$KD" && git clone -q "$SRC/out/$NAME/kd.bundle" "$KD" && cd "$KD" || exit 1
 export PYTHONPATH=/tmp/site:$KD
 sha=$(git rev-parse --short HEAD); full=$(git rev-parse HEAD); echo "commit $sha"
