@@ -93,10 +93,9 @@ const char* sm90_unsupported(const VerifyParams& p) {
 }
 
 cudaError_t launch_split_sm90(const VerifyParams& p, long long pool_tokens, int schedule, cudaStream_t stream) {
-  // The pool viewed as [pool_tokens, 576], one box per page (or a tile of a longer page); q as [B * R, 576].
+  // The pool viewed as [pool_tokens, 576], one box per page (or 64 tokens of a longer page); q as [B * R, 576].
   alignas(64) CUtensorMap kv_map, q_map;
-  const int tile = sm90::tile_tokens(schedule);  // (an unknown schedule runs BOTH: 64-token tiles)
-  if (!make_map(&kv_map, p.kv, pool_tokens, p.page_size < tile ? p.page_size : tile) ||
+  if (!make_map(&kv_map, p.kv, pool_tokens, p.page_size < sm90::BN ? p.page_size : sm90::BN) ||
       !make_map(&q_map, p.q, static_cast<long long>(p.B) * p.R, sm90::BM))
     return cudaErrorInvalidValue;
   return launch_schedule(schedule, p, kv_map, q_map, stream, std::make_integer_sequence<int, sm90::NUM_SCHEDULES>{});

@@ -215,7 +215,7 @@ constexpr int CONSUMER_REGS = 232;
 constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6, BAR_MAX = 8, BAR_ISSUE = 10;
 enum Schedule {
   BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, STAGGERED_SMALL = 5, STAGGERED_TAIL = 6, SEESAW2 = 7,
-  SEESAW2_BAR = 8, SEESAW2_RING4 = 9
+  SEESAW2_BAR = 8
 };
 // SEESAW2_BAR (SEESAW2's hand-offs on named barriers; SEESAW2 has them on mbarriers): 11 = warpgroup 0's running max after its tile published, 12 =
 // warpgroup 1's (the step's) published, 13 = P of the even tile (over its rope chunk) written, 14 = P of
@@ -232,34 +232,12 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // warpgroup 1's two P V: equal at T=16, 1.1% slower at 65k T=64) in verify_kernel_s2mid_*_dd10800.json; 2-CTA
 // clusters with multicast loads in mcast_32bdeed/; the earlier v0, ahead, alate, apro, aolp and the L2 prefetch in
 // sm90_s2tune_{912b393,5873571}/.
-// SEESAW2_RING4: SEESAW2 on KV tiles of 32 tokens in a ring of 4 stages (the bytes of 2 stages of 64). With 2 stages
-// both hold the step's tiles, so a chunk range is reloaded only once its last reader is done and the next S waits for
-// that load (65k T=16: the top stall, a full-barrier wait on the other stage's chunk 0); with 4 the next step's two
-// tiles were loaded during the step before. S is m64n32 (each warpgroup's 32 tokens), P V two k-steps; P of the even
-// tile goes into its own 8 KB buffer (a 32-token stage's rope chunk holds 4 KB), the odd tile's over Q's rope chunk as
-// in SEESAW2. Shared memory: Q 72 KB + 4 stages of 36 KB + P 8 KB + barriers + the row tables = 227 KB, the limit.
-constexpr int R4_TILE = 32, R4_STAGES = 4;
-constexpr int R4_PA_OFF = KV_OFF + R4_STAGES * NCHUNK * R4_TILE * 128;  // P of the even tile (64 rows x 128 B)
-constexpr int R4_BAR_OFF = R4_PA_OFF + CHUNK_BYTES;
-constexpr int R4_BAR_BYTES = 512;
-constexpr int R4_STATE_OFF = R4_BAR_OFF + R4_BAR_BYTES;
-constexpr int R4_SMEM = R4_STATE_OFF + 3 * 2 * BM * 4 + 1024;
-static_assert(R4_STAGES == 4 && (R4_STAGES * NCHUNK + 1 + S2_HANDOFFS) * 8 <= R4_BAR_BYTES && R4_SMEM <= 227 * 1024, "RING4 layout");
-constexpr int NUM_SCHEDULES = SEESAW2_RING4 + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
+constexpr int NUM_SCHEDULES = SEESAW2_BAR + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
 __host__ __device__ constexpr bool is_seesaw2(int schedule) {
-  return schedule == SEESAW2 || schedule == SEESAW2_BAR || schedule == SEESAW2_RING4;
+  return schedule == SEESAW2 || schedule == SEESAW2_BAR;
 }
-// KV tokens per tile (the TMA box rows: fewer where a page is shorter) and the stages of the ring.
-__host__ __device__ constexpr int tile_tokens(int schedule) { return schedule == SEESAW2_RING4 ? R4_TILE : BN; }
-__host__ __device__ constexpr int stages_of(int schedule) { return schedule == SEESAW2_RING4 ? R4_STAGES : STAGES; }
 __host__ __device__ constexpr int threads_of(int schedule) { return is_seesaw2(schedule) ? 128 * CONSUMERS : THREADS; }
-__host__ __device__ constexpr int smem_of(int schedule) {
-  return schedule == SEESAW2_RING4 ? R4_SMEM : is_seesaw2(schedule) ? S2_SMEM : SMEM;
-}
-__host__ __device__ constexpr int bar_off(int schedule) { return schedule == SEESAW2_RING4 ? R4_BAR_OFF : BAR_OFF; }
-__host__ __device__ constexpr int state_off(int schedule) {
-  return schedule == SEESAW2_RING4 ? R4_STATE_OFF : is_seesaw2(schedule) ? S2_STATE_OFF : STATE_OFF;
-}
+__host__ __device__ constexpr int smem_of(int schedule) { return is_seesaw2(schedule) ? S2_SMEM : SMEM; }
 constexpr int HALF_N = BN / CONSUMERS;  // HALF: tokens of a tile per warpgroup in S
 constexpr float LAZY_LOG2 = 8.f;        // HALF, STAGGERED_SMALL: a row's max moves only when a score passes it by 2^8
 // STAGGERED_SMALL: the producer's empty-barrier waits suspend up to this many ns per try (CUTLASS's hint).
@@ -398,15 +376,6 @@ __device__ __forceinline__ void wgmma_qk_rs(float (&d)[32], const uint32_t (&a)[
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-// S[64 x 32] (+)= A[64 x 16] (registers) * B[32 x 16]^T: SEESAW2_RING4's rope k-steps, as above.
-__device__ __forceinline__ void wgmma_qk_rs(float (&d)[16], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {" KD_ACC16_TEXT "}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
-      : KD_ACC16(d, 0)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
-}
-
 #undef KD_ACC128
 #undef KD_ACC32
 #undef KD_ACC16
@@ -502,11 +471,10 @@ __device__ __forceinline__ void wait_tile(uint32_t full_bars, int parity) {
 }
 
 // O[:, 256 w + (0..255)] += P V with P from registers (pa[kk]: tokens 16 (k0 + kk) .. + 15; K k-steps).
-// CB: bytes per 64-dim chunk of the tile (its tokens x 128).
-template <int K, int CB = CHUNK_BYTES>
+template <int K>
 __device__ __forceinline__ void issue_pv_rs(float (&o)[128], const uint32_t (&pa)[K][4], uint32_t tile, int w,
                                             int k0 = 0) {
-  const uint64_t vd = make_desc(tile + w * (V_COLS / SW) * CB, CB, 1024);
+  const uint64_t vd = make_desc(tile + w * (V_COLS / SW) * CHUNK_BYTES, CHUNK_BYTES, 1024);
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < K; ++kk) wgmma_pv_rs(o, pa[kk], vd + (k0 + kk) * (16 * 128 >> 4), 1);
@@ -515,20 +483,14 @@ __device__ __forceinline__ void issue_pv_rs(float (&o)[128], const uint32_t (&pa
 
 // The same with P (64 x 64 bf16, the store_p layout) read from the rope chunk of `p_tile` and V from `tile`:
 // tokens [16 k0, 16 (k0 + K)).
-// P (64 rows x 128 B, store_p_at's layout) at p_buf, V from `tile` (CB bytes per chunk).
-template <int K = BN / 16, int CB = CHUNK_BYTES>
-__device__ __forceinline__ void issue_pv_ss_at(float (&o)[128], uint32_t p_buf, uint32_t tile, int w, int k0 = 0) {
-  const uint64_t vd = make_desc(tile + w * (V_COLS / SW) * CB, CB, 1024);
-  const uint64_t pd = make_desc(p_buf, 16, 1024);
+template <int K = BN / 16>
+__device__ __forceinline__ void issue_pv_ss_from(float (&o)[128], uint32_t p_tile, uint32_t tile, int w, int k0 = 0) {
+  const uint64_t vd = make_desc(tile + w * (V_COLS / SW) * CHUNK_BYTES, CHUNK_BYTES, 1024);
+  const uint64_t pd = make_desc(p_tile + P_CHUNK * CHUNK_BYTES, 16, 1024);
   wgmma_fence();
 #pragma unroll
   for (int kk = k0; kk < k0 + K; ++kk) wgmma_pv_ss(o, pd + kk * 2, vd + kk * (16 * 128 >> 4), 1);
   wgmma_commit();
-}
-
-template <int K = BN / 16>
-__device__ __forceinline__ void issue_pv_ss_from(float (&o)[128], uint32_t p_tile, uint32_t tile, int w, int k0 = 0) {
-  issue_pv_ss_at<K>(o, p_tile + P_CHUNK * CHUNK_BYTES, tile, w, k0);
 }
 
 // P from the tile's own rope chunk (written by the owner over it).
@@ -766,23 +728,17 @@ __device__ __forceinline__ void rescale(float (&o)[128], const float (&scale)[2]
   }
 }
 
-// P (bf16, K k-steps of 16 tokens) at dst (64 rows x 128 B), 128-byte swizzled (the K-major A layout of
-// issue_pv_ss_at).
-template <int K>
-__device__ __forceinline__ void store_p_at(unsigned char* dst, const Rows& rows, const uint32_t (&pa)[K][4]) {
+// P (bf16) into the tile's rope chunk, 128-byte swizzled (the K-major A layout of issue_pv_ss).
+__device__ __forceinline__ void store_p(unsigned char* tile, const Rows& rows, const uint32_t (&pa)[4][4]) {
   const int q = threadIdx.x % 4;
+  unsigned char* dst = tile + P_CHUNK * CHUNK_BYTES;
 #pragma unroll
-  for (int kk = 0; kk < K; ++kk)
+  for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int r = rows.local[i & 1], unit = 2 * kk + (i >> 1);  // columns 8 unit + 2 q
       *reinterpret_cast<uint32_t*>(dst + r * 128 + ((unit ^ (r & 7)) << 4) + 4 * q) = pa[kk][i];
     }
-}
-
-// P (bf16) into the tile's rope chunk, 128-byte swizzled (the K-major A layout of issue_pv_ss).
-__device__ __forceinline__ void store_p(unsigned char* tile, const Rows& rows, const uint32_t (&pa)[4][4]) {
-  store_p_at(tile + P_CHUNK * CHUNK_BYTES, rows, pa);
 }
 
 // P * sc (per row) into the tile's rope chunk, the same layout as store_p, packed on the fly from the
@@ -835,13 +791,12 @@ __device__ __forceinline__ void store_p_half(unsigned char* tile, const Rows& ro
     }
 }
 
-// Zero token rows [first, TT) of a tile of TT tokens (all 576 dims), generic stores fenced for the async proxy.
-template <int TT = BN>
+// Zero token rows [first, BN) of a tile (all 576 dims), generic stores fenced for the async proxy.
 __device__ __forceinline__ void zero_rows(unsigned char* tile, int first, int tid, int nthreads) {
-  const int units = (TT - first) * NCHUNK * 8;
+  const int units = (BN - first) * NCHUNK * 8;
   for (int u = tid; u < units; u += nthreads) {
     const int row = first + u / (NCHUNK * 8), rest = u % (NCHUNK * 8);
-    *reinterpret_cast<uint4*>(tile + (rest / 8) * (TT * 128) + row * 128 + (rest % 8) * 16) = make_uint4(0, 0, 0, 0);
+    *reinterpret_cast<uint4*>(tile + (rest / 8) * CHUNK_BYTES + row * 128 + (rest % 8) * 16) = make_uint4(0, 0, 0, 0);
   }
   fence_async_smem();
 }
@@ -850,13 +805,12 @@ __device__ __forceinline__ void release(uint32_t empty_bar) {
   if (threadIdx.x % 32 == 0) mbar_arrive(empty_bar);
 }
 
-// The pool row of the KV tile (TT tokens) at tile_start when one page holds the whole tile (page_size >= TT), else -1
+// The pool row of the KV tile at tile_start when one page holds the whole tile (page_size >= BN), else -1
 // (load_group / load_chunks then look up each page itself). Read when the load is issued: consecutive tiles' entries share
 // a 128-byte line, so it mostly hits L1 (holding rows read a step ahead in registers spilled).
-template <int TT = BN>
 __device__ __forceinline__ int tile_row(const VerifyParams& p, const int* pages, int tile_start) {
   const int ps = p.page_size;
-  return ps >= TT ? __ldg(pages + (tile_start >> p.page_shift)) * ps + (tile_start & (ps - 1)) : -1;
+  return ps >= BN ? __ldg(pages + (tile_start >> p.page_shift)) * ps + (tile_start & (ps - 1)) : -1;
 }
 
 // The TMA loads of chunks [c0, c1) of the KV tile at tile_start into dst, counted on full barrier fb.
@@ -879,40 +833,37 @@ __device__ __forceinline__ void load_group(const VerifyParams& p, const CUtensor
 
 // --- pieces of SEESAW2 ---------------------------------------------------------------------------------
 
-// The TMA loads of chunks [c0, c1) of the KV tile (TT tokens) at tile_start (pool row `row`: tile_row) into dst,
-// chunk k counted on its own full barrier fb + 8 k (so S starts on a chunk as soon as it lands). Called by one thread.
-template <int TT = BN>
+// The TMA loads of chunks [c0, c1) of the KV tile at tile_start (pool row `row`: tile_row) into dst, chunk k
+// counted on its own full barrier fb + 8 k (so S starts on a chunk as soon as it lands). Called by one thread.
 __device__ __forceinline__ void load_chunks(const VerifyParams& p, const CUtensorMap* kv_map, const int* pages,
                                             int tile_start, int row, int end, uint32_t dst, int c0, int c1,
                                             uint32_t fb) {
   // (rolled loops: one thread issues them, and unrolled they took a quarter of the hot loops' code)
-  constexpr int CB = TT * 128;  // bytes of one chunk of the tile
   const int ps = p.page_size;
-  if (ps >= TT) {
+  if (ps >= BN) {
 #pragma unroll 1
     for (int k = c0; k < c1; ++k) {
-      mbar_expect_tx(fb + 8 * k, CB);
-      tma_load(dst + k * CB, kv_map, k * SW, row, fb + 8 * k);
+      mbar_expect_tx(fb + 8 * k, CHUNK_BYTES);
+      tma_load(dst + k * CHUNK_BYTES, kv_map, k * SW, row, fb + 8 * k);
     }
   } else {  // several pages per tile: one box of ps rows per page that holds tokens before `end`
-    const int npages = min(TT / ps, (end - tile_start + ps - 1) / ps);
+    const int npages = min(BN / ps, (end - tile_start + ps - 1) / ps);
 #pragma unroll 1
     for (int k = c0; k < c1; ++k) mbar_expect_tx(fb + 8 * k, npages * ps * 128);
 #pragma unroll 1
     for (int pg = 0; pg < npages; ++pg) {
       const int row = __ldg(pages + ((tile_start + pg * ps) >> p.page_shift)) * ps;
 #pragma unroll 1
-      for (int k = c0; k < c1; ++k) tma_load(dst + k * CB + pg * ps * 128, kv_map, k * SW, row, fb + 8 * k);
+      for (int k = c0; k < c1; ++k) tma_load(dst + k * CHUNK_BYTES + pg * ps * 128, kv_map, k * SW, row, fb + 8 * k);
     }
   }
 }
 
 // S k-steps of chunks [C0, C1) of a tile, each chunk once its full barrier (fb + 8 chunk, `parity`) has
 // flipped; the rope chunk (8) from Q in registers (q8), the others from shared memory. FIRST: the first
-// k-step starts S (scale-d 0). Not committed. N accumulators: a tile of 2 N tokens (chunks 2 N x 128 B apart;
-// Q's 64 x 128 B).
-template <int C0, int C1, bool FIRST, int N>
-__device__ __forceinline__ void issue_qk_chunks(float (&s)[N], uint64_t qd, uint64_t kd, const uint32_t (&q8)[4][4],
+// k-step starts S (scale-d 0). Not committed.
+template <int C0, int C1, bool FIRST>
+__device__ __forceinline__ void issue_qk_chunks(float (&s)[32], uint64_t qd, uint64_t kd, const uint32_t (&q8)[4][4],
                                                 uint32_t fb, int parity) {
   asm volatile("" : "+l"(qd), "+l"(kd));  // opaque per call: no descriptors hoisted and kept live across the loop
 #pragma unroll
@@ -922,12 +873,11 @@ __device__ __forceinline__ void issue_qk_chunks(float (&s)[N], uint64_t qd, uint
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
       const uint64_t off = c * (CHUNK_BYTES >> 4) + kk * 2;  // 16-byte units
-      const uint64_t koff = c * (2 * N * 128 >> 4) + kk * 2;
       const int acc = !FIRST || c > C0 || kk > 0;
       if (c == P_CHUNK)
-        wgmma_qk_rs(s, q8[kk], kd + koff, acc);
+        wgmma_qk_rs(s, q8[kk], kd + off, acc);
       else
-        wgmma_qk(s, qd + off, kd + koff, acc);
+        wgmma_qk(s, qd + off, kd + off, acc);
     }
   }
 }
@@ -959,12 +909,11 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
   const uint32_t base = smem_u32(sm);
   const uint32_t q_s = base + Q_OFF, kv_s = base + KV_OFF;
   // full[stage][group] at full_bar + 8 (NGROUP stage + group); empty[stage]; q; PAIR's empty[stage][group]
-  const uint32_t full_bar = base + bar_off(SCHEDULE), empty_bar = full_bar + 8 * STAGES * NGROUP;
+  const uint32_t full_bar = base + BAR_OFF, empty_bar = full_bar + 8 * STAGES * NGROUP;
   // SEESAW2: full[stage][chunk] at full_bar + 8 (NCHUNK stage + chunk), then q
-  constexpr int NSTAGE = stages_of(SCHEDULE);
-  const uint32_t q_bar = is_seesaw2(SCHEDULE) ? full_bar + 8 * NSTAGE * NCHUNK : empty_bar + 8 * STAGES;
+  const uint32_t q_bar = is_seesaw2(SCHEDULE) ? full_bar + 8 * STAGES * NCHUNK : empty_bar + 8 * STAGES;
   const uint32_t pair_empty = q_bar + 8;
-  float* m_tab = reinterpret_cast<float*>(sm + state_off(SCHEDULE));  // [2][BM]
+  float* m_tab = reinterpret_cast<float*>(sm + (is_seesaw2(SCHEDULE) ? S2_STATE_OFF : STATE_OFF));  // [2][BM]
   float* l_tab = m_tab + 2 * BM;
   float* sc_tab = l_tab + 2 * BM;
 
@@ -981,13 +930,12 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
       if (row0 + r < p.R) p.part_lse[part_row0 + row0 + r] = -INFINITY;
     return;
   }
-  constexpr int TT = tile_tokens(SCHEDULE);  // KV tokens per tile
-  const int ntiles = (end - start + TT - 1) / TT;
+  const int ntiles = (end - start + BN - 1) / BN;
 
   const bool producer = wg == CONSUMERS && wtid == 0;
   if constexpr (is_seesaw2(SCHEDULE)) {
     if (tid == 0) {
-      for (int i = 0; i < NSTAGE * NCHUNK; ++i) mbar_init(full_bar + 8 * i, 1);
+      for (int i = 0; i < STAGES * NCHUNK; ++i) mbar_init(full_bar + 8 * i, 1);
       mbar_init(q_bar, 1);
       for (int i = 0; i < S2_HANDOFFS; ++i)  // every thread of the writing warpgroup; of both for the row sums
         mbar_init(q_bar + 8 * (1 + i), i < 4 ? 128 : 256);
@@ -1048,20 +996,16 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
 
   // --- consumers ---
   if constexpr (!is_seesaw2(SCHEDULE)) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
-  if constexpr (is_seesaw2(SCHEDULE)) {  // Q, then a tile per stage (the odd ones' chunks 4-8 first: the order of their S)
+  if constexpr (is_seesaw2(SCHEDULE)) {  // Q, all of tile 0, tile 1 (its chunks 4-8 first: the order of its S)
     if (tid == 0) {
       const int* pages = p.page_table + (size_t)b * p.max_pages;
       mbar_expect_tx(q_bar, TILE_BYTES);
       for (int k = 0; k < NCHUNK; ++k) tma_load(q_s + k * CHUNK_BYTES, &q_map, k * SW, b * p.R + row0, q_bar);
-      for (int t = 0; t < min(NSTAGE, ntiles); ++t) {
-        const int row = tile_row<TT>(p, pages, start + t * TT);
-        const uint32_t dst = kv_s + t * NCHUNK * TT * 128, fb = full_bar + 8 * NCHUNK * t;
-        if (t % 2 == 0) {
-          load_chunks<TT>(p, &kv_map, pages, start + t * TT, row, end, dst, 0, NCHUNK, fb);
-        } else {
-          load_chunks<TT>(p, &kv_map, pages, start + t * TT, row, end, dst, 4, NCHUNK, fb);
-          load_chunks<TT>(p, &kv_map, pages, start + t * TT, row, end, dst, 0, 4, fb);
-        }
+      load_chunks(p, &kv_map, pages, start, tile_row(p, pages, start), end, kv_s, 0, NCHUNK, full_bar);
+      if (ntiles > 1) {
+        const int row1 = tile_row(p, pages, start + BN);
+        load_chunks(p, &kv_map, pages, start + BN, row1, end, kv_s + TILE_BYTES, 4, NCHUNK, full_bar + 8 * NCHUNK);
+        load_chunks(p, &kv_map, pages, start + BN, row1, end, kv_s + TILE_BYTES, 0, 4, full_bar + 8 * NCHUNK);
       }
     }
   }
@@ -1200,32 +1144,21 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
     // (chunks 4-8, then 0-3), waited. Q's rope chunk lives in registers (q8) for both S, so its shared
     // memory holds P_b. Every chunk has its own full barrier; no empty barriers, no producer warpgroup.
     // The running max moves lazily (STAGGERED_SMALL's rule); both warpgroups hold the same m.
-    // SEESAW2_RING4: the same on tiles of TT = 32 tokens in NSTAGE = 4 stages (tile t in stage t % NSTAGE, its
-    // barriers' phase (t / NSTAGE) & 1): a chunk range freed in step i is reloaded with the tile of step i + 2, and
-    // the next step's tiles were loaded during the step before; P of the even tile in its own buffer.
-    constexpr int NACC = TT / 2, KP = TT / 16, CB = TT * 128, STAGE_BYTES = NCHUNK * CB;
     const int* pages = p.page_table + (size_t)b * p.max_pages;
     const bool loader = wtid == 0;
     uint32_t q8[4][4];
     load_q8(sm + Q_OFF, rows, q8);
     const uint64_t qd = make_desc(q_s, 16, 1024);
-    float sx[NACC];     // S, then P (fp32), of this warpgroup's tile
-    uint32_t px[KP][4];  // P (bf16 A fragments)
-    auto stage_of = [&](int t) { return kv_s + (t & (NSTAGE - 1)) * STAGE_BYTES; };
-    auto fb_of = [&](int t) { return full_bar + 8 * NCHUNK * (t & (NSTAGE - 1)); };
-    auto phase_of = [&](int t) { return (t >> (NSTAGE / 2)) & 1; };  // (NSTAGE 2 or 4)
-    auto kd_of = [&](int t) { return make_desc(stage_of(t), 16, 1024); };
-    // P of the even tile (RING4: its own buffer; SEESAW2: over the tile's rope chunk, which only its S read)
-    const int pa_off = SCHEDULE == SEESAW2_RING4 ? R4_PA_OFF : KV_OFF + P_CHUNK * CB;
-    const uint32_t pb_buf = q_s + P_CHUNK * CHUNK_BYTES;  // P of the odd tile, over Q's rope chunk
+    const uint32_t stage0 = kv_s, stage1 = kv_s + TILE_BYTES;
+    const uint64_t kd0 = make_desc(stage0, 16, 1024), kd1 = make_desc(stage1, 16, 1024);
+    const uint32_t fb0 = full_bar, fb1 = full_bar + 8 * NCHUNK;
     // The four one-way hand-offs between the warpgroups, once per step i (k = 0: m', 1: m'', 2: P_a, 3: P_b).
     // SEESAW2: on mbarriers (every thread of the writing warpgroup arrives, with release semantics; the
     // readers wait on the step's parity, with acquire). SEESAW2_BAR: on named barriers 11-14 (the writers
     // bar.arrive, the readers bar.sync), the same order for the hardware, but compute-sanitizer racecheck
     // does not model bar.arrive and reports the tables handed through them (perf_history/kernel/s2race_6a95ae1/).
     // A side cannot arrive twice before the other has waited: each one's next arrival on k follows its wait
-    // on a hand-off that the other side signals after its wait on k. (RING4's P_a buffer is rewritten in step i + 1
-    // after m'' of step i + 1, which warpgroup 1 publishes after the P_a V_aR of step i is complete.)
+    // on a hand-off that the other side signals after its wait on k.
     const uint32_t handoff_bar = q_bar + 8;
     auto handoff_signal = [&](int k) {
       if constexpr (SCHEDULE != SEESAW2_BAR) mbar_arrive(handoff_bar + 8 * k);
@@ -1238,56 +1171,53 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
     float* mid_tab = m_tab;  // [step parity][BM]: m' (warpgroup 0's running max after tile a)
     float* max_tab = l_tab;  // [step parity][BM]: m'' (the step's running max, warpgroup 1)
     const int steps = (ntiles + 1) / 2;
-    // The pool rows of the loads of step i (tiles ta + NSTAGE, ta + NSTAGE + 1), looked up by each warpgroup's loader
-    // at the end of step i - 1 (after its S issue, under the S wait; t = ta + NSTAGE of step i) and at the first S.
+    // The pool rows of the loads of step i (tiles ta + 2, ta + 3), looked up by each warpgroup's loader at
+    // the end of step i - 1 (after its S issue, under the S wait; t = ta + 2 of step i) and at the first S.
     int row_a2 = 0, row_b2 = 0;
     auto look_ahead = [&](int t) {
       if (!loader) return;
-      row_a2 = t < ntiles ? tile_row<TT>(p, pages, start + t * TT) : 0;
-      row_b2 = t + 1 < ntiles ? tile_row<TT>(p, pages, start + (t + 1) * TT) : 0;
+      row_a2 = t < ntiles ? tile_row(p, pages, start + t * BN) : 0;
+      row_b2 = t + 1 < ntiles ? tile_row(p, pages, start + (t + 1) * BN) : 0;
     };
-    // chunks [c0, c1) of tile t + NSTAGE into tile t's stage (its last reader of them is done), by the loader
-    auto reload = [&](int t, int row, int c0, int c1) {
-      if (t + NSTAGE < ntiles && loader)
-        load_chunks<TT>(p, &kv_map, pages, start + (t + NSTAGE) * TT, row, end, stage_of(t), c0, c1, fb_of(t));
-    };
-    auto zero_tail = [&](int t) {  // rows past `end` of tile t, this warpgroup
-      const int tile_start = start + t * TT;
-      if (tile_start + TT > end) {
-        for (int c = 0; c < NCHUNK; ++c) mbar_wait(fb_of(t) + 8 * c, phase_of(t));
-        zero_rows<TT>(sm + KV_OFF + (t & (NSTAGE - 1)) * STAGE_BYTES, end - tile_start, wtid, 128);
+    auto zero_tail = [&](int t, int st, uint32_t fb) {  // rows past `end` of tile t (stage st), this warpgroup
+      const int tile_start = start + t * BN;
+      if (tile_start + BN > end) {
+        for (int c = 0; c < NCHUNK; ++c) mbar_wait(fb + 8 * c, (t >> 1) & 1);
+        zero_rows(sm + KV_OFF + st * TILE_BYTES, end - tile_start, wtid, 128);
         bar_sync(BAR_WG + w, 128);
       }
     };
     if (w == 0) {
-      zero_tail(0);
-      issue_qk_chunks<0, NCHUNK, true>(sx, qd, kd_of(0), q8, fb_of(0), 0);
+      zero_tail(0, 0, fb0);
+      issue_qk_chunks<0, NCHUNK, true>(s, qd, kd0, q8, fb0, 0);
       wgmma_commit();
-      look_ahead(NSTAGE);
+      look_ahead(2);
       wgmma_wait<0>();
-      reg_fence(sx);
+      reg_fence(s);
       for (int i = 0; i < steps; ++i) {
         const int ta = 2 * i, slot = (i & 1) * BM;
-        const bool has_b = ta + 1 < ntiles, next_a = ta + 2 < ntiles;
-        unsigned char* pa_ptr = sm + pa_off + (SCHEDULE == SEESAW2_RING4 ? 0 : (ta & (NSTAGE - 1)) * STAGE_BYTES);
+        const bool has_b = ta + 1 < ntiles, next_a = ta + 2 < ntiles, next_b = ta + 3 < ntiles;
         float mx[2], m_use[2], sc[2], sum[2];
-        mask_rowmax<NACC, TAIL_ROLLED, true>(p, rows, sx, start + ta * TT, prefix, end, mx);
+        mask_rowmax<32, TAIL_ROLLED, true>(p, rows, s, start + ta * BN, prefix, end, mx);
         move_max<true>(m, mx, m_use, sc);
         if (wtid % 4 == 0)
 #pragma unroll
           for (int h = 0; h < 2; ++h) mid_tab[slot + rows.local[h]] = m[h];
         handoff_signal(0);
-        exp_rows_raw<NACC>(sx, p.scale_log2, m_use, sum);
+        exp_rows_raw<32>(s, p.scale_log2, m_use, sum);
 #pragma unroll
         for (int h = 0; h < 2; ++h) l[h] = l[h] * sc[h] + sum[h];
         reg_fence(o);
         rescale(o, sc);
         reg_fence(o);
-        pack_p(sx, px);
-        issue_pv_rs<KP, CB>(o, px, stage_of(ta), 0);  // O_L += P_a V_aL
-        wgmma_wait<0>();
-        reg_fence(o);
-        reload(ta, row_a2, 0, 4);  // P_a V_aL done: chunks 0-3 of a's stage are free
+        pack_p(s, pa);
+        issue_pv_rs(o, pa, stage0, 0);  // O_L += P_a V_aL
+        auto reload_a = [&]() {  // P_a V_aL done: stage 0's chunks 0-3 are free
+          wgmma_wait<0>();
+          reg_fence(o);
+          if (next_a && loader) load_chunks(p, &kv_map, pages, start + (ta + 2) * BN, row_a2, end, stage0, 0, 4, fb0);
+        };
+        reload_a();
         handoff_wait(1, i);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -1298,12 +1228,12 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         }
         if (__any_sync(0xffffffff, sc[0] != 1.f || sc[1] != 1.f)) {  // (rare: the max moved in tile b)
 #pragma unroll
-          for (int kk = 0; kk < KP; ++kk)
+          for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
             for (int e = 0; e < 4; ++e)
-              px[kk][e] = pack_bf16(sx[8 * kk + 2 * e] * sc[e & 1], sx[8 * kk + 2 * e + 1] * sc[e & 1]);
+              pa[kk][e] = pack_bf16(s[8 * kk + 2 * e] * sc[e & 1], s[8 * kk + 2 * e + 1] * sc[e & 1]);
         }
-        store_p_at(pa_ptr, rows, px);  // P_a relative to m''
+        store_p(sm + KV_OFF, rows, pa);  // P_a relative to m'', over stage 0's rope chunk (S of a read it)
         fence_async_smem();
         handoff_signal(2);
         reg_fence(o);
@@ -1311,39 +1241,38 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         reg_fence(o);
         if (has_b) {
           handoff_wait(3, i);
-          issue_pv_ss_at<KP, CB>(o, pb_buf, stage_of(ta + 1), 0);  // O_L += P_b V_bL
+          issue_pv_ss_from(o, q_s, stage1, 0);  // O_L += P_b V_bL
         }
         if (next_a) {  // (then has_b too)
-          zero_tail(ta + 2);
-          issue_qk_chunks<0, 4, true>(sx, qd, kd_of(ta + 2), q8, fb_of(ta + 2), phase_of(ta + 2));
+          zero_tail(ta + 2, 0, fb0);
+          issue_qk_chunks<0, 4, true>(s, qd, kd0, q8, fb0, (i + 1) & 1);
           wgmma_commit();
-          wgmma_wait<1>();  // P_b V_bL done: chunks 0-3 of b's stage are free
+          wgmma_wait<1>();  // P_b V_bL done: stage 1's chunks 0-3 are free
           reg_fence(o);
-          reload(ta + 1, row_b2, 0, 4);
-          issue_qk_chunks<4, NCHUNK, false>(sx, qd, kd_of(ta + 2), q8, fb_of(ta + 2), phase_of(ta + 2));
+          if (next_b && loader) load_chunks(p, &kv_map, pages, start + (ta + 3) * BN, row_b2, end, stage1, 0, 4, fb1);
+          issue_qk_chunks<4, NCHUNK, false>(s, qd, kd0, q8, fb0, (i + 1) & 1);
           wgmma_commit();
-          look_ahead(ta + 2 + NSTAGE);
+          look_ahead(ta + 4);
         }
         wgmma_wait<0>();
-        reg_fence(sx);
+        reg_fence(s);
         reg_fence(o);
       }
     } else {
       if (ntiles > 1) {
-        zero_tail(1);
-        issue_qk_chunks<4, NCHUNK, true>(sx, qd, kd_of(1), q8, fb_of(1), 0);
-        issue_qk_chunks<0, 4, false>(sx, qd, kd_of(1), q8, fb_of(1), 0);
+        zero_tail(1, 1, fb1);
+        issue_qk_chunks<4, NCHUNK, true>(s, qd, kd1, q8, fb1, 0);
+        issue_qk_chunks<0, 4, false>(s, qd, kd1, q8, fb1, 0);
         wgmma_commit();
-        look_ahead(NSTAGE);
+        look_ahead(2);
         wgmma_wait<0>();
-        reg_fence(sx);
+        reg_fence(s);
       }
       for (int i = 0; i < steps; ++i) {
         const int ta = 2 * i, tb = ta + 1, slot = (i & 1) * BM;
-        const bool has_b = tb < ntiles, next_b = tb + 2 < ntiles;
-        const uint32_t pa_buf = base + pa_off + (SCHEDULE == SEESAW2_RING4 ? 0 : (ta & (NSTAGE - 1)) * STAGE_BYTES);
+        const bool has_b = tb < ntiles, next_a = ta + 2 < ntiles, next_b = tb + 2 < ntiles;
         float mx[2] = {-INFINITY, -INFINITY}, m_use[2], sc[2], sc0[2], sum[2] = {0.f, 0.f};
-        if (has_b) mask_rowmax<NACC, TAIL_ROLLED, true>(p, rows, sx, start + tb * TT, prefix, end, mx);
+        if (has_b) mask_rowmax<32, TAIL_ROLLED, true>(p, rows, s, start + tb * BN, prefix, end, mx);
         handoff_wait(0, i);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -1357,9 +1286,9 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
           for (int h = 0; h < 2; ++h) max_tab[slot + rows.local[h]] = m[h];
         handoff_signal(1);
         if (has_b) {
-          exp_rows_raw<NACC>(sx, p.scale_log2, m_use, sum);
-          pack_p(sx, px);
-          store_p_at(sm + Q_OFF + P_CHUNK * CHUNK_BYTES, rows, px);  // over Q's rope chunk (held in registers)
+          exp_rows_raw<32>(s, p.scale_log2, m_use, sum);
+          pack_p(s, pa);
+          store_p(sm + Q_OFF, rows, pa);  // over Q's rope chunk (held in registers)
           fence_async_smem();
         }
 #pragma unroll
@@ -1370,25 +1299,31 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         reg_fence(o);
         rescale(o, sc);
         reg_fence(o);
-        if (has_b) issue_pv_rs<KP, CB>(o, px, stage_of(tb), 1);  // O_R += P_b V_bR
+        auto reload_a = [&]() {  // P_a V_aR done: stage 0's chunks 4-8 are free
+          if (next_a && loader) load_chunks(p, &kv_map, pages, start + (ta + 2) * BN, row_a2, end, stage0, 4, NCHUNK, fb0);
+        };
+        auto reload_b = [&]() {  // P_b V_bR done: stage 1's chunks 4-8 are free
+          if (next_b && loader) load_chunks(p, &kv_map, pages, start + (tb + 2) * BN, row_b2, end, stage1, 4, NCHUNK, fb1);
+        };
+        if (has_b) issue_pv_rs(o, pa, stage1, 1);  // O_R += P_b V_bR
         handoff_wait(2, i);
-        issue_pv_ss_at<KP, CB>(o, pa_buf, stage_of(ta), 1);  // O_R += P_a V_aR
+        issue_pv_ss(o, stage0, 1);  // O_R += P_a V_aR
         if (has_b) handoff_signal(3);  // (after both P V of this side are issued: FlashMLA's order)
         if (has_b) {
           wgmma_wait<1>();
-          reload(tb, row_b2, 4, NCHUNK);  // P_b V_bR done: chunks 4-8 of b's stage are free
+          reload_b();
         }
         wgmma_wait<0>();
         reg_fence(o);
-        reload(ta, row_a2, 4, NCHUNK);  // P_a V_aR done: chunks 4-8 of a's stage are free
+        reload_a();
         if (next_b) {
-          zero_tail(tb + 2);
-          issue_qk_chunks<4, NCHUNK, true>(sx, qd, kd_of(tb + 2), q8, fb_of(tb + 2), phase_of(tb + 2));
-          issue_qk_chunks<0, 4, false>(sx, qd, kd_of(tb + 2), q8, fb_of(tb + 2), phase_of(tb + 2));
+          zero_tail(tb + 2, 1, fb1);
+          issue_qk_chunks<4, NCHUNK, true>(s, qd, kd1, q8, fb1, (i + 1) & 1);
+          issue_qk_chunks<0, 4, false>(s, qd, kd1, q8, fb1, (i + 1) & 1);
           wgmma_commit();
-          look_ahead(ta + 2 + NSTAGE);
+          look_ahead(ta + 4);
           wgmma_wait<0>();
-          reg_fence(sx);
+          reg_fence(s);
         }
       }
     }

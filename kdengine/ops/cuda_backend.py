@@ -161,10 +161,8 @@ SM90_MIN_TOKENS_PER_SPLIT = 128
 # does not model (a probe). Its softmax runs on the unscaled scores (the row max scaled once, one FFMA + MUFU.EX2 per
 # score, trees for the row max and sums): 0.4-0.8% faster at T=64 (perf_history/kernel/s2soft_f222390/). The default
 # from SEESAW2_MIN_ROWS query rows and SEESAW2_MIN_TILES KV tiles per split (below).
-# seesaw2_ring4 = seesaw2 on 32-token KV tiles in a ring of 4 stages (the same shared memory): the next step's tiles
-# are loaded during the step before, S is m64n32 per warpgroup (csrc/verify_sm90.cuh). A probe of the 65k T=16 bound.
 SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4, "staggered_small": 5, "staggered_tail": 6,
-             "seesaw2": 7, "seesaw2_bar": 8, "seesaw2_ring4": 9}
+             "seesaw2": 7, "seesaw2_bar": 8}
 # seesaw2's probes (swap, early, se, qc, seq, eno, mid; 2-CTA multicast clusters; earlier v0, ahead, alate, apro, aolp),
 # each measured on the H200 slower than seesaw2 or within the spread, are gone (csrc/verify_sm90.cuh says where each
 # one's evidence is; their code: the csrc history up to dd10800).
