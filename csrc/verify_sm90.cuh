@@ -215,7 +215,7 @@ constexpr int CONSUMER_REGS = 232;
 constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6, BAR_MAX = 8, BAR_ISSUE = 10;
 enum Schedule {
   BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, STAGGERED_SMALL = 5, STAGGERED_TAIL = 6, SEESAW2 = 7,
-  SEESAW2_BAR = 8
+  SEESAW2_BAR = 8, SEESAW2_STSM = 9
 };
 // SEESAW2_BAR (SEESAW2's hand-offs on named barriers; SEESAW2 has them on mbarriers): 11 = warpgroup 0's running max after its tile published, 12 =
 // warpgroup 1's (the step's) published, 13 = P of the even tile (over its rope chunk) written, 14 = P of
@@ -232,9 +232,11 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // warpgroup 1's two P V: equal at T=16, 1.1% slower at 65k T=64) in verify_kernel_s2mid_*_dd10800.json; 2-CTA
 // clusters with multicast loads in mcast_32bdeed/; the earlier v0, ahead, alate, apro, aolp and the L2 prefetch in
 // sm90_s2tune_{912b393,5873571}/.
-constexpr int NUM_SCHEDULES = SEESAW2_BAR + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
+// SEESAW2_STSM: SEESAW2 with each P written to shared memory by 4 stmatrix.x4 per thread instead of 16 32-bit stores (the
+// hand-offs of P_a and P_b are the most waited-on barriers at 65k T=64; FlashMLA writes its P with stmatrix). A probe.
+constexpr int NUM_SCHEDULES = SEESAW2_STSM + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
 __host__ __device__ constexpr bool is_seesaw2(int schedule) {
-  return schedule == SEESAW2 || schedule == SEESAW2_BAR;
+  return schedule == SEESAW2 || schedule == SEESAW2_BAR || schedule == SEESAW2_STSM;
 }
 __host__ __device__ constexpr int threads_of(int schedule) { return is_seesaw2(schedule) ? 128 * CONSUMERS : THREADS; }
 __host__ __device__ constexpr int smem_of(int schedule) { return is_seesaw2(schedule) ? S2_SMEM : SMEM; }
@@ -741,6 +743,21 @@ __device__ __forceinline__ void store_p(unsigned char* tile, const Rows& rows, c
     }
 }
 
+// store_p with stmatrix: k-step kk's four A-fragment registers are four 8x8 matrices (rows 0-7 / 8-15 of the warp's 16,
+// columns 16 kk + 0-7 / 8-15), one stmatrix.x4 each; lane l names row (l & 7) + 8 ((l >> 3) & 1) of matrix l >> 3.
+// tile: the shared-window address of the tile (P goes over its rope chunk); wtid: the thread in its warpgroup.
+__device__ __forceinline__ void store_p_stsm(uint32_t tile, int wtid, const uint32_t (&pa)[4][4]) {
+  const int lane = wtid % 32, r = (wtid / 32) * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, hi = lane >> 4;
+  const uint32_t row = tile + P_CHUNK * CHUNK_BYTES + r * 128;
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const uint32_t a = row + (((2 * kk + hi) ^ (r & 7)) << 4);
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(a), "r"(pa[kk][0]),
+                 "r"(pa[kk][1]), "r"(pa[kk][2]), "r"(pa[kk][3])
+                 : "memory");
+  }
+}
+
 // P * sc (per row) into the tile's rope chunk, the same layout as store_p, packed on the fly from the
 // fp32 P (the A fragments of an in-flight P V stay untouched).
 __device__ __forceinline__ void store_p_scaled(unsigned char* tile, const Rows& rows, const float (&s)[32],
@@ -1233,7 +1250,9 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
             for (int e = 0; e < 4; ++e)
               pa[kk][e] = pack_bf16(s[8 * kk + 2 * e] * sc[e & 1], s[8 * kk + 2 * e + 1] * sc[e & 1]);
         }
-        store_p(sm + KV_OFF, rows, pa);  // P_a relative to m'', over stage 0's rope chunk (S of a read it)
+        // P_a relative to m'', over stage 0's rope chunk (S of a read it)
+        if constexpr (SCHEDULE == SEESAW2_STSM) store_p_stsm(base + KV_OFF, wtid, pa);
+        else store_p(sm + KV_OFF, rows, pa);
         fence_async_smem();
         handoff_signal(2);
         reg_fence(o);
@@ -1288,7 +1307,9 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         if (has_b) {
           exp_rows_raw<32>(s, p.scale_log2, m_use, sum);
           pack_p(s, pa);
-          store_p(sm + Q_OFF, rows, pa);  // over Q's rope chunk (held in registers)
+          // over Q's rope chunk (held in registers)
+          if constexpr (SCHEDULE == SEESAW2_STSM) store_p_stsm(base + Q_OFF, wtid, pa);
+          else store_p(sm + Q_OFF, rows, pa);
           fence_async_smem();
         }
 #pragma unroll
