@@ -65,7 +65,11 @@
 //     the same m) crosses twice per step through [2][BM] tables on named barriers: m' after tile a (0 -> 1,
 //     bar 11), the step's m'' (1 -> 0, bar 12). P_a goes (bf16, relative to m'') over stage 0's rope chunk
 //     (bar 13), P_b over Q's rope chunk (bar 14): Q's rope dims stay in registers (A fragments of an RS
-//     wgmma) for both S. Each warpgroup runs P V of both tiles on its 256 O columns (own P from registers,
+//     wgmma) for both S. Each P is written by 4 stmatrix.x4 per thread (store_p_stsm; FlashMLA's way) instead of 16
+//     32-bit stores: P_a and P_b are the most waited-on hand-offs at 65k T=64. H200, two sets in one run against the
+//     stores (probe seesaw2_stsm, perf_history/kernel/stsm_8449746/): 65k T=64 118.5 / 118.5 us against 119.6 / 119.5
+//     (A/A 119.5 / 119.4, FlashMLA 118.5 / 117.8), ncu 121.47 -> 120.77 us; 65k T=16 45.2 / 45.0 against 45.0 / 45.0;
+//     4k T=64 and 16k T=16 0.1 us slower in both sets (A/A spread 0.0-0.1), 16k T=64 equal. Each warpgroup runs P V of both tiles on its 256 O columns (own P from registers,
 //     the other's from shared memory). Every 64-dim chunk of a stage has its own full barrier and no empty
 //     barrier: a chunk range is reloaded by one thread of the warpgroup that just waited for its last
 //     reader (stage 0 chunks 0-3: warpgroup 0 after P_a V_aL; stage 0 chunks 4-8: warpgroup 1 after P_a
@@ -215,7 +219,7 @@ constexpr int CONSUMER_REGS = 232;
 constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6, BAR_MAX = 8, BAR_ISSUE = 10;
 enum Schedule {
   BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, STAGGERED_SMALL = 5, STAGGERED_TAIL = 6, SEESAW2 = 7,
-  SEESAW2_BAR = 8, SEESAW2_STSM = 9
+  SEESAW2_BAR = 8
 };
 // SEESAW2_BAR (SEESAW2's hand-offs on named barriers; SEESAW2 has them on mbarriers): 11 = warpgroup 0's running max after its tile published, 12 =
 // warpgroup 1's (the step's) published, 13 = P of the even tile (over its rope chunk) written, 14 = P of
@@ -232,11 +236,9 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // warpgroup 1's two P V: equal at T=16, 1.1% slower at 65k T=64) in verify_kernel_s2mid_*_dd10800.json; 2-CTA
 // clusters with multicast loads in mcast_32bdeed/; the earlier v0, ahead, alate, apro, aolp and the L2 prefetch in
 // sm90_s2tune_{912b393,5873571}/.
-// SEESAW2_STSM: SEESAW2 with each P written to shared memory by 4 stmatrix.x4 per thread instead of 16 32-bit stores (the
-// hand-offs of P_a and P_b are the most waited-on barriers at 65k T=64; FlashMLA writes its P with stmatrix). A probe.
-constexpr int NUM_SCHEDULES = SEESAW2_STSM + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
+constexpr int NUM_SCHEDULES = SEESAW2_BAR + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
 __host__ __device__ constexpr bool is_seesaw2(int schedule) {
-  return schedule == SEESAW2 || schedule == SEESAW2_BAR || schedule == SEESAW2_STSM;
+  return schedule == SEESAW2 || schedule == SEESAW2_BAR;
 }
 __host__ __device__ constexpr int threads_of(int schedule) { return is_seesaw2(schedule) ? 128 * CONSUMERS : THREADS; }
 __host__ __device__ constexpr int smem_of(int schedule) { return is_seesaw2(schedule) ? S2_SMEM : SMEM; }
@@ -1250,9 +1252,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
             for (int e = 0; e < 4; ++e)
               pa[kk][e] = pack_bf16(s[8 * kk + 2 * e] * sc[e & 1], s[8 * kk + 2 * e + 1] * sc[e & 1]);
         }
-        // P_a relative to m'', over stage 0's rope chunk (S of a read it)
-        if constexpr (SCHEDULE == SEESAW2_STSM) store_p_stsm(base + KV_OFF, wtid, pa);
-        else store_p(sm + KV_OFF, rows, pa);
+        store_p_stsm(base + KV_OFF, wtid, pa);  // P_a relative to m'', over stage 0's rope chunk (S of a read it)
         fence_async_smem();
         handoff_signal(2);
         reg_fence(o);
@@ -1307,9 +1307,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         if (has_b) {
           exp_rows_raw<32>(s, p.scale_log2, m_use, sum);
           pack_p(s, pa);
-          // over Q's rope chunk (held in registers)
-          if constexpr (SCHEDULE == SEESAW2_STSM) store_p_stsm(base + Q_OFF, wtid, pa);
-          else store_p(sm + Q_OFF, rows, pa);
+          store_p_stsm(base + Q_OFF, wtid, pa);  // over Q's rope chunk (held in registers)
           fence_async_smem();
         }
 #pragma unroll
