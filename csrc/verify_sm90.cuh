@@ -219,7 +219,7 @@ constexpr int CONSUMER_REGS = 232;
 constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6, BAR_MAX = 8, BAR_ISSUE = 10;
 enum Schedule {
   BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, STAGGERED_SMALL = 5, STAGGERED_TAIL = 6, SEESAW2 = 7,
-  SEESAW2_BAR = 8, SEESAW2_LATE = 9
+  SEESAW2_BAR = 8
 };
 // SEESAW2_BAR (SEESAW2's hand-offs on named barriers; SEESAW2 has them on mbarriers): 11 = warpgroup 0's running max after its tile published, 12 =
 // warpgroup 1's (the step's) published, 13 = P of the even tile (over its rope chunk) written, 14 = P of
@@ -236,11 +236,9 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // warpgroup 1's two P V: equal at T=16, 1.1% slower at 65k T=64) in verify_kernel_s2mid_*_dd10800.json; 2-CTA
 // clusters with multicast loads in mcast_32bdeed/; the earlier v0, ahead, alate, apro, aolp and the L2 prefetch in
 // sm90_s2tune_{912b393,5873571}/.
-// SEESAW2_LATE: SEESAW2 with warpgroup 0's reload of stage 0's chunks 0-3 issued after it received m'' instead of
-// before (FlashMLA's placement: "seems to be faster"). A probe.
-constexpr int NUM_SCHEDULES = SEESAW2_LATE + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
+constexpr int NUM_SCHEDULES = SEESAW2_BAR + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
 __host__ __device__ constexpr bool is_seesaw2(int schedule) {
-  return schedule == SEESAW2 || schedule == SEESAW2_BAR || schedule == SEESAW2_LATE;
+  return schedule == SEESAW2 || schedule == SEESAW2_BAR;
 }
 __host__ __device__ constexpr int threads_of(int schedule) { return is_seesaw2(schedule) ? 128 * CONSUMERS : THREADS; }
 __host__ __device__ constexpr int smem_of(int schedule) { return is_seesaw2(schedule) ? S2_SMEM : SMEM; }
@@ -1233,14 +1231,13 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         reg_fence(o);
         pack_p(s, pa);
         issue_pv_rs(o, pa, stage0, 0);  // O_L += P_a V_aL
-        wgmma_wait<0>();  // P_a V_aL done: stage 0's chunks 0-3 are free
-        reg_fence(o);
-        auto reload_a = [&]() {
+        auto reload_a = [&]() {  // P_a V_aL done: stage 0's chunks 0-3 are free
+          wgmma_wait<0>();
+          reg_fence(o);
           if (next_a && loader) load_chunks(p, &kv_map, pages, start + (ta + 2) * BN, row_a2, end, stage0, 0, 4, fb0);
         };
-        if constexpr (SCHEDULE != SEESAW2_LATE) reload_a();
+        reload_a();
         handoff_wait(1, i);
-        if constexpr (SCHEDULE == SEESAW2_LATE) reload_a();
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const float m2 = max_tab[slot + rows.local[h]];
