@@ -36,6 +36,10 @@ kdengine::VerifyParams make_params(const at::Tensor& q, const at::Tensor& kv, co
   const int page_size = static_cast<int>(kv.size(1));
   TORCH_CHECK(page_size > 0 && (page_size & (page_size - 1)) == 0, "page_size must be a power of two");
   TORCH_CHECK(part_out.size(1) == nsplit && part_lse.size(1) == nsplit, "partials must hold nsplit splits");
+  // the merge indexes one sequence's partial rows with 32-bit offsets in 16-byte units
+  TORCH_CHECK(nsplit * q.size(1) * q.size(2) < (int64_t{1} << 26),
+              "nsplit * T * H must be below 2^26 (the merge's 32-bit offsets), got nsplit " + num(nsplit) + " at T * H " +
+                  num(q.size(1) * q.size(2)));
   TORCH_CHECK(part_out.scalar_type() == at::kBFloat16 && part_lse.scalar_type() == at::kFloat,
               "partials: part_out must be bf16 and part_lse fp32, got ", part_out.scalar_type(), " and ",
               part_lse.scalar_type());
@@ -72,7 +76,7 @@ void launch(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& page_ta
   TORCH_CHECK(pingpong == 0 || pingpong == 1 || (pingpong >= 2 && pingpong < kdengine::NUM_PINGPONGS && col_warps == 16),
               "pingpong must be 0, 1 or (col_warps 16 only) 2.." + num(kdengine::NUM_PINGPONGS - 1) + ", got " +
                   num(pingpong) + " with col_warps " + num(col_warps));
-  TORCH_CHECK(combine >= 0 && combine <= 3, "combine must be 0, 1, 2 or 3, got " + num(combine));
+  TORCH_CHECK(combine >= 0 && combine <= 4, "combine must be 0, 1, 2, 3 or 4, got " + num(combine));
   TORCH_CHECK(max_row_groups == 1 || max_row_groups == 2 || max_row_groups == 4, "max_row_groups must be 1, 2 or 4");
   const c10::cuda::CUDAGuard guard(q.device());
   kdengine::VerifyParams p =
@@ -90,7 +94,7 @@ void launch_sm90(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& pa
                  const at::Tensor& prefix_len, const at::Tensor& mask_bits, at::Tensor& out, at::Tensor& lse,
                  at::Tensor& part_out, at::Tensor& part_lse, double sm_scale, int64_t nsplit, int64_t schedule,
                  int64_t combine, bool merge_early) {
-  TORCH_CHECK(combine >= -1 && combine <= 3, "combine must be -1, 0, 1, 2 or 3, got " + num(combine));
+  TORCH_CHECK(combine >= -1 && combine <= 4, "combine must be -1, 0, 1, 2, 3 or 4, got " + num(combine));
   const c10::cuda::CUDAGuard guard(q.device());
   kdengine::VerifyParams p =
       make_params(q, kv, page_table, prefix_len, mask_bits, out, lse, part_out, part_lse, sm_scale, nsplit);

@@ -604,4 +604,115 @@ __global__ void __launch_bounds__(32 * MERGE_MAX_GROUPS) verify_combine_grouped_
   if (blockIdx.z == 0 && threadIdx.x == 0) p.lse[(size_t)b * R + row] = total > 0.f ? mx + logf(total) : -INFINITY;
 }
 
+
+// The grouped merge with fewer instructions (combine 4; ncu at 65k T=64: the grouped merge above issues ~740
+// instructions per warp at 49% of the issue slots, most of them address arithmetic redone per split inside a branch and
+// exp2 range fix-ups): the same work split (warp g: splits g, g + groups, ...; one barrier), with the row bases formed
+// once, every load of a batch issued unconditionally (a split index past nsplit is clamped and its lse read as -inf:
+// weight 0), the weights in the log2 domain as one ex2.approx.ftz each, an empty split's partial row zeroed by a select
+// instead of skipped by a branch, and each group's factor formed once per thread in the final sum.
+__device__ __forceinline__ float merge_ex2(float x) {  // 2^x, -inf -> 0
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__global__ void __launch_bounds__(32 * MERGE_MAX_GROUPS) verify_combine_grouped2_kernel(const VerifyParams p) {
+  extern __shared__ __align__(16) float merge_s[];
+  constexpr float LOG2E = 1.4426950408889634f;
+  const int groups = blockDim.x / 32, group = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row = blockIdx.x, b = blockIdx.y, R = p.R, nsplit = p.nsplit;
+  const int col0 = blockIdx.z * MERGE_CHUNK_COLS;
+  const float* lse = p.part_lse + (size_t)b * nsplit * R + row;
+  const uint4* src = reinterpret_cast<const uint4*>(p.part_out + ((size_t)b * nsplit * R + row) * DV + col0) + lane;
+  // uint4 units between two splits' rows (32-bit offsets: a sequence's partials are nsplit * R * 64 of them, far
+  // below 2^32 for any nsplit and R the launchers accept)
+  const uint32_t stride = static_cast<uint32_t>(R) * (DV / MERGE_VEC);
+  const uint32_t zero_bits = static_cast<uint32_t>(nsplit) >> 31;  // 0 (nsplit >= 1), opaque to the compiler
+  pdl_wait_primary();  // launched early (programmatic dependent launch): the partials are complete past here
+
+  float m = -INFINITY, sum = 0.f, acc[MERGE_VEC];  // m, the weights: log2 domain
+#pragma unroll
+  for (int i = 0; i < MERGE_VEC; ++i) acc[i] = 0.f;
+  for (int s0 = group; s0 < nsplit; s0 += MERGE_BATCH * groups) {
+    float ls[MERGE_BATCH];
+    uint4 v[MERGE_BATCH];
+#pragma unroll
+    for (int k = 0; k < MERGE_BATCH; ++k) {  // all loads of the batch before any use
+      const int s = s0 + k * groups, sc = min(s, nsplit - 1);
+      ls[k] = __ldg(lse + static_cast<uint32_t>(sc) * static_cast<uint32_t>(R));
+      v[k] = __ldcs(src + static_cast<uint32_t>(sc) * stride);  // read once: evict first
+    }
+    // ptxas, left alone, issues a batch's partial loads after the lse round trip (interleaved with the weights, in
+    // reused registers). Each lse gets + 0 from bits of its partial row (zero_bits is 0, but not to the compiler), so
+    // the row max waits for every load of the batch and all of them are issued before it.
+    float mb = m;
+#pragma unroll
+    for (int k = 0; k < MERGE_BATCH; ++k) {
+      ls[k] = s0 + k * groups < nsplit ? (ls[k] + __uint_as_float(v[k].x & zero_bits)) * LOG2E : -INFINITY;
+      mb = fmaxf(mb, ls[k]);
+    }
+    // No branch on "only empty splits so far" (a branch there let the compiler sink the partial loads past it, after
+    // the lse round trip): with mb = -inf the offset is 0 and every factor below is 2^-inf = 0.
+    const float mo = mb == -INFINITY ? 0.f : mb;
+    const float c = merge_ex2(m - mo);  // m = -inf: 0, and acc, sum are still 0
+    sum *= c;
+#pragma unroll
+    for (int i = 0; i < MERGE_VEC; ++i) acc[i] *= c;
+#pragma unroll
+    for (int k = 0; k < MERGE_BATCH; ++k) {
+      const float w = merge_ex2(ls[k] - mo);  // an empty split (-inf): 0, and its row (never written: any bits) as 0
+      const bool empty = ls[k] == -INFINITY;
+      const uint32_t h[4] = {empty ? 0u : v[k].x, empty ? 0u : v[k].y, empty ? 0u : v[k].z, empty ? 0u : v[k].w};
+      sum += w;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        acc[2 * j] = fmaf(w, bf16_lo(h[j]), acc[2 * j]);
+        acc[2 * j + 1] = fmaf(w, bf16_hi(h[j]), acc[2 * j + 1]);
+      }
+    }
+    m = mb;
+  }
+
+  __nv_bfloat16* dst = p.out + ((size_t)b * R + row) * DV + col0;
+  if (groups == 1) {  // nothing to exchange: this warp's lanes hold the whole chunk
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    uint4 o;
+    o.x = pack_bf16(acc[0] * inv, acc[1] * inv);
+    o.y = pack_bf16(acc[2] * inv, acc[3] * inv);
+    o.z = pack_bf16(acc[4] * inv, acc[5] * inv);
+    o.w = pack_bf16(acc[6] * inv, acc[7] * inv);
+    *reinterpret_cast<uint4*>(dst + lane * MERGE_VEC) = o;
+    if (blockIdx.z == 0 && lane == 0) p.lse[(size_t)b * R + row] = sum > 0.f ? (m + log2f(sum)) * 0.69314718056f : -INFINITY;
+    return;
+  }
+  float* m_s = merge_s;  // [MERGE_MAX_GROUPS] (merge_smem_bytes)
+  float* sum_s = m_s + MERGE_MAX_GROUPS;
+  float* acc_s = sum_s + MERGE_MAX_GROUPS;  // [groups][MERGE_CHUNK_COLS]
+  float4* mine = reinterpret_cast<float4*>(acc_s + group * MERGE_CHUNK_COLS + lane * MERGE_VEC);
+  mine[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+  mine[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+  if (lane == 0) {
+    m_s[group] = m;
+    sum_s[group] = sum;
+  }
+  __syncthreads();
+
+  float mx = -INFINITY;
+  for (int g = 0; g < groups; ++g) mx = fmaxf(mx, m_s[g]);
+  const float mxf = mx == -INFINITY ? 0.f : mx;  // (every split empty: every factor below is 0)
+  float total = 0.f;
+  for (int g = 0; g < groups; ++g) total = fmaf(sum_s[g], merge_ex2(m_s[g] - mxf), total);
+  const float inv = total > 0.f ? 1.f / total : 0.f;
+  for (int c = 2 * threadIdx.x; c < MERGE_CHUNK_COLS; c += 2 * blockDim.x) {
+    float o0 = 0.f, o1 = 0.f;
+    for (int g = 0; g < groups; ++g) {
+      const float f = merge_ex2(m_s[g] - mxf);  // 0 for a group that saw only empty splits (its sums are 0 too)
+      const float2 a = *reinterpret_cast<const float2*>(acc_s + g * MERGE_CHUNK_COLS + c);
+      o0 = fmaf(f, a.x, o0), o1 = fmaf(f, a.y, o1);
+    }
+    *reinterpret_cast<__nv_bfloat162*>(dst + c) = __floats2bfloat162_rn(o0 * inv, o1 * inv);
+  }
+  if (blockIdx.z == 0 && threadIdx.x == 0) p.lse[(size_t)b * R + row] = total > 0.f ? (mx + log2f(total)) * 0.69314718056f : -INFINITY;
+}
 }  // namespace kdengine

@@ -34,7 +34,7 @@ CONTEXTS = (4096, 16384, 65536)
 TREE_SIZES = (16, 64)
 NSPLITS = (16, 32, 64, 128, 256, "auto")
 SETS = ("full", "peers", "mma", "mma2", "mma4", "mma6", "sm90", "paths", "pair", "half", "icache", "seesaw2", "nsplit",
-        "merge", "pdl")
+        "merge", "pdl", "merge2")
 # (the sets s2tune, s2t64, s2t64r, s2ab and s2mid timed seesaw2's probes, gone since: their records stay in
 # perf_history/kernel/verify_kernel_{s2tune,s2t64,s2t64r65k,s2t6465k,s2ab,s2ab2,s2mid}_*.json)
 # The `merge` set: the sm90 schedule the dispatched call picks (cuda_backend.pick_schedule) with the merge
@@ -289,6 +289,20 @@ def variants(N: int, T: int, which: str = "full"):
         sched = "cuda_sm90_dispatched"  # the schedule launch_sm90 picks for the call (rows and tiles per split)
         return [(f"{sched}/c0/sauto", sched, "auto", False, {}),
                 (f"{sched}/c0/splitonly/sauto", sched, "auto", False, {"combine": cuda_backend.SPLIT_ONLY})]
+    if which == "merge2":  # the default merge against the grouped merge with fewer instructions (combine 4), the split
+        # kernel alone (the merge's share; sm90), the default again (A/A); the sm90 kernel on Hopper, then the mma.sync default
+        from kdengine.ops import cuda_backend
+
+        sched, c = "cuda_sm90_dispatched", cuda_backend.DEFAULT_COMBINE
+        sm90 = [(f"{sched}/c{c}/sauto", sched, "auto", False, {}),
+                (f"{sched}/c4/sauto", sched, "auto", False, {"combine": 4}),
+                (f"{sched}/splitonly/sauto", sched, "auto", False, {"combine": cuda_backend.SPLIT_ONLY}),
+                (f"{sched}/c{c}/aa/sauto", sched, "auto", False, {})] if hopper() else []
+        mma = default_layout()
+        label = default_label().removesuffix("/sauto")
+        return sm90 + [(f"{label}/sauto", "cuda", "auto", False, mma),
+                       (f"cuda/{layout_label(mma[0], mma[1], 4, mma[3])}/sauto", "cuda", "auto", False, (mma[0], mma[1], 4, mma[3])),
+                       (f"{label}/aa/sauto", "cuda", "auto", False, mma)]
     if which == "pdl":  # when the split kernel lets the merge launch: the default, the other choice, the split kernel
         # alone (the merge's share; sm90), the default again (A/A); the sm90 kernel on Hopper, then the mma.sync default
         from kdengine.ops import cuda_backend

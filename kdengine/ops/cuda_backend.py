@@ -103,8 +103,10 @@ DEFAULT_PINGPONG = 12
 # one warp per split group with its own log-sum-exp state (lse and partial loads of a batch issued
 # together, one barrier), any nsplit. Default 3: against 2 on the same bf16 partials in one H200 run it
 # was 0.5-1.8 us faster on the mma.sync path and 0.2-15.3 us on the sm90 path at the six sizes
-# (perf_history/kernel/verify_kernel_gpu-nvidia-h200-sm90_75d088d_paths.json).
-COMBINES = (0, 1, 2, 3)
+# (perf_history/kernel/verify_kernel_gpu-nvidia-h200-sm90_75d088d_paths.json). 4 = grouped with fewer
+# instructions (the row bases formed once, a batch's loads unconditional, the weights as one ex2.approx.ftz each, no
+# branch per split): a probe of the merge's in-graph share (csrc/verify_kernel.cuh).
+COMBINES = (0, 1, 2, 3, 4)
 DEFAULT_COMBINE = 3
 # Shortest split for `auto`: four 16-token tiles of the wide layout. At ctx 4096, T 16 one wave of 64
 # splits of 64 tokens ran faster than 32 splits of 128 on the H200

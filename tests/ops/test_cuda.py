@@ -76,7 +76,7 @@ def test_launch_rejects_a_bad_warp_layout():
     with pytest.raises(ValueError, match="row_groups"):
         cuda_backend.launch(*[None] * 7, sm_scale=1.0, nsplit=1, row_groups=3)
     with pytest.raises(ValueError, match="combine"):
-        cuda_backend.launch(*[None] * 7, sm_scale=1.0, nsplit=1, combine=4)
+        cuda_backend.launch(*[None] * 7, sm_scale=1.0, nsplit=1, combine=5)
 
 
 def test_auto_nsplit_fills_one_wave_without_empty_splits():
