@@ -104,10 +104,16 @@ DEFAULT_PINGPONG = 12
 # together, one barrier), any nsplit. Default 3: against 2 on the same bf16 partials in one H200 run it
 # was 0.5-1.8 us faster on the mma.sync path and 0.2-15.3 us on the sm90 path at the six sizes
 # (perf_history/kernel/verify_kernel_gpu-nvidia-h200-sm90_75d088d_paths.json). 4 = grouped with fewer
-# instructions (the row bases formed once, a batch's loads unconditional, the weights as one ex2.approx.ftz each, no
-# branch per split): a probe of the merge's in-graph share (csrc/verify_kernel.cuh).
+# instructions (the row bases formed once, 32-bit offsets, a batch's loads all issued before the row max, the weights
+# as one ex2.approx.ftz each, no branch per split; csrc/verify_kernel.cuh). Default 4: against 3 in two sets of one H200
+# run (perf_history/kernel/verify_kernel_merge2{0,1}_gpu-nvidia-h200-sm90_b44f69a.json, merge2_b44f69a/), us, 3 / 4 /
+# 3 again, set 1 then 2: after the sm90 kernel 4k T64 20.2 / 19.9 / 20.2 both, 16k T16 20.9 / 20.4 / 21.0 and 21.0 /
+# 20.4 / 21.0, 16k T64 40.3 / 39.9 / 40.3 and 40.3 / 39.9 / 40.2, 65k T16 44.8 / 44.5 / 44.9 and 44.9 / 44.4 / 44.8,
+# 65k T64 118.9 / 118.6 / 118.8 and 118.7 / 118.4 / 118.7 (4k T16 13.4 / 13.2 / 13.4 and 13.0 / 13.2 / 13.4: its first
+# row reads low, position in the process); after the mma.sync default 0.2-0.7 us faster at four sizes, equal at 65k;
+# ncu of the merge alone with warm partials at 65k T64: 5.34-6.05 -> 4.77-4.83 us, 1.52M -> 1.29M warp instructions.
 COMBINES = (0, 1, 2, 3, 4)
-DEFAULT_COMBINE = 3
+DEFAULT_COMBINE = 4
 # Shortest split for `auto`: four 16-token tiles of the wide layout. At ctx 4096, T 16 one wave of 64
 # splits of 64 tokens ran faster than 32 splits of 128 on the H200
 # (perf_history/records/verify_kernel_cudagraph.txt).
