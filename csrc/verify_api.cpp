@@ -35,11 +35,11 @@ kdengine::VerifyParams make_params(const at::Tensor& q, const at::Tensor& kv, co
   }
   const int page_size = static_cast<int>(kv.size(1));
   TORCH_CHECK(page_size > 0 && (page_size & (page_size - 1)) == 0, "page_size must be a power of two");
-  TORCH_CHECK(part_out.size(1) == nsplit && part_lse.size(1) == nsplit, "partials must hold nsplit splits");
   // the merge indexes one sequence's partial rows with 32-bit offsets in 16-byte units
   TORCH_CHECK(nsplit * q.size(1) * q.size(2) < (int64_t{1} << 26),
               "nsplit * T * H must be below 2^26 (the merge's 32-bit offsets), got nsplit " + num(nsplit) + " at T * H " +
                   num(q.size(1) * q.size(2)));
+  TORCH_CHECK(part_out.size(1) == nsplit && part_lse.size(1) == nsplit, "partials must hold nsplit splits");
   TORCH_CHECK(part_out.scalar_type() == at::kBFloat16 && part_lse.scalar_type() == at::kFloat,
               "partials: part_out must be bf16 and part_lse fp32, got ", part_out.scalar_type(), " and ",
               part_lse.scalar_type());

@@ -24,6 +24,7 @@ CASES = {
     "sm90_noncontiguous": ("q not contiguous", "launch_sm90", "contiguous"),
     "sm90_nsplit_mismatch": ("partials of nsplit + 1", "launch_sm90", "partials must hold nsplit"),
     "sm90_page_size_4": ("page_size 4 (sm90_unsupported)", "launch_sm90", "page_size below 8"),
+    "mma_nsplit_2_20": ("nsplit 2^20 at T * H 128 (partials of 4 splits)", "launch", "nsplit * T * H must be below"),
 }
 
 
@@ -38,14 +39,15 @@ def one(case: str) -> int:
     _, entry, message = CASES[case]
     ext = build.load_extension()
 
-    def call(inp, *, nsplit=4, part_dtype=torch.bfloat16, extra_split=0, combine=3, q=None,
+    def call(inp, *, nsplit=4, part_dtype=torch.bfloat16, extra_split=0, combine=cuda_backend.DEFAULT_COMBINE, q=None,
              col_warps=cuda_backend.DEFAULT_COL_WARPS, pingpong=cuda_backend.DEFAULT_PINGPONG):
         B, T, H, _ = inp.q.shape
         bits = pack_tree_mask(inp.tree_mask)
         out = torch.full((B, T, H, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
         lse = torch.full((B, T, H), float("nan"), dtype=torch.float32, device="cuda")
-        part_out = torch.empty(B, nsplit + extra_split, T * H, 512, dtype=part_dtype, device="cuda")
-        part_lse = torch.empty(B, nsplit + extra_split, T * H, dtype=torch.float32, device="cuda")
+        splits = min(nsplit, 4) + extra_split  # (a huge nsplit is refused before the partials' shape is read)
+        part_out = torch.empty(B, splits, T * H, 512, dtype=part_dtype, device="cuda")
+        part_lse = torch.empty(B, splits, T * H, dtype=torch.float32, device="cuda")
         args = (inp.q if q is None else q, inp.kv_cache, inp.page_table, inp.prefix_len, bits, out, lse, part_out,
                 part_lse, float(inp.sm_scale), nsplit)
         if entry == "launch_sm90":
@@ -62,7 +64,7 @@ def one(case: str) -> int:
            "mma_bad_pingpong": dict(pingpong=99),
            "sm90_nsplit_mismatch": dict(extra_split=1),
            "sm90_noncontiguous": dict(q=inp.q.transpose(1, 2).contiguous().transpose(1, 2)),
-           "sm90_page_size_4": {}}[case]
+           "sm90_page_size_4": {}, "mma_nsplit_2_20": dict(nsplit=1 << 20)}[case]
     try:
         call(inp, **bad)
     except RuntimeError as exc:

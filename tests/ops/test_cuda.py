@@ -298,7 +298,7 @@ def test_binding_checks_that_format_a_number_raise():
     import sys
 
     script = Path(__file__).resolve().parents[2] / "ci" / "gpu" / "binding_errors.py"
-    cases = ["mma_bad_col_warps", "mma_bad_pingpong"] + (
+    cases = ["mma_bad_col_warps", "mma_bad_pingpong", "mma_nsplit_2_20"] + (
         ["sm90_bad_combine"] if torch.cuda.get_device_capability() == (9, 0) else [])
     for case in cases:
         r = subprocess.run([sys.executable, "-X", "faulthandler", str(script), case], capture_output=True, text=True,
