@@ -524,6 +524,22 @@ inline size_t merge_smem_bytes(int groups) {
   return ((size_t)2 * MERGE_MAX_GROUPS + (size_t)groups * MERGE_CHUNK_COLS) * sizeof(float);
 }
 
+// A merge warp's running max, sum and weighted sums into the block's tables (merge_smem_bytes' layout: [MERGE_MAX_GROUPS]
+// max, [MERGE_MAX_GROUPS] sum, [groups][MERGE_CHUNK_COLS] sums), then the block's barrier; returns the sums' table.
+__device__ __forceinline__ const float* merge_publish(float* merge_s, int group, int lane, float m, float sum,
+                                                      const float (&acc)[MERGE_VEC]) {
+  float* acc_s = merge_s + 2 * MERGE_MAX_GROUPS;
+  float4* mine = reinterpret_cast<float4*>(acc_s + group * MERGE_CHUNK_COLS + lane * MERGE_VEC);
+  mine[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+  mine[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+  if (lane == 0) {
+    merge_s[group] = m;
+    merge_s[MERGE_MAX_GROUPS + group] = sum;
+  }
+  __syncthreads();
+  return acc_s;
+}
+
 __global__ void __launch_bounds__(32 * MERGE_MAX_GROUPS) verify_combine_grouped_kernel(const VerifyParams p) {
   extern __shared__ __align__(16) float merge_s[];
   const int groups = blockDim.x / 32, group = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -573,17 +589,9 @@ __global__ void __launch_bounds__(32 * MERGE_MAX_GROUPS) verify_combine_grouped_
     m = mb;
   }
 
-  float* m_s = merge_s;  // [MERGE_MAX_GROUPS] (merge_smem_bytes)
-  float* sum_s = m_s + MERGE_MAX_GROUPS;
-  float* acc_s = sum_s + MERGE_MAX_GROUPS;  // [groups][MERGE_CHUNK_COLS]
-  float4* mine = reinterpret_cast<float4*>(acc_s + group * MERGE_CHUNK_COLS + lane * MERGE_VEC);
-  mine[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
-  mine[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
-  if (lane == 0) {
-    m_s[group] = m;
-    sum_s[group] = sum;
-  }
-  __syncthreads();
+  const float* m_s = merge_s;  // [MERGE_MAX_GROUPS] (merge_smem_bytes)
+  const float* sum_s = m_s + MERGE_MAX_GROUPS;
+  const float* acc_s = merge_publish(merge_s, group, lane, m, sum, acc);  // [groups][MERGE_CHUNK_COLS]
 
   float mx = -INFINITY;
   for (int g = 0; g < groups; ++g) mx = fmaxf(mx, m_s[g]);
@@ -686,17 +694,9 @@ __global__ void __launch_bounds__(32 * MERGE_MAX_GROUPS) verify_combine_grouped2
     if (blockIdx.z == 0 && lane == 0) p.lse[(size_t)b * R + row] = sum > 0.f ? (m + log2f(sum)) * 0.69314718056f : -INFINITY;
     return;
   }
-  float* m_s = merge_s;  // [MERGE_MAX_GROUPS] (merge_smem_bytes)
-  float* sum_s = m_s + MERGE_MAX_GROUPS;
-  float* acc_s = sum_s + MERGE_MAX_GROUPS;  // [groups][MERGE_CHUNK_COLS]
-  float4* mine = reinterpret_cast<float4*>(acc_s + group * MERGE_CHUNK_COLS + lane * MERGE_VEC);
-  mine[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
-  mine[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
-  if (lane == 0) {
-    m_s[group] = m;
-    sum_s[group] = sum;
-  }
-  __syncthreads();
+  const float* m_s = merge_s;  // [MERGE_MAX_GROUPS] (merge_smem_bytes)
+  const float* sum_s = m_s + MERGE_MAX_GROUPS;
+  const float* acc_s = merge_publish(merge_s, group, lane, m, sum, acc);  // [groups][MERGE_CHUNK_COLS]
 
   float mx = -INFINITY;
   for (int g = 0; g < groups; ++g) mx = fmaxf(mx, m_s[g]);
