@@ -235,7 +235,10 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // seq, eno (early without the P_b order) in perf_history/kernel/s2t64_48c695b/README.md; mid (P_b published between
 // warpgroup 1's two P V: equal at T=16, 1.1% slower at 65k T=64) in verify_kernel_s2mid_*_dd10800.json; 2-CTA
 // clusters with multicast loads in mcast_32bdeed/; the earlier v0, ahead, alate, apro, aolp and the L2 prefetch in
-// sm90_s2tune_{912b393,5873571}/.
+// sm90_s2tune_{912b393,5873571}/; ring4 (32-token tiles in a 4-stage ring: the full-barrier waits at 65k T=16 halve,
+// but 1.64x the instructions and m64n32 S make it slower at all six sizes, 65k T=16 54.8 against 44.7 us) in
+// ring4_1d11a74/ (its code there, ring4.patch); late (warpgroup 0's first reload after m'', FlashMLA's placement: 0.5-0.9
+// us slower at T=64) in late_14c0a94/.
 constexpr int NUM_SCHEDULES = SEESAW2_BAR + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
 __host__ __device__ constexpr bool is_seesaw2(int schedule) {
   return schedule == SEESAW2 || schedule == SEESAW2_BAR;

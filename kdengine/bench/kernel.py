@@ -35,8 +35,9 @@ TREE_SIZES = (16, 64)
 NSPLITS = (16, 32, 64, 128, 256, "auto")
 SETS = ("full", "peers", "mma", "mma2", "mma4", "mma6", "sm90", "paths", "pair", "half", "icache", "seesaw2", "nsplit",
         "merge", "pdl", "merge2")
-# (the sets s2tune, s2t64, s2t64r, s2ab and s2mid timed seesaw2's probes, gone since: their records stay in
-# perf_history/kernel/verify_kernel_{s2tune,s2t64,s2t64r65k,s2t6465k,s2ab,s2ab2,s2mid}_*.json)
+# (the sets s2tune, s2t64, s2t64r, s2ab, s2mid, ring4, stsm and late timed seesaw2's probes, gone since: their records
+# stay in perf_history/kernel/verify_kernel_{s2tune,s2t64,s2t64r65k,s2t6465k,s2ab,s2ab2,s2mid,ring4,stsm0,stsm1,late0,
+# late1}_*.json)
 # The `merge` set: the sm90 schedule the dispatched call picks (cuda_backend.pick_schedule) with the merge
 # kernel, and the same split kernel alone (no merge: the merge's in-graph share is the difference). Up to
 # commit 1cd259e it timed DEFAULT_SCHEDULE (staggered) at every size, though from 8 KV tiles per split the
