@@ -51,16 +51,19 @@ SETS = ("full", "peers", "mma", "mma2", "mma4", "mma6", "sm90", "paths", "pair",
 # schedule with less integer work per tile (pingpong 3, csrc/verify_wide_lean.cuh); mma_lean_*: the lean probes of branch
 # mma4 (pingpong 4-11, kdengine.ops.cuda_backend.PINGPONGS), mma_lean_v5 (all of them, pingpong 8) the default from
 # then to branch mma6, whose probes are mma_lean_qs .. mma_lean_qsup (pingpong 12-15; mma_lean_qs the default since).
-MMA_LAYOUTS = {"mma_wide2pp": (16, 4, 3, True), "mma_wide2pp2": (16, 4, 3, 2), "mma_wide2pp2_lean": (16, 4, 3, 3),
-               "mma_x16pp": (32, 4, 3, True), "mma_x16": (32, 4, 3, False),
+# Every layout here runs the default merge (cuda_backend.DEFAULT_COMBINE, 4 since b44f69a; the records before it
+# were timed with merge 3: their labels say comb3).
+MMA_MERGE = 4
+MMA_LAYOUTS = {"mma_wide2pp": (16, 4, MMA_MERGE, True), "mma_wide2pp2": (16, 4, MMA_MERGE, 2), "mma_wide2pp2_lean": (16, 4, MMA_MERGE, 3),
+               "mma_x16pp": (32, 4, MMA_MERGE, True), "mma_x16": (32, 4, MMA_MERGE, False),
                # the probes of branch mma4 (kdengine.ops.cuda_backend.PINGPONGS 4-8)
-               "mma_lean_all": (16, 4, 3, 4), "mma_lean_kx2": (16, 4, 3, 5), "mma_lean_fast": (16, 4, 3, 6),
-               "mma_lean_late": (16, 4, 3, 7), "mma_lean_v5": (16, 4, 3, 8), "mma_lean_short": (16, 4, 3, 9),
-               "mma_lean_v4": (16, 4, 3, 10), "mma_lean_v4k": (16, 4, 3, 11),
+               "mma_lean_all": (16, 4, MMA_MERGE, 4), "mma_lean_kx2": (16, 4, MMA_MERGE, 5), "mma_lean_fast": (16, 4, MMA_MERGE, 6),
+               "mma_lean_late": (16, 4, MMA_MERGE, 7), "mma_lean_v5": (16, 4, MMA_MERGE, 8), "mma_lean_short": (16, 4, MMA_MERGE, 9),
+               "mma_lean_v4": (16, 4, MMA_MERGE, 10), "mma_lean_v4k": (16, 4, MMA_MERGE, 11),
                # the probes of branch mma6 (PINGPONGS 12-15: the default with Q staged through shared memory, 12 and
                # 13; the page-table row pointer warp-uniform, 14; both, 15)
-               "mma_lean_qs": (16, 4, 3, 12), "mma_lean_qs2": (16, 4, 3, 13), "mma_lean_up": (16, 4, 3, 14),
-               "mma_lean_qsup": (16, 4, 3, 15)}
+               "mma_lean_qs": (16, 4, MMA_MERGE, 12), "mma_lean_qs2": (16, 4, MMA_MERGE, 13), "mma_lean_up": (16, 4, MMA_MERGE, 14),
+               "mma_lean_qsup": (16, 4, MMA_MERGE, 15)}
 # the `mma4` set: at 64-row blocks (T * H > 32) the default, the default again (A/A) and these; at 32-row blocks
 # (T * H <= 32, T = 1, 2, 4 at H = 8: --trees) the default (wide2pp2 there), the default again and the lean form
 # (those equal to the default left out: since 896dc1b (perf_history/kernel/verify_kernel_mma4_*_896dc1b.json) the

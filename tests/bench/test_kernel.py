@@ -174,6 +174,10 @@ def test_mma4_and_mma6_sets_time_the_probes_beside_the_default_twice():
         assert labels[2:] == [f"cuda/{kernel.layout_label(*kernel.MMA_LAYOUTS[n])}/sauto" for n in names
                               if kernel.MMA_LAYOUTS[n] != kernel.default_layout()]
         assert len(set(labels)) == len(labels) and all(v[2] == "auto" for v in rows)
+    # every named layout runs the default merge, so the layouts differ in the split kernel only
+    from kdengine.ops import cuda_backend
+
+    assert all(lay[2] == cuda_backend.DEFAULT_COMBINE for lay in kernel.MMA_LAYOUTS.values())
     # the default (branch mma6's pingpong 12) is one of the mma6 probes, the previous one (8) timed beside it
     assert kernel.MMA_LAYOUTS["mma_lean_qs"] == kernel.default_layout() and "mma_lean_v5" in kernel.MMA6_LAYOUTS
     assert kernel.build_parser().parse_args(["measure", "--out", "x", "--set", "mma4", "--trees", "1,2"]).trees == "1,2"
