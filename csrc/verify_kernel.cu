@@ -139,9 +139,9 @@ static cudaError_t launch_dependent(Kernel kernel, dim3 grid, dim3 block, size_t
   return cudaLaunchKernelEx(&cfg, kernel, p);
 }
 
-// The log-sum-exp merge of the split partials (either split kernel): 4 = grouped with fewer instructions, 3 = grouped (any nsplit),
-// 2 = chunked (both PDL on sm_90+), 1 = splits weighted in parallel, 0 = one loop per thread (also
-// past COMBINE_MAX_NSPLIT for 1 and 2).
+// The log-sum-exp merge of the split partials (either split kernel): 4 = grouped with fewer instructions (the
+// default), 3 = grouped (both any nsplit), 2 = chunked (the three PDL on sm_90+), 1 = splits weighted in parallel,
+// 0 = one loop per thread (also past COMBINE_MAX_NSPLIT for 1 and 2).
 static cudaError_t launch_combine(const VerifyParams& p, int combine, cudaStream_t stream) {
   if (combine == 3 || combine == 4) {
     const int groups = merge_groups(p.nsplit);

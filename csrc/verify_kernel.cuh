@@ -617,8 +617,8 @@ __global__ void __launch_bounds__(32 * MERGE_MAX_GROUPS) verify_combine_grouped_
 // instructions per warp at 49% of the issue slots, most of them address arithmetic redone per split inside a branch and
 // exp2 range fix-ups): the same work split (warp g: splits g, g + groups, ...; one barrier), with the row bases formed
 // once, every load of a batch issued unconditionally (a split index past nsplit is clamped and its lse read as -inf:
-// weight 0), the weights in the log2 domain as one ex2.approx.ftz each, an empty split's partial row zeroed by a select
-// instead of skipped by a branch, and each group's factor formed once per thread in the final sum.
+// weight 0), the weights in the log2 domain as one ex2.approx.ftz each (the final sum's group factors too), an empty
+// split's partial row zeroed by a select instead of skipped by a branch, and no exchange when one warp holds every split.
 __device__ __forceinline__ float merge_ex2(float x) {  // 2^x, -inf -> 0
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -691,7 +691,8 @@ __global__ void __launch_bounds__(32 * MERGE_MAX_GROUPS) verify_combine_grouped2
     o.z = pack_bf16(acc[4] * inv, acc[5] * inv);
     o.w = pack_bf16(acc[6] * inv, acc[7] * inv);
     *reinterpret_cast<uint4*>(dst + lane * MERGE_VEC) = o;
-    if (blockIdx.z == 0 && lane == 0) p.lse[(size_t)b * R + row] = sum > 0.f ? (m + log2f(sum)) * 0.69314718056f : -INFINITY;
+    if (blockIdx.z == 0 && lane == 0)
+      p.lse[(size_t)b * R + row] = sum > 0.f ? (m + log2f(sum)) * 0.69314718056f : -INFINITY;  // natural log
     return;
   }
   const float* m_s = merge_s;  // [MERGE_MAX_GROUPS] (merge_smem_bytes)
@@ -713,6 +714,7 @@ __global__ void __launch_bounds__(32 * MERGE_MAX_GROUPS) verify_combine_grouped2
     }
     *reinterpret_cast<__nv_bfloat162*>(dst + c) = __floats2bfloat162_rn(o0 * inv, o1 * inv);
   }
-  if (blockIdx.z == 0 && threadIdx.x == 0) p.lse[(size_t)b * R + row] = total > 0.f ? (mx + log2f(total)) * 0.69314718056f : -INFINITY;
+  if (blockIdx.z == 0 && threadIdx.x == 0)
+    p.lse[(size_t)b * R + row] = total > 0.f ? (mx + log2f(total)) * 0.69314718056f : -INFINITY;  // natural log
 }
 }  // namespace kdengine

@@ -69,8 +69,8 @@
 //     32-bit stores: P_a and P_b are the most waited-on hand-offs at 65k T=64. H200, two sets in one run against the
 //     stores (probe seesaw2_stsm, perf_history/kernel/stsm_8449746/): 65k T=64 118.5 / 118.5 us against 119.6 / 119.5
 //     (A/A 119.5 / 119.4, FlashMLA 118.5 / 117.8), ncu 121.47 -> 120.77 us; 65k T=16 45.2 / 45.0 against 45.0 / 45.0;
-//     4k T=64 and 16k T=16 0.1 us slower in both sets (A/A spread 0.0-0.1), 16k T=64 equal. Each warpgroup runs P V of both tiles on its 256 O columns (own P from registers,
-//     the other's from shared memory). Every 64-dim chunk of a stage has its own full barrier and no empty
+//     4k T=64 and 16k T=16 0.1 us slower in both sets (A/A spread 0.0-0.1), 16k T=64 equal. Each warpgroup runs P V
+//     of both tiles on its 256 O columns (own P from registers, the other's from shared memory). Every 64-dim chunk of a stage has its own full barrier and no empty
 //     barrier: a chunk range is reloaded by one thread of the warpgroup that just waited for its last
 //     reader (stage 0 chunks 0-3: warpgroup 0 after P_a V_aL; stage 0 chunks 4-8: warpgroup 1 after P_a
 //     V_aR; stage 1 chunks 0-3: warpgroup 0 after P_b V_bL; stage 1 chunks 4-8: warpgroup 1 after P_b
