@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from kdengine.bench import peers, roofline, verify_timing
+from kdengine.ops.cuda_backend import DEFAULT_COMBINE
 from kdengine.ops.shapes import DV
 
 CONTEXTS = (4096, 16384, 65536)
@@ -53,17 +54,16 @@ SETS = ("full", "peers", "mma", "mma2", "mma4", "mma6", "sm90", "paths", "pair",
 # then to branch mma6, whose probes are mma_lean_qs .. mma_lean_qsup (pingpong 12-15; mma_lean_qs the default since).
 # Every layout here runs the default merge (cuda_backend.DEFAULT_COMBINE, 4 since b44f69a; the records before it
 # were timed with merge 3: their labels say comb3).
-MMA_MERGE = 4
-MMA_LAYOUTS = {"mma_wide2pp": (16, 4, MMA_MERGE, True), "mma_wide2pp2": (16, 4, MMA_MERGE, 2), "mma_wide2pp2_lean": (16, 4, MMA_MERGE, 3),
-               "mma_x16pp": (32, 4, MMA_MERGE, True), "mma_x16": (32, 4, MMA_MERGE, False),
+MMA_LAYOUTS = {"mma_wide2pp": (16, 4, DEFAULT_COMBINE, True), "mma_wide2pp2": (16, 4, DEFAULT_COMBINE, 2), "mma_wide2pp2_lean": (16, 4, DEFAULT_COMBINE, 3),
+               "mma_x16pp": (32, 4, DEFAULT_COMBINE, True), "mma_x16": (32, 4, DEFAULT_COMBINE, False),
                # the probes of branch mma4 (kdengine.ops.cuda_backend.PINGPONGS 4-8)
-               "mma_lean_all": (16, 4, MMA_MERGE, 4), "mma_lean_kx2": (16, 4, MMA_MERGE, 5), "mma_lean_fast": (16, 4, MMA_MERGE, 6),
-               "mma_lean_late": (16, 4, MMA_MERGE, 7), "mma_lean_v5": (16, 4, MMA_MERGE, 8), "mma_lean_short": (16, 4, MMA_MERGE, 9),
-               "mma_lean_v4": (16, 4, MMA_MERGE, 10), "mma_lean_v4k": (16, 4, MMA_MERGE, 11),
+               "mma_lean_all": (16, 4, DEFAULT_COMBINE, 4), "mma_lean_kx2": (16, 4, DEFAULT_COMBINE, 5), "mma_lean_fast": (16, 4, DEFAULT_COMBINE, 6),
+               "mma_lean_late": (16, 4, DEFAULT_COMBINE, 7), "mma_lean_v5": (16, 4, DEFAULT_COMBINE, 8), "mma_lean_short": (16, 4, DEFAULT_COMBINE, 9),
+               "mma_lean_v4": (16, 4, DEFAULT_COMBINE, 10), "mma_lean_v4k": (16, 4, DEFAULT_COMBINE, 11),
                # the probes of branch mma6 (PINGPONGS 12-15: the default with Q staged through shared memory, 12 and
                # 13; the page-table row pointer warp-uniform, 14; both, 15)
-               "mma_lean_qs": (16, 4, MMA_MERGE, 12), "mma_lean_qs2": (16, 4, MMA_MERGE, 13), "mma_lean_up": (16, 4, MMA_MERGE, 14),
-               "mma_lean_qsup": (16, 4, MMA_MERGE, 15)}
+               "mma_lean_qs": (16, 4, DEFAULT_COMBINE, 12), "mma_lean_qs2": (16, 4, DEFAULT_COMBINE, 13), "mma_lean_up": (16, 4, DEFAULT_COMBINE, 14),
+               "mma_lean_qsup": (16, 4, DEFAULT_COMBINE, 15)}
 # the `mma4` set: at 64-row blocks (T * H > 32) the default, the default again (A/A) and these; at 32-row blocks
 # (T * H <= 32, T = 1, 2, 4 at H = 8: --trees) the default (wide2pp2 there), the default again and the lean form
 # (those equal to the default left out: since 896dc1b (perf_history/kernel/verify_kernel_mma4_*_896dc1b.json) the
@@ -293,19 +293,21 @@ def variants(N: int, T: int, which: str = "full"):
         sched = "cuda_sm90_dispatched"  # the schedule launch_sm90 picks for the call (rows and tiles per split)
         return [(f"{sched}/c0/sauto", sched, "auto", False, {}),
                 (f"{sched}/c0/splitonly/sauto", sched, "auto", False, {"combine": cuda_backend.SPLIT_ONLY})]
-    if which == "merge2":  # the default merge against the grouped merge with fewer instructions (combine 4), the split
-        # kernel alone (the merge's share; sm90), the default again (A/A); the sm90 kernel on Hopper, then the mma.sync default
+    if which == "merge2":  # the default merge against the other grouped merge (combine 3 <-> 4), the split kernel alone
+        # (the merge's share; sm90), the default again (A/A); the sm90 kernel on Hopper, then the mma.sync default
         from kdengine.ops import cuda_backend
 
-        sched, c = "cuda_sm90_dispatched", cuda_backend.DEFAULT_COMBINE
+        sched, c = "cuda_sm90_dispatched", DEFAULT_COMBINE
+        other = 3 if c == 4 else 4
         sm90 = [(f"{sched}/c{c}/sauto", sched, "auto", False, {}),
-                (f"{sched}/c4/sauto", sched, "auto", False, {"combine": 4}),
+                (f"{sched}/c{other}/sauto", sched, "auto", False, {"combine": other}),
                 (f"{sched}/splitonly/sauto", sched, "auto", False, {"combine": cuda_backend.SPLIT_ONLY}),
                 (f"{sched}/c{c}/aa/sauto", sched, "auto", False, {})] if hopper() else []
         mma = default_layout()
+        alt = (mma[0], mma[1], other, mma[3])
         label = default_label().removesuffix("/sauto")
         return sm90 + [(f"{label}/sauto", "cuda", "auto", False, mma),
-                       (f"cuda/{layout_label(mma[0], mma[1], 4, mma[3])}/sauto", "cuda", "auto", False, (mma[0], mma[1], 4, mma[3])),
+                       (f"cuda/{layout_label(*alt)}/sauto", "cuda", "auto", False, alt),
                        (f"{label}/aa/sauto", "cuda", "auto", False, mma)]
     if which == "pdl":  # when the split kernel lets the merge launch: the default, the other choice, the split kernel
         # alone (the merge's share; sm90), the default again (A/A); the sm90 kernel on Hopper, then the mma.sync default
