@@ -219,7 +219,7 @@ constexpr int CONSUMER_REGS = 232;
 constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6, BAR_MAX = 8, BAR_ISSUE = 10;
 enum Schedule {
   BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, STAGGERED_SMALL = 5, STAGGERED_TAIL = 6, SEESAW2 = 7,
-  SEESAW2_BAR = 8
+  SEESAW2_BAR = 8, SEESAW2_D32 = 9
 };
 // SEESAW2_BAR (SEESAW2's hand-offs on named barriers; SEESAW2 has them on mbarriers): 11 = warpgroup 0's running max after its tile published, 12 =
 // warpgroup 1's (the step's) published, 13 = P of the even tile (over its rope chunk) written, 14 = P of
@@ -239,9 +239,12 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // but 1.64x the instructions and m64n32 S make it slower at all six sizes, 65k T=16 54.8 against 44.7 us) in
 // ring4_1d11a74/ (its code there, ring4.patch); late (warpgroup 0's first reload after m'', FlashMLA's placement: 0.5-0.9
 // us slower at T=64) in late_14c0a94/.
-constexpr int NUM_SCHEDULES = SEESAW2_BAR + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
+// SEESAW2_D32: SEESAW2 with every S and P V descriptor of a k-step formed as a 32-bit add on the low word beside
+// the constant high word (FlashMLA's SASS form; SEESAW2's are 64-bit adds, its S descriptors passed through an
+// opaque 64-bit asm per chunk). A probe (perf_history/kernel/src_peer_b85e783/README.md).
+constexpr int NUM_SCHEDULES = SEESAW2_D32 + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
 __host__ __device__ constexpr bool is_seesaw2(int schedule) {
-  return schedule == SEESAW2 || schedule == SEESAW2_BAR;
+  return schedule == SEESAW2 || schedule == SEESAW2_BAR || schedule == SEESAW2_D32;
 }
 __host__ __device__ constexpr int threads_of(int schedule) { return is_seesaw2(schedule) ? 128 * CONSUMERS : THREADS; }
 __host__ __device__ constexpr int smem_of(int schedule) { return is_seesaw2(schedule) ? S2_SMEM : SMEM; }
@@ -315,6 +318,15 @@ __device__ __forceinline__ void reg_fence(float (&d)[N]) {
 __device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
   return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>((lbo >> 4) & 0x3FFF) << 16) |
          (static_cast<uint64_t>((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
+}
+// The high word of every descriptor here (SBO 1024, 128-byte swizzle): make_desc(_, _, 1024) >> 32.
+constexpr uint64_t DESC_HI = (static_cast<uint64_t>(1024 >> 4) << 32) | (1ull << 62);
+// Descriptor d advanced by off 16-byte units. D32: as a 32-bit add on the low word beside DESC_HI (the start
+// address field cannot carry: shared memory ends below 2^18 bytes); else a 64-bit add.
+template <bool D32>
+__device__ __forceinline__ uint64_t desc_at(uint64_t d, uint32_t off) {
+  if constexpr (D32) return DESC_HI | (static_cast<uint32_t>(d) + off);
+  else return d + off;
 }
 
 // --- wgmma (one function per shape) -------------------------------------------------------------------
@@ -478,32 +490,33 @@ __device__ __forceinline__ void wait_tile(uint32_t full_bars, int parity) {
 }
 
 // O[:, 256 w + (0..255)] += P V with P from registers (pa[kk]: tokens 16 (k0 + kk) .. + 15; K k-steps).
-template <int K>
+template <int K, bool D32 = false>
 __device__ __forceinline__ void issue_pv_rs(float (&o)[128], const uint32_t (&pa)[K][4], uint32_t tile, int w,
                                             int k0 = 0) {
   const uint64_t vd = make_desc(tile + w * (V_COLS / SW) * CHUNK_BYTES, CHUNK_BYTES, 1024);
   wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < K; ++kk) wgmma_pv_rs(o, pa[kk], vd + (k0 + kk) * (16 * 128 >> 4), 1);
+  for (int kk = 0; kk < K; ++kk) wgmma_pv_rs(o, pa[kk], desc_at<D32>(vd, (k0 + kk) * (16 * 128 >> 4)), 1);
   wgmma_commit();
 }
 
 // The same with P (64 x 64 bf16, the store_p layout) read from the rope chunk of `p_tile` and V from `tile`:
 // tokens [16 k0, 16 (k0 + K)).
-template <int K = BN / 16>
+template <int K = BN / 16, bool D32 = false>
 __device__ __forceinline__ void issue_pv_ss_from(float (&o)[128], uint32_t p_tile, uint32_t tile, int w, int k0 = 0) {
   const uint64_t vd = make_desc(tile + w * (V_COLS / SW) * CHUNK_BYTES, CHUNK_BYTES, 1024);
   const uint64_t pd = make_desc(p_tile + P_CHUNK * CHUNK_BYTES, 16, 1024);
   wgmma_fence();
 #pragma unroll
-  for (int kk = k0; kk < k0 + K; ++kk) wgmma_pv_ss(o, pd + kk * 2, vd + kk * (16 * 128 >> 4), 1);
+  for (int kk = k0; kk < k0 + K; ++kk)
+    wgmma_pv_ss(o, desc_at<D32>(pd, kk * 2), desc_at<D32>(vd, kk * (16 * 128 >> 4)), 1);
   wgmma_commit();
 }
 
 // P from the tile's own rope chunk (written by the owner over it).
-template <int K = BN / 16>
+template <int K = BN / 16, bool D32 = false>
 __device__ __forceinline__ void issue_pv_ss(float (&o)[128], uint32_t tile, int w, int k0 = 0) {
-  issue_pv_ss_from<K>(o, tile, tile, w, k0);
+  issue_pv_ss_from<K, D32>(o, tile, tile, w, k0);
 }
 
 // Bits [0, n) set (n <= 0: none, n >= 32: all).
@@ -883,23 +896,31 @@ __device__ __forceinline__ void load_chunks(const VerifyParams& p, const CUtenso
 
 // S k-steps of chunks [C0, C1) of a tile, each chunk once its full barrier (fb + 8 chunk, `parity`) has
 // flipped; the rope chunk (8) from Q in registers (q8), the others from shared memory. FIRST: the first
-// k-step starts S (scale-d 0). Not committed.
-template <int C0, int C1, bool FIRST>
+// k-step starts S (scale-d 0). Not committed. D32: desc_at's 32-bit form, the low words opaque per call.
+template <int C0, int C1, bool FIRST, bool D32 = false>
 __device__ __forceinline__ void issue_qk_chunks(float (&s)[32], uint64_t qd, uint64_t kd, const uint32_t (&q8)[4][4],
                                                 uint32_t fb, int parity) {
-  asm volatile("" : "+l"(qd), "+l"(kd));  // opaque per call: no descriptors hoisted and kept live across the loop
+  // opaque per call: no descriptors hoisted and kept live across the loop
+  if constexpr (D32) {
+    uint32_t ql = static_cast<uint32_t>(qd), kl = static_cast<uint32_t>(kd);
+    asm volatile("" : "+r"(ql), "+r"(kl));
+    qd = ql;
+    kd = kl;
+  } else {
+    asm volatile("" : "+l"(qd), "+l"(kd));
+  }
 #pragma unroll
   for (int c = C0; c < C1; ++c) {
     mbar_wait(fb + 8 * c, parity);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      const uint64_t off = c * (CHUNK_BYTES >> 4) + kk * 2;  // 16-byte units
+      const uint32_t off = c * (CHUNK_BYTES >> 4) + kk * 2;  // 16-byte units
       const int acc = !FIRST || c > C0 || kk > 0;
       if (c == P_CHUNK)
-        wgmma_qk_rs(s, q8[kk], kd + off, acc);
+        wgmma_qk_rs(s, q8[kk], desc_at<D32>(kd, off), acc);
       else
-        wgmma_qk(s, qd + off, kd + off, acc);
+        wgmma_qk(s, desc_at<D32>(qd, off), desc_at<D32>(kd, off), acc);
     }
   }
 }
@@ -1166,6 +1187,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
     // (chunks 4-8, then 0-3), waited. Q's rope chunk lives in registers (q8) for both S, so its shared
     // memory holds P_b. Every chunk has its own full barrier; no empty barriers, no producer warpgroup.
     // The running max moves lazily (STAGGERED_SMALL's rule); both warpgroups hold the same m.
+    constexpr bool D32 = SCHEDULE == SEESAW2_D32;
     const int* pages = p.page_table + (size_t)b * p.max_pages;
     const bool loader = wtid == 0;
     uint32_t q8[4][4];
@@ -1211,7 +1233,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
     };
     if (w == 0) {
       zero_tail(0, 0, fb0);
-      issue_qk_chunks<0, NCHUNK, true>(s, qd, kd0, q8, fb0, 0);
+      issue_qk_chunks<0, NCHUNK, true, D32>(s, qd, kd0, q8, fb0, 0);
       wgmma_commit();
       look_ahead(2);
       wgmma_wait<0>();
@@ -1233,7 +1255,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         rescale(o, sc);
         reg_fence(o);
         pack_p(s, pa);
-        issue_pv_rs(o, pa, stage0, 0);  // O_L += P_a V_aL
+        issue_pv_rs<BN / 16, D32>(o, pa, stage0, 0);  // O_L += P_a V_aL
         auto reload_a = [&]() {  // P_a V_aL done: stage 0's chunks 0-3 are free
           wgmma_wait<0>();
           reg_fence(o);
@@ -1263,16 +1285,16 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         reg_fence(o);
         if (has_b) {
           handoff_wait(3, i);
-          issue_pv_ss_from(o, q_s, stage1, 0);  // O_L += P_b V_bL
+          issue_pv_ss_from<BN / 16, D32>(o, q_s, stage1, 0);  // O_L += P_b V_bL
         }
         if (next_a) {  // (then has_b too)
           zero_tail(ta + 2, 0, fb0);
-          issue_qk_chunks<0, 4, true>(s, qd, kd0, q8, fb0, (i + 1) & 1);
+          issue_qk_chunks<0, 4, true, D32>(s, qd, kd0, q8, fb0, (i + 1) & 1);
           wgmma_commit();
           wgmma_wait<1>();  // P_b V_bL done: stage 1's chunks 0-3 are free
           reg_fence(o);
           if (next_b && loader) load_chunks(p, &kv_map, pages, start + (ta + 3) * BN, row_b2, end, stage1, 0, 4, fb1);
-          issue_qk_chunks<4, NCHUNK, false>(s, qd, kd0, q8, fb0, (i + 1) & 1);
+          issue_qk_chunks<4, NCHUNK, false, D32>(s, qd, kd0, q8, fb0, (i + 1) & 1);
           wgmma_commit();
           look_ahead(ta + 4);
         }
@@ -1283,8 +1305,8 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
     } else {
       if (ntiles > 1) {
         zero_tail(1, 1, fb1);
-        issue_qk_chunks<4, NCHUNK, true>(s, qd, kd1, q8, fb1, 0);
-        issue_qk_chunks<0, 4, false>(s, qd, kd1, q8, fb1, 0);
+        issue_qk_chunks<4, NCHUNK, true, D32>(s, qd, kd1, q8, fb1, 0);
+        issue_qk_chunks<0, 4, false, D32>(s, qd, kd1, q8, fb1, 0);
         wgmma_commit();
         look_ahead(2);
         wgmma_wait<0>();
@@ -1327,9 +1349,9 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         auto reload_b = [&]() {  // P_b V_bR done: stage 1's chunks 4-8 are free
           if (next_b && loader) load_chunks(p, &kv_map, pages, start + (tb + 2) * BN, row_b2, end, stage1, 4, NCHUNK, fb1);
         };
-        if (has_b) issue_pv_rs(o, pa, stage1, 1);  // O_R += P_b V_bR
+        if (has_b) issue_pv_rs<BN / 16, D32>(o, pa, stage1, 1);  // O_R += P_b V_bR
         handoff_wait(2, i);
-        issue_pv_ss(o, stage0, 1);  // O_R += P_a V_aR
+        issue_pv_ss<BN / 16, D32>(o, stage0, 1);  // O_R += P_a V_aR
         if (has_b) handoff_signal(3);  // (after both P V of this side are issued: FlashMLA's order)
         if (has_b) {
           wgmma_wait<1>();
@@ -1340,8 +1362,8 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         reload_a();
         if (next_b) {
           zero_tail(tb + 2, 1, fb1);
-          issue_qk_chunks<4, NCHUNK, true>(s, qd, kd1, q8, fb1, (i + 1) & 1);
-          issue_qk_chunks<0, 4, false>(s, qd, kd1, q8, fb1, (i + 1) & 1);
+          issue_qk_chunks<4, NCHUNK, true, D32>(s, qd, kd1, q8, fb1, (i + 1) & 1);
+          issue_qk_chunks<0, 4, false, D32>(s, qd, kd1, q8, fb1, (i + 1) & 1);
           wgmma_commit();
           look_ahead(ta + 4);
           wgmma_wait<0>();
