@@ -219,7 +219,7 @@ constexpr int CONSUMER_REGS = 232;
 constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6, BAR_MAX = 8, BAR_ISSUE = 10;
 enum Schedule {
   BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, STAGGERED_SMALL = 5, STAGGERED_TAIL = 6, SEESAW2 = 7,
-  SEESAW2_BAR = 8, SEESAW2_D32 = 9
+  SEESAW2_BAR = 8
 };
 // SEESAW2_BAR (SEESAW2's hand-offs on named barriers; SEESAW2 has them on mbarriers): 11 = warpgroup 0's running max after its tile published, 12 =
 // warpgroup 1's (the step's) published, 13 = P of the even tile (over its rope chunk) written, 14 = P of
@@ -239,12 +239,9 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // but 1.64x the instructions and m64n32 S make it slower at all six sizes, 65k T=16 54.8 against 44.7 us) in
 // ring4_1d11a74/ (its code there, ring4.patch); late (warpgroup 0's first reload after m'', FlashMLA's placement: 0.5-0.9
 // us slower at T=64) in late_14c0a94/.
-// SEESAW2_D32: SEESAW2 with every S and P V descriptor of a k-step formed as a 32-bit add on the low word beside
-// the constant high word (FlashMLA's SASS form; SEESAW2's are 64-bit adds, its S descriptors passed through an
-// opaque 64-bit asm per chunk). A probe (perf_history/kernel/src_peer_b85e783/README.md).
-constexpr int NUM_SCHEDULES = SEESAW2_D32 + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
+constexpr int NUM_SCHEDULES = SEESAW2_BAR + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
 __host__ __device__ constexpr bool is_seesaw2(int schedule) {
-  return schedule == SEESAW2 || schedule == SEESAW2_BAR || schedule == SEESAW2_D32;
+  return schedule == SEESAW2 || schedule == SEESAW2_BAR;
 }
 __host__ __device__ constexpr int threads_of(int schedule) { return is_seesaw2(schedule) ? 128 * CONSUMERS : THREADS; }
 __host__ __device__ constexpr int smem_of(int schedule) { return is_seesaw2(schedule) ? S2_SMEM : SMEM; }
@@ -1187,7 +1184,10 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
     // (chunks 4-8, then 0-3), waited. Q's rope chunk lives in registers (q8) for both S, so its shared
     // memory holds P_b. Every chunk has its own full barrier; no empty barriers, no producer warpgroup.
     // The running max moves lazily (STAGGERED_SMALL's rule); both warpgroups hold the same m.
-    constexpr bool D32 = SCHEDULE == SEESAW2_D32;
+    // Every k-step's S and P V descriptor as a 32-bit add on the low word beside the constant high word
+    // (desc_at; FlashMLA's SASS form): 0.5-1.0% faster at 65k T=64 than 64-bit adds, 168 fewer uniform adds
+    // (perf_history/kernel/d32_905c234/).
+    constexpr bool D32 = true;
     const int* pages = p.page_table + (size_t)b * p.max_pages;
     const bool loader = wtid == 0;
     uint32_t q8[4][4];
