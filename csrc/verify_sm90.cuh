@@ -219,7 +219,7 @@ constexpr int CONSUMER_REGS = 232;
 constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6, BAR_MAX = 8, BAR_ISSUE = 10;
 enum Schedule {
   BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, STAGGERED_SMALL = 5, STAGGERED_TAIL = 6, SEESAW2 = 7,
-  SEESAW2_BAR = 8, SEESAW2_G2 = 9, SEESAW2_UNR = 10
+  SEESAW2_BAR = 8
 };
 // SEESAW2_BAR (SEESAW2's hand-offs on named barriers; SEESAW2 has them on mbarriers): 11 = warpgroup 0's running max after its tile published, 12 =
 // warpgroup 1's (the step's) published, 13 = P of the even tile (over its rope chunk) written, 14 = P of
@@ -239,15 +239,9 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // but 1.64x the instructions and m64n32 S make it slower at all six sizes, 65k T=16 54.8 against 44.7 us) in
 // ring4_1d11a74/ (its code there, ring4.patch); late (warpgroup 0's first reload after m'', FlashMLA's placement: 0.5-0.9
 // us slower at T=64) in late_14c0a94/.
-// Probes of SEESAW2: SEESAW2_G2 counts two chunks of a stage on each full barrier ({0,1}, {2,3}, {4,5}, {6,7}, {8}:
-// half the waits, expect_tx and branches; S starts on two landed chunks instead of one); SEESAW2_UNR issues the TMA
-// loads of a reload in unrolled loops (page >= 64: no loop branch per chunk).
-constexpr int NUM_SCHEDULES = SEESAW2_UNR + 1;
-// SEESAW2's chunks per full barrier, and whether its TMA issue loops are unrolled.
-__host__ __device__ constexpr int s2_group(int schedule) { return schedule == SEESAW2_G2 ? 2 : 1; }
-__host__ __device__ constexpr bool s2_unroll(int schedule) { return schedule == SEESAW2_UNR; }  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
+constexpr int NUM_SCHEDULES = SEESAW2_BAR + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
 __host__ __device__ constexpr bool is_seesaw2(int schedule) {
-  return schedule == SEESAW2 || schedule == SEESAW2_BAR || schedule == SEESAW2_G2 || schedule == SEESAW2_UNR;
+  return schedule == SEESAW2 || schedule == SEESAW2_BAR;
 }
 __host__ __device__ constexpr int threads_of(int schedule) { return is_seesaw2(schedule) ? 128 * CONSUMERS : THREADS; }
 __host__ __device__ constexpr int smem_of(int schedule) { return is_seesaw2(schedule) ? S2_SMEM : SMEM; }
@@ -871,43 +865,30 @@ __device__ __forceinline__ void load_group(const VerifyParams& p, const CUtensor
 
 // --- pieces of SEESAW2 ---------------------------------------------------------------------------------
 
-// The full barrier of chunk c of a stage whose barriers start at fb, G chunks per barrier.
-template <int G>
-__device__ __forceinline__ uint32_t chunk_bar(uint32_t fb, int c) { return fb + 8 * (c / G); }
-
 // The TMA loads of chunks [c0, c1) of the KV tile at tile_start (pool row `row`: tile_row) into dst, chunk k
-// counted on full barrier chunk_bar<G>(fb, k) (G = 1: its own, so S starts on a chunk as soon as it lands; c0 a
-// multiple of G). Called by one thread. UNROLL: the page >= 64 loop unrolled (a probe).
-template <int G = 1, bool UNROLL = false>
+// counted on its own full barrier fb + 8 k (so S starts on a chunk as soon as it lands; two chunks per barrier:
+// 1.6-5.5% slower, perf_history/kernel/g2_e0dfbe9/). Called by one thread. With a page of >= 64 tokens the loop is
+// unrolled (c0, c1 constants at every call): rolled, the loader's warp ran a branch per chunk at each reload, and
+// unrolled seesaw2 is 2.7% faster at 65k T=64 (the same run); the several-pages loops stay rolled.
 __device__ __forceinline__ void load_chunks(const VerifyParams& p, const CUtensorMap* kv_map, const int* pages,
                                             int tile_start, int row, int end, uint32_t dst, int c0, int c1,
                                             uint32_t fb) {
-  // (rolled loops: one thread issues them, and unrolled they took a quarter of the hot loops' code)
   const int ps = p.page_size;
   if (ps >= BN) {
-    if constexpr (UNROLL) {
 #pragma unroll
-      for (int k = c0; k < c1; ++k) {
-        if (k % G == 0) mbar_expect_tx(chunk_bar<G>(fb, k), min(G, c1 - k) * CHUNK_BYTES);
-        tma_load(dst + k * CHUNK_BYTES, kv_map, k * SW, row, chunk_bar<G>(fb, k));
-      }
-    } else {
-#pragma unroll 1
-      for (int k = c0; k < c1; ++k) {
-        if (k % G == 0) mbar_expect_tx(chunk_bar<G>(fb, k), min(G, c1 - k) * CHUNK_BYTES);
-        tma_load(dst + k * CHUNK_BYTES, kv_map, k * SW, row, chunk_bar<G>(fb, k));
-      }
+    for (int k = c0; k < c1; ++k) {
+      mbar_expect_tx(fb + 8 * k, CHUNK_BYTES);
+      tma_load(dst + k * CHUNK_BYTES, kv_map, k * SW, row, fb + 8 * k);
     }
   } else {  // several pages per tile: one box of ps rows per page that holds tokens before `end`
     const int npages = min(BN / ps, (end - tile_start + ps - 1) / ps);
 #pragma unroll 1
-    for (int k = c0; k < c1; k += G) mbar_expect_tx(chunk_bar<G>(fb, k), min(G, c1 - k) * npages * ps * 128);
+    for (int k = c0; k < c1; ++k) mbar_expect_tx(fb + 8 * k, npages * ps * 128);
 #pragma unroll 1
     for (int pg = 0; pg < npages; ++pg) {
       const int row = __ldg(pages + ((tile_start + pg * ps) >> p.page_shift)) * ps;
 #pragma unroll 1
-      for (int k = c0; k < c1; ++k)
-        tma_load(dst + k * CHUNK_BYTES + pg * ps * 128, kv_map, k * SW, row, chunk_bar<G>(fb, k));
+      for (int k = c0; k < c1; ++k) tma_load(dst + k * CHUNK_BYTES + pg * ps * 128, kv_map, k * SW, row, fb + 8 * k);
     }
   }
 }
@@ -915,7 +896,7 @@ __device__ __forceinline__ void load_chunks(const VerifyParams& p, const CUtenso
 // S k-steps of chunks [C0, C1) of a tile, each chunk once its full barrier (fb + 8 chunk, `parity`) has
 // flipped; the rope chunk (8) from Q in registers (q8), the others from shared memory. FIRST: the first
 // k-step starts S (scale-d 0). Not committed. D32: desc_at's 32-bit form, the low words opaque per call.
-template <int C0, int C1, bool FIRST, bool D32 = false, int G = 1>
+template <int C0, int C1, bool FIRST, bool D32 = false>
 __device__ __forceinline__ void issue_qk_chunks(float (&s)[32], uint64_t qd, uint64_t kd, const uint32_t (&q8)[4][4],
                                                 uint32_t fb, int parity) {
   // opaque per call: no descriptors hoisted and kept live across the loop
@@ -929,7 +910,7 @@ __device__ __forceinline__ void issue_qk_chunks(float (&s)[32], uint64_t qd, uin
   }
 #pragma unroll
   for (int c = C0; c < C1; ++c) {
-    if (c % G == 0 || c == C0) mbar_wait(chunk_bar<G>(fb, c), parity);
+    mbar_wait(fb + 8 * c, parity);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
@@ -1062,13 +1043,11 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
       const int* pages = p.page_table + (size_t)b * p.max_pages;
       mbar_expect_tx(q_bar, TILE_BYTES);
       for (int k = 0; k < NCHUNK; ++k) tma_load(q_s + k * CHUNK_BYTES, &q_map, k * SW, b * p.R + row0, q_bar);
-      constexpr int G = s2_group(SCHEDULE);
-      constexpr bool U = s2_unroll(SCHEDULE);
-      load_chunks<G, U>(p, &kv_map, pages, start, tile_row(p, pages, start), end, kv_s, 0, NCHUNK, full_bar);
+      load_chunks(p, &kv_map, pages, start, tile_row(p, pages, start), end, kv_s, 0, NCHUNK, full_bar);
       if (ntiles > 1) {
         const int row1 = tile_row(p, pages, start + BN);
-        load_chunks<G, U>(p, &kv_map, pages, start + BN, row1, end, kv_s + TILE_BYTES, 4, NCHUNK, full_bar + 8 * NCHUNK);
-        load_chunks<G, U>(p, &kv_map, pages, start + BN, row1, end, kv_s + TILE_BYTES, 0, 4, full_bar + 8 * NCHUNK);
+        load_chunks(p, &kv_map, pages, start + BN, row1, end, kv_s + TILE_BYTES, 4, NCHUNK, full_bar + 8 * NCHUNK);
+        load_chunks(p, &kv_map, pages, start + BN, row1, end, kv_s + TILE_BYTES, 0, 4, full_bar + 8 * NCHUNK);
       }
     }
   }
@@ -1211,8 +1190,6 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
     // (desc_at; FlashMLA's SASS form): 0.5-1.0% faster at 65k T=64 than 64-bit adds, 168 fewer uniform adds
     // (perf_history/kernel/d32_905c234/).
     constexpr bool D32 = true;
-    constexpr int G = s2_group(SCHEDULE);
-    constexpr bool U = s2_unroll(SCHEDULE);
     const int* pages = p.page_table + (size_t)b * p.max_pages;
     const bool loader = wtid == 0;
     uint32_t q8[4][4];
@@ -1251,14 +1228,14 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
     auto zero_tail = [&](int t, int st, uint32_t fb) {  // rows past `end` of tile t (stage st), this warpgroup
       const int tile_start = start + t * BN;
       if (tile_start + BN > end) {
-        for (int c = 0; c < NCHUNK; c += G) mbar_wait(chunk_bar<G>(fb, c), (t >> 1) & 1);
+        for (int c = 0; c < NCHUNK; ++c) mbar_wait(fb + 8 * c, (t >> 1) & 1);
         zero_rows(sm + KV_OFF + st * TILE_BYTES, end - tile_start, wtid, 128);
         bar_sync(BAR_WG + w, 128);
       }
     };
     if (w == 0) {
       zero_tail(0, 0, fb0);
-      issue_qk_chunks<0, NCHUNK, true, D32, G>(s, qd, kd0, q8, fb0, 0);
+      issue_qk_chunks<0, NCHUNK, true, D32>(s, qd, kd0, q8, fb0, 0);
       wgmma_commit();
       look_ahead(2);
       wgmma_wait<0>();
@@ -1284,7 +1261,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         auto reload_a = [&]() {  // P_a V_aL done: stage 0's chunks 0-3 are free
           wgmma_wait<0>();
           reg_fence(o);
-          if (next_a && loader) load_chunks<G, U>(p, &kv_map, pages, start + (ta + 2) * BN, row_a2, end, stage0, 0, 4, fb0);
+          if (next_a && loader) load_chunks(p, &kv_map, pages, start + (ta + 2) * BN, row_a2, end, stage0, 0, 4, fb0);
         };
         reload_a();
         handoff_wait(1, i);
@@ -1314,12 +1291,12 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         }
         if (next_a) {  // (then has_b too)
           zero_tail(ta + 2, 0, fb0);
-          issue_qk_chunks<0, 4, true, D32, G>(s, qd, kd0, q8, fb0, (i + 1) & 1);
+          issue_qk_chunks<0, 4, true, D32>(s, qd, kd0, q8, fb0, (i + 1) & 1);
           wgmma_commit();
           wgmma_wait<1>();  // P_b V_bL done: stage 1's chunks 0-3 are free
           reg_fence(o);
-          if (next_b && loader) load_chunks<G, U>(p, &kv_map, pages, start + (ta + 3) * BN, row_b2, end, stage1, 0, 4, fb1);
-          issue_qk_chunks<4, NCHUNK, false, D32, G>(s, qd, kd0, q8, fb0, (i + 1) & 1);
+          if (next_b && loader) load_chunks(p, &kv_map, pages, start + (ta + 3) * BN, row_b2, end, stage1, 0, 4, fb1);
+          issue_qk_chunks<4, NCHUNK, false, D32>(s, qd, kd0, q8, fb0, (i + 1) & 1);
           wgmma_commit();
           look_ahead(ta + 4);
         }
@@ -1330,8 +1307,8 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
     } else {
       if (ntiles > 1) {
         zero_tail(1, 1, fb1);
-        issue_qk_chunks<4, NCHUNK, true, D32, G>(s, qd, kd1, q8, fb1, 0);
-        issue_qk_chunks<0, 4, false, D32, G>(s, qd, kd1, q8, fb1, 0);
+        issue_qk_chunks<4, NCHUNK, true, D32>(s, qd, kd1, q8, fb1, 0);
+        issue_qk_chunks<0, 4, false, D32>(s, qd, kd1, q8, fb1, 0);
         wgmma_commit();
         look_ahead(2);
         wgmma_wait<0>();
@@ -1369,10 +1346,10 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         rescale(o, sc);
         reg_fence(o);
         auto reload_a = [&]() {  // P_a V_aR done: stage 0's chunks 4-8 are free
-          if (next_a && loader) load_chunks<G, U>(p, &kv_map, pages, start + (ta + 2) * BN, row_a2, end, stage0, 4, NCHUNK, fb0);
+          if (next_a && loader) load_chunks(p, &kv_map, pages, start + (ta + 2) * BN, row_a2, end, stage0, 4, NCHUNK, fb0);
         };
         auto reload_b = [&]() {  // P_b V_bR done: stage 1's chunks 4-8 are free
-          if (next_b && loader) load_chunks<G, U>(p, &kv_map, pages, start + (tb + 2) * BN, row_b2, end, stage1, 4, NCHUNK, fb1);
+          if (next_b && loader) load_chunks(p, &kv_map, pages, start + (tb + 2) * BN, row_b2, end, stage1, 4, NCHUNK, fb1);
         };
         if (has_b) issue_pv_rs<BN / 16, D32>(o, pa, stage1, 1);  // O_R += P_b V_bR
         handoff_wait(2, i);
@@ -1387,8 +1364,8 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         reload_a();
         if (next_b) {
           zero_tail(tb + 2, 1, fb1);
-          issue_qk_chunks<4, NCHUNK, true, D32, G>(s, qd, kd1, q8, fb1, (i + 1) & 1);
-          issue_qk_chunks<0, 4, false, D32, G>(s, qd, kd1, q8, fb1, (i + 1) & 1);
+          issue_qk_chunks<4, NCHUNK, true, D32>(s, qd, kd1, q8, fb1, (i + 1) & 1);
+          issue_qk_chunks<0, 4, false, D32>(s, qd, kd1, q8, fb1, (i + 1) & 1);
           wgmma_commit();
           look_ahead(ta + 4);
           wgmma_wait<0>();
