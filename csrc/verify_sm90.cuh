@@ -219,7 +219,7 @@ constexpr int CONSUMER_REGS = 232;
 constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6, BAR_MAX = 8, BAR_ISSUE = 10;
 enum Schedule {
   BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, STAGGERED_SMALL = 5, STAGGERED_TAIL = 6, SEESAW2 = 7,
-  SEESAW2_BAR = 8
+  SEESAW2_BAR = 8, SEESAW2_LA = 9, SEESAW2_SPREAD = 10
 };
 // SEESAW2_BAR (SEESAW2's hand-offs on named barriers; SEESAW2 has them on mbarriers): 11 = warpgroup 0's running max after its tile published, 12 =
 // warpgroup 1's (the step's) published, 13 = P of the even tile (over its rope chunk) written, 14 = P of
@@ -239,9 +239,12 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // but 1.64x the instructions and m64n32 S make it slower at all six sizes, 65k T=16 54.8 against 44.7 us) in
 // ring4_1d11a74/ (its code there, ring4.patch); late (warpgroup 0's first reload after m'', FlashMLA's placement: 0.5-0.9
 // us slower at T=64) in late_14c0a94/.
-constexpr int NUM_SCHEDULES = SEESAW2_BAR + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
+// Probes of SEESAW2: SEESAW2_LA looks up the next step's pool rows in every thread (no divergent branch around the
+// page-table loads); SEESAW2_SPREAD issues a warpgroup's reloads of stage 0 and stage 1 from two warps (thread 0
+// and thread 32 of the warpgroup) instead of both from thread 0, each looking up its own row.
+constexpr int NUM_SCHEDULES = SEESAW2_SPREAD + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
 __host__ __device__ constexpr bool is_seesaw2(int schedule) {
-  return schedule == SEESAW2 || schedule == SEESAW2_BAR;
+  return schedule == SEESAW2 || schedule == SEESAW2_BAR || schedule == SEESAW2_LA || schedule == SEESAW2_SPREAD;
 }
 __host__ __device__ constexpr int threads_of(int schedule) { return is_seesaw2(schedule) ? 128 * CONSUMERS : THREADS; }
 __host__ __device__ constexpr int smem_of(int schedule) { return is_seesaw2(schedule) ? S2_SMEM : SMEM; }
@@ -1191,7 +1194,8 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
     // (perf_history/kernel/d32_905c234/).
     constexpr bool D32 = true;
     const int* pages = p.page_table + (size_t)b * p.max_pages;
-    const bool loader = wtid == 0;
+    // the loaders of stage 0's and stage 1's reloads (SPREAD: in two warps)
+    const bool loader = wtid == 0, loader_b = SCHEDULE == SEESAW2_SPREAD ? wtid == 32 : loader;
     uint32_t q8[4][4];
     load_q8(sm + Q_OFF, rows, q8);
     const uint64_t qd = make_desc(q_s, 16, 1024);
@@ -1221,7 +1225,12 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
     // the end of step i - 1 (after its S issue, under the S wait; t = ta + 2 of step i) and at the first S.
     int row_a2 = 0, row_b2 = 0;
     auto look_ahead = [&](int t) {
-      if (!loader) return;
+      if constexpr (SCHEDULE == SEESAW2_SPREAD) {
+        if (loader) row_a2 = t < ntiles ? tile_row(p, pages, start + t * BN) : 0;
+        if (loader_b) row_b2 = t + 1 < ntiles ? tile_row(p, pages, start + (t + 1) * BN) : 0;
+        return;
+      }
+      if (SCHEDULE != SEESAW2_LA && !loader) return;
       row_a2 = t < ntiles ? tile_row(p, pages, start + t * BN) : 0;
       row_b2 = t + 1 < ntiles ? tile_row(p, pages, start + (t + 1) * BN) : 0;
     };
@@ -1295,7 +1304,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
           wgmma_commit();
           wgmma_wait<1>();  // P_b V_bL done: stage 1's chunks 0-3 are free
           reg_fence(o);
-          if (next_b && loader) load_chunks(p, &kv_map, pages, start + (ta + 3) * BN, row_b2, end, stage1, 0, 4, fb1);
+          if (next_b && loader_b) load_chunks(p, &kv_map, pages, start + (ta + 3) * BN, row_b2, end, stage1, 0, 4, fb1);
           issue_qk_chunks<4, NCHUNK, false, D32>(s, qd, kd0, q8, fb0, (i + 1) & 1);
           wgmma_commit();
           look_ahead(ta + 4);
@@ -1349,7 +1358,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
           if (next_a && loader) load_chunks(p, &kv_map, pages, start + (ta + 2) * BN, row_a2, end, stage0, 4, NCHUNK, fb0);
         };
         auto reload_b = [&]() {  // P_b V_bR done: stage 1's chunks 4-8 are free
-          if (next_b && loader) load_chunks(p, &kv_map, pages, start + (tb + 2) * BN, row_b2, end, stage1, 4, NCHUNK, fb1);
+          if (next_b && loader_b) load_chunks(p, &kv_map, pages, start + (tb + 2) * BN, row_b2, end, stage1, 4, NCHUNK, fb1);
         };
         if (has_b) issue_pv_rs<BN / 16, D32>(o, pa, stage1, 1);  // O_R += P_b V_bR
         handoff_wait(2, i);
