@@ -219,7 +219,7 @@ constexpr int CONSUMER_REGS = 232;
 constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6, BAR_MAX = 8, BAR_ISSUE = 10;
 enum Schedule {
   BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, STAGGERED_SMALL = 5, STAGGERED_TAIL = 6, SEESAW2 = 7,
-  SEESAW2_BAR = 8, SEESAW2_LA = 9, SEESAW2_SPREAD = 10
+  SEESAW2_BAR = 8
 };
 // SEESAW2_BAR (SEESAW2's hand-offs on named barriers; SEESAW2 has them on mbarriers): 11 = warpgroup 0's running max after its tile published, 12 =
 // warpgroup 1's (the step's) published, 13 = P of the even tile (over its rope chunk) written, 14 = P of
@@ -239,12 +239,9 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // but 1.64x the instructions and m64n32 S make it slower at all six sizes, 65k T=16 54.8 against 44.7 us) in
 // ring4_1d11a74/ (its code there, ring4.patch); late (warpgroup 0's first reload after m'', FlashMLA's placement: 0.5-0.9
 // us slower at T=64) in late_14c0a94/.
-// Probes of SEESAW2: SEESAW2_LA looks up the next step's pool rows in every thread (no divergent branch around the
-// page-table loads); SEESAW2_SPREAD issues a warpgroup's reloads of stage 0 and stage 1 from two warps (thread 0
-// and thread 32 of the warpgroup) instead of both from thread 0, each looking up its own row.
-constexpr int NUM_SCHEDULES = SEESAW2_SPREAD + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
+constexpr int NUM_SCHEDULES = SEESAW2_BAR + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
 __host__ __device__ constexpr bool is_seesaw2(int schedule) {
-  return schedule == SEESAW2 || schedule == SEESAW2_BAR || schedule == SEESAW2_LA || schedule == SEESAW2_SPREAD;
+  return schedule == SEESAW2 || schedule == SEESAW2_BAR;
 }
 __host__ __device__ constexpr int threads_of(int schedule) { return is_seesaw2(schedule) ? 128 * CONSUMERS : THREADS; }
 __host__ __device__ constexpr int smem_of(int schedule) { return is_seesaw2(schedule) ? S2_SMEM : SMEM; }
@@ -1194,8 +1191,9 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
     // (perf_history/kernel/d32_905c234/).
     constexpr bool D32 = true;
     const int* pages = p.page_table + (size_t)b * p.max_pages;
-    // the loaders of stage 0's and stage 1's reloads (SPREAD: in two warps)
-    const bool loader = wtid == 0, loader_b = SCHEDULE == SEESAW2_SPREAD ? wtid == 32 : loader;
+    // The loaders of a warpgroup's stage-0 and stage-1 reloads, in two warps: with both on thread 0 its warp stepped
+    // through both TMA issues and both page lookups alone (0.6-0.8% slower at 65k T=64: perf_history/kernel/la_ab24c16/).
+    const bool loader = wtid == 0, loader_b = wtid == 32;
     uint32_t q8[4][4];
     load_q8(sm + Q_OFF, rows, q8);
     const uint64_t qd = make_desc(q_s, 16, 1024);
@@ -1221,18 +1219,13 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
     float* mid_tab = m_tab;  // [step parity][BM]: m' (warpgroup 0's running max after tile a)
     float* max_tab = l_tab;  // [step parity][BM]: m'' (the step's running max, warpgroup 1)
     const int steps = (ntiles + 1) / 2;
-    // The pool rows of the loads of step i (tiles ta + 2, ta + 3), looked up by each warpgroup's loader at
-    // the end of step i - 1 (after its S issue, under the S wait; t = ta + 2 of step i) and at the first S.
+    // The pool rows of the loads of step i (tiles ta + 2, ta + 3), looked up by each warpgroup's loaders (row_a2 by
+    // loader, row_b2 by loader_b) at the end of step i - 1 (after its S issue, under the S wait; t = ta + 2 of step i)
+    // and at the first S.
     int row_a2 = 0, row_b2 = 0;
     auto look_ahead = [&](int t) {
-      if constexpr (SCHEDULE == SEESAW2_SPREAD) {
-        if (loader) row_a2 = t < ntiles ? tile_row(p, pages, start + t * BN) : 0;
-        if (loader_b) row_b2 = t + 1 < ntiles ? tile_row(p, pages, start + (t + 1) * BN) : 0;
-        return;
-      }
-      if (SCHEDULE != SEESAW2_LA && !loader) return;
-      row_a2 = t < ntiles ? tile_row(p, pages, start + t * BN) : 0;
-      row_b2 = t + 1 < ntiles ? tile_row(p, pages, start + (t + 1) * BN) : 0;
+      if (loader) row_a2 = t < ntiles ? tile_row(p, pages, start + t * BN) : 0;
+      if (loader_b) row_b2 = t + 1 < ntiles ? tile_row(p, pages, start + (t + 1) * BN) : 0;
     };
     auto zero_tail = [&](int t, int st, uint32_t fb) {  // rows past `end` of tile t (stage st), this warpgroup
       const int tile_start = start + t * BN;

@@ -170,14 +170,14 @@ SM90_MIN_TOKENS_PER_SPLIT = 128
 # score, trees for the row max and sums): 0.4-0.8% faster at T=64 (perf_history/kernel/s2soft_f222390/). The default
 # from SEESAW2_MIN_ROWS query rows and SEESAW2_MIN_TILES KV tiles per split (below).
 SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4, "staggered_small": 5, "staggered_tail": 6,
-             "seesaw2": 7, "seesaw2_bar": 8, "seesaw2_la": 9, "seesaw2_spread": 10}
-# seesaw2_la (every thread looks up the next pool rows) and seesaw2_spread (two loader warps): probes.
+             "seesaw2": 7, "seesaw2_bar": 8}
 # seesaw2's probes (swap, early, se, qc, seq, eno, mid; 2-CTA multicast clusters; earlier v0, ahead, alate, apro, aolp;
 # ring4 and late of 2026-12-01), each measured on the H200 slower than seesaw2 or within the spread, are gone
 # (csrc/verify_sm90.cuh says where each one's evidence is; their code: the csrc history up to dd10800, and the
 # patches under perf_history/kernel/{ring4_1d11a74,late_14c0a94}/). The probe stsm (P written by stmatrix) became
 # seesaw2 (perf_history/kernel/stsm_8449746/), and so did d32 (its descriptors as 32-bit adds; d32_905c234/) and
-# unr (the TMA issue loops unrolled; g2_e0dfbe9/, where g2, two chunks per full barrier, was slower).
+# unr (the TMA issue loops unrolled; g2_e0dfbe9/, where g2, two chunks per full barrier, was slower) and spread (a
+# warpgroup's two reloads from two warps; la_ab24c16/, where la, the page lookups in every thread, was slower).
 # The default sm90 schedule, at every size. staggered_small was the default only from 8 KV tiles per split
 # (SMALL_MIN_TILES) while its tail mask was a rolled loop of a load per score: 3-9% slower than staggered at 4k
 # (perf_history/kernel/verify_kernel_icache_*_986b231.json). With the mask from packed words (tail_bits), one
