@@ -139,14 +139,15 @@ static cudaError_t launch_dependent(Kernel kernel, dim3 grid, dim3 block, size_t
   return cudaLaunchKernelEx(&cfg, kernel, p);
 }
 
-// The log-sum-exp merge of the split partials (either split kernel): 4 = grouped with fewer instructions (the
-// default), 3 = grouped (both any nsplit), 2 = chunked (the three PDL on sm_90+), 1 = splits weighted in parallel,
-// 0 = one loop per thread (also past COMBINE_MAX_NSPLIT for 1 and 2).
+// The log-sum-exp merge of the split partials (either split kernel): 4 = grouped (the default, any nsplit), 2 =
+// chunked (both PDL on sm_90+), 1 = splits weighted in parallel, 0 = one loop per thread (also past
+// COMBINE_MAX_NSPLIT for 1 and 2). 3 (the older grouped merge, slower than 4: perf_history/kernel/merge2_b44f69a/)
+// was retired; the binding refuses it.
 static cudaError_t launch_combine(const VerifyParams& p, int combine, cudaStream_t stream) {
-  if (combine == 3 || combine == 4) {
+  if (combine == 4) {
     const int groups = merge_groups(p.nsplit);
-    return launch_dependent(combine == 3 ? verify_combine_grouped_kernel : verify_combine_grouped2_kernel,
-                            dim3(p.R, p.B, MERGE_COL_CHUNKS), dim3(32 * groups), merge_smem_bytes(groups), p, stream);
+    return launch_dependent(verify_combine_grouped2_kernel, dim3(p.R, p.B, MERGE_COL_CHUNKS), dim3(32 * groups),
+                            merge_smem_bytes(groups), p, stream);
   }
   if (combine == 2 && p.nsplit <= COMBINE_MAX_NSPLIT)
     return launch_dependent(verify_combine_chunked_kernel, dim3(p.R, p.B, COMBINE_COL_CHUNKS),

@@ -492,15 +492,14 @@ __global__ void __launch_bounds__(COMBINE_CHUNK_THREADS) verify_combine_chunked_
 }
 
 
-// The grouped merge (the default). MERGE_COL_CHUNKS blocks per (row, sequence), each MERGE_CHUNK_COLS
-// columns: one 16-byte load (8 bf16) per lane and partial row. Warp g of the block's `groups` takes
-// splits g, g + groups, ... and keeps its own running max, sum and weighted sum (log-sum-exp over its
-// splits, rescaled per batch of MERGE_BATCH), so every load of a batch (lse and partial rows) is
-// issued at once: no block-wide weighting pass ahead of the partial reads (the merges above wait one
-// L2 round trip for the lse, two barriers, then the partials). One barrier, then the groups' sums are
-// rescaled to the common max and added in a fixed order. Any nsplit (batches loop past
-// MERGE_BATCH * groups). Launched as a programmatic dependent of the split kernel on sm_90+: nothing
-// is read before pdl_wait_primary.
+// The grouped merge (combine 4, the default; verify_combine_grouped2_kernel below). MERGE_COL_CHUNKS blocks per
+// (row, sequence), each MERGE_CHUNK_COLS columns: one 16-byte load (8 bf16) per lane and partial row. Warp g of the
+// block's `groups` takes splits g, g + groups, ... and keeps its own running max, sum and weighted sum (log-sum-exp
+// over its splits, rescaled per batch of MERGE_BATCH), so every load of a batch (lse and partial rows) is issued at
+// once: no block-wide weighting pass ahead of the partial reads (the merges above wait one L2 round trip for the lse,
+// two barriers, then the partials). One barrier, then the groups' sums are rescaled to the common max and added in a
+// fixed order. Any nsplit (batches loop past MERGE_BATCH * groups). Launched as a programmatic dependent of the split
+// kernel on sm_90+: nothing is read before pdl_wait_primary.
 constexpr int MERGE_VEC = 8;                                // bf16 columns per 16-byte load
 constexpr int MERGE_COL_CHUNKS = 2;                         // blocks per (row, sequence)
 constexpr int MERGE_CHUNK_COLS = DV / MERGE_COL_CHUNKS;     // 256
@@ -540,85 +539,13 @@ __device__ __forceinline__ const float* merge_publish(float* merge_s, int group,
   return acc_s;
 }
 
-__global__ void __launch_bounds__(32 * MERGE_MAX_GROUPS) verify_combine_grouped_kernel(const VerifyParams p) {
-  extern __shared__ __align__(16) float merge_s[];
-  const int groups = blockDim.x / 32, group = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int row = blockIdx.x, b = blockIdx.y, R = p.R, nsplit = p.nsplit;
-  const int col0 = blockIdx.z * MERGE_CHUNK_COLS;
-  const float* lse = p.part_lse + (size_t)b * nsplit * R + row;
-  const __nv_bfloat16* src = p.part_out + ((size_t)b * nsplit * R + row) * DV + col0 + lane * MERGE_VEC;
-  const size_t stride = (size_t)R * DV;
-  pdl_wait_primary();  // launched early (programmatic dependent launch): the partials are complete past here
-
-  float m = -INFINITY, sum = 0.f, acc[MERGE_VEC];
-#pragma unroll
-  for (int i = 0; i < MERGE_VEC; ++i) acc[i] = 0.f;
-  for (int s0 = group; s0 < nsplit; s0 += MERGE_BATCH * groups) {
-    float ls[MERGE_BATCH];
-    uint4 v[MERGE_BATCH];
-#pragma unroll
-    for (int k = 0; k < MERGE_BATCH; ++k) {  // all loads of the batch before any use
-      const int s = s0 + k * groups;
-      ls[k] = -INFINITY;
-      v[k] = make_uint4(0u, 0u, 0u, 0u);
-      if (s < nsplit) {
-        ls[k] = __ldg(lse + (size_t)s * R);
-        v[k] = __ldcs(reinterpret_cast<const uint4*>(src + s * stride));  // read once: evict first
-      }
-    }
-    float mb = m;
-#pragma unroll
-    for (int k = 0; k < MERGE_BATCH; ++k) mb = fmaxf(mb, ls[k]);
-    if (mb == -INFINITY) continue;  // only empty splits so far (uniform over the warp)
-    const float c = __expf(m - mb);  // m = -inf: 0, and acc, sum are still 0
-    sum *= c;
-#pragma unroll
-    for (int i = 0; i < MERGE_VEC; ++i) acc[i] *= c;
-#pragma unroll
-    for (int k = 0; k < MERGE_BATCH; ++k) {
-      if (ls[k] == -INFINITY) continue;  // an empty split's partial row was never written (any bits)
-      const float w = __expf(ls[k] - mb);
-      sum += w;
-      const uint32_t h[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        acc[2 * j] += w * bf16_lo(h[j]);
-        acc[2 * j + 1] += w * bf16_hi(h[j]);
-      }
-    }
-    m = mb;
-  }
-
-  const float* m_s = merge_s;  // [MERGE_MAX_GROUPS] (merge_smem_bytes)
-  const float* sum_s = m_s + MERGE_MAX_GROUPS;
-  const float* acc_s = merge_publish(merge_s, group, lane, m, sum, acc);  // [groups][MERGE_CHUNK_COLS]
-
-  float mx = -INFINITY;
-  for (int g = 0; g < groups; ++g) mx = fmaxf(mx, m_s[g]);
-  float total = 0.f;
-  for (int g = 0; g < groups; ++g) total += m_s[g] == -INFINITY ? 0.f : sum_s[g] * __expf(m_s[g] - mx);
-  const float inv = total > 0.f ? 1.f / total : 0.f;
-  __nv_bfloat16* dst = p.out + ((size_t)b * R + row) * DV + col0;
-  for (int c = 2 * threadIdx.x; c < MERGE_CHUNK_COLS; c += 2 * blockDim.x) {
-    float o0 = 0.f, o1 = 0.f;
-    for (int g = 0; g < groups; ++g) {
-      if (m_s[g] == -INFINITY) continue;
-      const float f = __expf(m_s[g] - mx);
-      const float2 a = *reinterpret_cast<const float2*>(acc_s + g * MERGE_CHUNK_COLS + c);
-      o0 += f * a.x, o1 += f * a.y;
-    }
-    *reinterpret_cast<__nv_bfloat162*>(dst + c) = __floats2bfloat162_rn(o0 * inv, o1 * inv);
-  }
-  if (blockIdx.z == 0 && threadIdx.x == 0) p.lse[(size_t)b * R + row] = total > 0.f ? mx + logf(total) : -INFINITY;
-}
-
-
-// The grouped merge with fewer instructions (combine 4; ncu at 65k T=64: the grouped merge above issues ~740
-// instructions per warp at 49% of the issue slots, most of them address arithmetic redone per split inside a branch and
-// exp2 range fix-ups): the same work split (warp g: splits g, g + groups, ...; one barrier), with the row bases formed
-// once, every load of a batch issued unconditionally (a split index past nsplit is clamped and its lse read as -inf:
-// weight 0), the weights in the log2 domain as one ex2.approx.ftz each (the final sum's group factors too), an empty
-// split's partial row zeroed by a select instead of skipped by a branch, and no exchange when one warp holds every split.
+// Its instruction count: combine 3 (verify_combine_grouped_kernel, the same work split written plainly; retired: its
+// source is in the git history up to d403430) issued ~740 instructions per warp at 49% of the issue slots under
+// ncu at 65k T=64, most of them address arithmetic redone per split inside a branch and exp2 range fix-ups; combine 4
+// was faster after both split kernels (perf_history/kernel/merge2_b44f69a/). So here: the row bases formed once, every
+// load of a batch issued unconditionally (a split index past nsplit is clamped and its lse read as -inf: weight 0),
+// the weights in the log2 domain as one ex2.approx.ftz each (the final sum's group factors too), an empty split's
+// partial row zeroed by a select instead of skipped by a branch, and no exchange when one warp holds every split.
 __device__ __forceinline__ float merge_ex2(float x) {  // 2^x, -inf -> 0
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));

@@ -49,8 +49,9 @@ int blocks_per_sm(int R, int col_warps, int max_row_groups, int pingpong);
 // rows per block) or 16 for its streaming variant "wide2"; combine: 0 = one loop over the splits per
 // thread, 1 = splits weighted in parallel first, then batched loads in 4 thread groups, 2 = the same
 // in COMBINE_COL_CHUNKS blocks per row of 128 columns each, 8 thread groups over the splits (1 and 2
-// need nsplit <= 1024, else 0 is used), 3 = "grouped": one warp per split group keeps its own
-// log-sum-exp state, one barrier (any nsplit; verify_kernel.cuh), 4 = the same with fewer instructions;
+// need nsplit <= 1024, else 0 is used), 4 = "grouped": one warp per split group keeps its own
+// log-sum-exp state, one barrier (any nsplit; verify_kernel.cuh); 3 (the older grouped merge, slower than 4:
+// perf_history/kernel/merge2_b44f69a/, its source in the git history up to d403430) was retired;
 // pingpong (wide layouts only): 1 = the two row halves run softmax and P*V in opposite orders; 2 (wide2
 // only) = both halves run P*V in two column halves, one beside Q*K^T, one beside the softmax; 3 (wide2 only) =
 // the same schedule with less integer work per tile (verify_wide_lean.cuh); 4-11 (wide2 only): its probes

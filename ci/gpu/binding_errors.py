@@ -3,7 +3,7 @@ front), in its own `python -X faulthandler` process, then a good call in the sam
 RuntimeError naming what is wrong, and the process must stay usable; a crash shows as the child's exit status and its
 faulthandler trace. Until the binding was built with torch's C++ standard (kdengine.ops.build.HOST_CFLAGS) the checks
 whose message formats a number crashed (SIGSEGV; perf_history/kernel/pdl_288100a/). tests/ops/test_cuda.py runs the
-two numeric cases.
+cases whose message formats a number.
 
     python3 ci/gpu/binding_errors.py            (prints one line per case; exit 1 when any case misbehaves)
     python3 ci/gpu/binding_errors.py CASE       (one case in this process: what the parent runs)
@@ -19,6 +19,8 @@ CASES = {
     "sm90_fp32_partials": ("part_out fp32", "launch_sm90", "part_out must be bf16"),
     "mma_fp32_partials": ("part_out fp32", "launch", "part_out must be bf16"),
     "sm90_bad_combine": ("combine 7", "launch_sm90", "combine must be"),
+    "sm90_retired_combine_3": ("combine 3 (retired merge)", "launch_sm90", "combine must be -1, 0, 1, 2 or 4"),
+    "mma_retired_combine_3": ("combine 3 (retired merge)", "launch", "combine must be 0, 1, 2 or 4"),
     "mma_bad_col_warps": ("col_warps 3", "launch", "col_warps must be"),
     "mma_bad_pingpong": ("pingpong 99", "launch", "pingpong must be"),
     "sm90_noncontiguous": ("q not contiguous", "launch_sm90", "contiguous"),
@@ -60,7 +62,8 @@ def one(case: str) -> int:
     inp = make_verify_inputs(T=16, H=8, prefix=300, seed=3, device="cuda",
                              page_size=4 if case == "sm90_page_size_4" else 64)
     bad = {"sm90_fp32_partials": dict(part_dtype=torch.float32), "mma_fp32_partials": dict(part_dtype=torch.float32),
-           "sm90_bad_combine": dict(combine=7), "mma_bad_col_warps": dict(col_warps=3),
+           "sm90_bad_combine": dict(combine=7), "sm90_retired_combine_3": dict(combine=3),
+           "mma_retired_combine_3": dict(combine=3), "mma_bad_col_warps": dict(col_warps=3),
            "mma_bad_pingpong": dict(pingpong=99),
            "sm90_nsplit_mismatch": dict(extra_split=1),
            "sm90_noncontiguous": dict(q=inp.q.transpose(1, 2).contiguous().transpose(1, 2)),

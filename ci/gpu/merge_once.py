@@ -1,5 +1,6 @@
-"""Split + merge calls of the dispatched sm90 kernel with the given merges, in order, on one input set (for ncu of the
-merge kernels with warm partials: ci/gpu/merge2.sh). Checks each result against the fp32 reference.
+"""Split + merge calls of the dispatched sm90 kernel with the given merges, in order, on one input set (for ncu or
+compute-sanitizer of the merge kernels with warm partials; written for merge2.sh, retired: ci/gpu/README.md). Checks
+each result against the fp32 reference.
 
     python ci/gpu/merge_once.py T prefix combine [combine ...]
 """

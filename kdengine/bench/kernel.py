@@ -35,10 +35,12 @@ CONTEXTS = (4096, 16384, 65536)
 TREE_SIZES = (16, 64)
 NSPLITS = (16, 32, 64, 128, 256, "auto")
 SETS = ("full", "peers", "mma", "mma2", "mma4", "mma6", "sm90", "paths", "pair", "half", "icache", "seesaw2", "nsplit",
-        "merge", "pdl", "merge2")
+        "merge", "pdl")
 # (the sets s2tune, s2t64, s2t64r, s2ab, s2mid, ring4, stsm, late, d32, g2 and la timed seesaw2's probes, gone
 # since: their records stay in perf_history/kernel/verify_kernel_{s2tune,s2t64,s2t64r65k,s2t6465k,s2ab,s2ab2,s2mid,
-# ring4,stsm0,stsm1,late0,late1,d32_0,d32_1,g2_0,g2_1,la_0,la_1}_*.json)
+# ring4,stsm0,stsm1,late0,late1,d32_0,d32_1,g2_0,g2_1,la_0,la_1}_*.json; the set merge2 timed the grouped merges 3
+# and 4 against each other, gone with merge 3: its records are perf_history/kernel/verify_kernel_merge2{0,1}_*_b44f69a.json
+# and merge2_b44f69a/)
 # The `merge` set: the sm90 schedule the dispatched call picks (cuda_backend.pick_schedule) with the merge
 # kernel, and the same split kernel alone (no merge: the merge's in-graph share is the difference). Up to
 # commit 1cd259e it timed DEFAULT_SCHEDULE (staggered) at every size, though from 8 KV tiles per split the
@@ -53,7 +55,7 @@ SETS = ("full", "peers", "mma", "mma2", "mma4", "mma6", "sm90", "paths", "pair",
 # mma4 (pingpong 4-11, kdengine.ops.cuda_backend.PINGPONGS), mma_lean_v5 (all of them, pingpong 8) the default from
 # then to branch mma6, whose probes are mma_lean_qs .. mma_lean_qsup (pingpong 12-15; mma_lean_qs the default since).
 # Every layout here runs the default merge (cuda_backend.DEFAULT_COMBINE, 4 since b44f69a; the records before it
-# were timed with merge 3: their labels say comb3).
+# were timed with merge 3, since retired: their labels say comb3).
 MMA_LAYOUTS = {"mma_wide2pp": (16, 4, DEFAULT_COMBINE, True), "mma_wide2pp2": (16, 4, DEFAULT_COMBINE, 2), "mma_wide2pp2_lean": (16, 4, DEFAULT_COMBINE, 3),
                "mma_x16pp": (32, 4, DEFAULT_COMBINE, True), "mma_x16": (32, 4, DEFAULT_COMBINE, False),
                # the probes of branch mma4 (kdengine.ops.cuda_backend.PINGPONGS 4-8)
@@ -293,22 +295,6 @@ def variants(N: int, T: int, which: str = "full"):
         sched = "cuda_sm90_dispatched"  # the schedule launch_sm90 picks for the call (rows and tiles per split)
         return [(f"{sched}/c0/sauto", sched, "auto", False, {}),
                 (f"{sched}/c0/splitonly/sauto", sched, "auto", False, {"combine": cuda_backend.SPLIT_ONLY})]
-    if which == "merge2":  # the default merge against the other grouped merge (combine 3 <-> 4), the split kernel alone
-        # (the merge's share; sm90), the default again (A/A); the sm90 kernel on Hopper, then the mma.sync default
-        from kdengine.ops import cuda_backend
-
-        sched, c = "cuda_sm90_dispatched", DEFAULT_COMBINE
-        other = 3 if c == 4 else 4
-        sm90 = [(f"{sched}/c{c}/sauto", sched, "auto", False, {}),
-                (f"{sched}/c{other}/sauto", sched, "auto", False, {"combine": other}),
-                (f"{sched}/splitonly/sauto", sched, "auto", False, {"combine": cuda_backend.SPLIT_ONLY}),
-                (f"{sched}/c{c}/aa/sauto", sched, "auto", False, {})] if hopper() else []
-        mma = default_layout()
-        alt = (mma[0], mma[1], other, mma[3])
-        label = default_label().removesuffix("/sauto")
-        return sm90 + [(f"{label}/sauto", "cuda", "auto", False, mma),
-                       (f"cuda/{layout_label(*alt)}/sauto", "cuda", "auto", False, alt),
-                       (f"{label}/aa/sauto", "cuda", "auto", False, mma)]
     if which == "pdl":  # when the split kernel lets the merge launch: the default, the other choice, the split kernel
         # alone (the merge's share; sm90), the default again (A/A); the sm90 kernel on Hopper, then the mma.sync default
         from kdengine.ops import cuda_backend

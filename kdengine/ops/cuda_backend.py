@@ -99,20 +99,22 @@ DEFAULT_PINGPONG = 12
 # Merge kernel (csrc/verify_kernel.cuh; the split partials are bf16 [B, nsplit, T*H, 512], their lse
 # fp32): 0 = one loop over the splits per thread, 1 = split weights computed in parallel first, then 4
 # thread groups over the splits with 8 partial rows in flight per thread; 2 = the same over 4 blocks
-# per row (128 columns each) and 8 thread groups (4x the blocks of 1); 3 = "grouped": 2 blocks per row,
+# per row (128 columns each) and 8 thread groups (4x the blocks of 1); 4 = "grouped": 2 blocks per row,
 # one warp per split group with its own log-sum-exp state (lse and partial loads of a batch issued
-# together, one barrier), any nsplit. Default 3: against 2 on the same bf16 partials in one H200 run it
-# was 0.5-1.8 us faster on the mma.sync path and 0.2-15.3 us on the sm90 path at the six sizes
-# (perf_history/kernel/verify_kernel_gpu-nvidia-h200-sm90_75d088d_paths.json). 4 = grouped with fewer
-# instructions (the row bases formed once, 32-bit offsets, a batch's loads all issued before the row max, the weights
-# as one ex2.approx.ftz each, no branch per split; csrc/verify_kernel.cuh). Default 4: against 3 in two sets of one H200
+# together, one barrier), any nsplit, with few instructions (the row bases formed once, 32-bit offsets, a batch's loads
+# all issued before the row max, the weights as one ex2.approx.ftz each, no branch per split; csrc/verify_kernel.cuh).
+# 3 = the first grouped merge (the same work split without those), retired: it was the default from 75d088d (against 2
+# on the same bf16 partials in one H200 run 0.5-1.8 us faster on the mma.sync path and 0.2-15.3 us on the sm90 path at
+# the six sizes: perf_history/kernel/verify_kernel_gpu-nvidia-h200-sm90_75d088d_paths.json) until 4 replaced it; its
+# source is in the git history up to d403430, and 3 is refused here and in the binding. The numbers of 0, 1, 2 and 4
+# stay (records' labels such as comb4 name them). Default 4: against 3 in two sets of one H200
 # run (perf_history/kernel/verify_kernel_merge2{0,1}_gpu-nvidia-h200-sm90_b44f69a.json, merge2_b44f69a/), us, 3 / 4 /
 # 3 again, set 1 then 2: after the sm90 kernel 4k T64 20.2 / 19.9 / 20.2 both, 16k T16 20.9 / 20.4 / 21.0 and 21.0 /
 # 20.4 / 21.0, 16k T64 40.3 / 39.9 / 40.3 and 40.3 / 39.9 / 40.2, 65k T16 44.8 / 44.5 / 44.9 and 44.9 / 44.4 / 44.8,
 # 65k T64 118.9 / 118.6 / 118.8 and 118.7 / 118.4 / 118.7 (4k T16 13.4 / 13.2 / 13.4 and 13.0 / 13.2 / 13.4: its first
 # row reads low, position in the process); after the mma.sync default 0.2-0.7 us faster at four sizes, equal at 65k;
 # ncu of the merge alone with warm partials at 65k T64: 5.34-6.05 -> 4.77-4.83 us, 1.52M -> 1.29M warp instructions.
-COMBINES = (0, 1, 2, 3, 4)
+COMBINES = (0, 1, 2, 4)  # (3 retired: above)
 DEFAULT_COMBINE = 4
 # Shortest split for `auto`: four 16-token tiles of the wide layout. At ctx 4096, T 16 one wave of 64
 # splits of 64 tokens ran faster than 32 splits of 128 on the H200
@@ -263,6 +265,14 @@ def check_merge_early(merge_early, default: bool) -> bool:
     return merge_early
 
 
+def check_combine(combine, allowed: tuple = COMBINES) -> None:
+    """combine: one of `allowed` (COMBINES, or SPLIT_ONLY too for launch_sm90); the retired 3 is named as such."""
+    if combine not in allowed:
+        retired = " (3, the older grouped merge, was retired: slower than 4, perf_history/kernel/merge2_b44f69a/)" \
+            if combine == 3 else ""
+        raise ValueError(f"combine: expected one of {allowed}, got {combine!r}{retired}")
+
+
 def split_tiles(capacity: int, nsplit: int) -> int:
     """KV tiles per split of the sm90 kernel at `capacity` tokens cut into `nsplit` splits (its split length:
     ceil(tokens / nsplit) rounded up to whole 64-token tiles)."""
@@ -337,8 +347,7 @@ def launch(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_scale
         raise ValueError(f"col_warps: expected one of {COL_WARPS}, got {col_warps!r}")
     if row_groups not in ROW_GROUPS:
         raise ValueError(f"row_groups: expected one of {ROW_GROUPS}, got {row_groups!r}")
-    if combine not in COMBINES:
-        raise ValueError(f"combine: expected one of {COMBINES}, got {combine!r}")
+    check_combine(combine)
     if int(pingpong) not in PINGPONGS or (int(pingpong) in SPLIT_PV_PINGPONGS and col_warps != WIDE2):
         raise ValueError(f"pingpong: expected one of {PINGPONGS} ({SPLIT_PV_PINGPONGS} with col_warps {WIDE2} only), "
                          f"got {pingpong!r}")
@@ -387,8 +396,7 @@ def launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_
         schedule = pick_schedule(q.shape[1], q.shape[2], split_tiles(page_table.shape[1] * kv_cache.shape[1], nsplit))
     if combine is None:
         combine = DEFAULT_COMBINE
-    if combine not in (SPLIT_ONLY, *COMBINES):
-        raise ValueError(f"combine: expected one of {(SPLIT_ONLY, *COMBINES)}, got {combine!r}")
+    check_combine(combine, (SPLIT_ONLY, *COMBINES))
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule: expected one of {tuple(SCHEDULES)}, got {schedule!r}")
     merge_early = check_merge_early(merge_early, DEFAULT_MERGE_EARLY)

@@ -79,6 +79,18 @@ def test_launch_rejects_a_bad_warp_layout():
         cuda_backend.launch(*[None] * 7, sm_scale=1.0, nsplit=1, combine=5)
 
 
+def test_the_retired_merge_3_is_refused():
+    # combine 3 (the older grouped merge, slower than 4: perf_history/kernel/merge2_b44f69a/) was removed; the other
+    # merges keep their numbers. Both launchers refuse 3 before any CUDA call, naming the argument and the retirement
+    # (the binding's own check: ci/gpu/binding_errors.py mma_retired_combine_3 / sm90_retired_combine_3).
+    assert cuda_backend.COMBINES == (0, 1, 2, 4) and cuda_backend.DEFAULT_COMBINE == 4
+    with pytest.raises(ValueError, match=r"^combine: expected one of \(0, 1, 2, 4\), got 3 \(3, .* was retired"):
+        cuda_backend.launch(*[None] * 7, sm_scale=1.0, nsplit=1, combine=3)
+    q = torch.zeros(1, 16, 8, 576, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"^combine: expected one of \(-1, 0, 1, 2, 4\), got 3 \(3, .* was retired"):
+        cuda_backend.launch_sm90(q, *[None] * 6, sm_scale=0.1, nsplit=12, schedule="seesaw2", combine=3)
+
+
 def test_auto_nsplit_fills_one_wave_without_empty_splits():
     from kdengine.ops.schedule import auto_nsplit
 
@@ -298,8 +310,8 @@ def test_binding_checks_that_format_a_number_raise():
     import sys
 
     script = Path(__file__).resolve().parents[2] / "ci" / "gpu" / "binding_errors.py"
-    cases = ["mma_bad_col_warps", "mma_bad_pingpong", "mma_nsplit_2_20"] + (
-        ["sm90_bad_combine"] if torch.cuda.get_device_capability() == (9, 0) else [])
+    cases = ["mma_bad_col_warps", "mma_bad_pingpong", "mma_nsplit_2_20", "mma_retired_combine_3"] + (
+        ["sm90_bad_combine", "sm90_retired_combine_3"] if torch.cuda.get_device_capability() == (9, 0) else [])
     for case in cases:
         r = subprocess.run([sys.executable, "-X", "faulthandler", str(script), case], capture_output=True, text=True,
                            timeout=600)

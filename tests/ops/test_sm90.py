@@ -193,7 +193,7 @@ def test_sm90_auto_nsplit_matches_the_measured_best():
 def test_sm90_launch_arguments_are_checked():
     q = torch.zeros(1, 16, 8, 576, dtype=torch.bfloat16)
     args = (q, None, None, None, None, None, None)
-    for combine in (5, 6, -2):  # (5 was a removed fused merge)
+    for combine in (3, 5, 6, -2):  # (3 was the older grouped merge, 5 a fused merge: both removed)
         with pytest.raises(ValueError, match="combine"):
             cuda_backend.launch_sm90(*args, sm_scale=0.1, nsplit=12, schedule="staggered", combine=combine)
     with pytest.raises(ValueError, match="schedule"):
