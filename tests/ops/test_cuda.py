@@ -216,10 +216,10 @@ WIDE2_CASES = CONTRACT + ODD + [TestParam(16, [65000, 17, 4000, 129], B=4), Test
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", [(cuda_backend.WIDE2, 1, False), (cuda_backend.WIDE2, 2, False),
-                                    (cuda_backend.WIDE2, 2, True), (cuda_backend.WIDE2, 3, True),
-                                    (cuda_backend.WIDE2X16, 2, False), (cuda_backend.WIDE2X16, 3, True),
-                                    (cuda_backend.WIDE2, 3, 2), (cuda_backend.WIDE2, 3, 3),
-                                    *[(cuda_backend.WIDE2, 3, pp) for pp in LEAN_PROBES]],
+                                    (cuda_backend.WIDE2, 2, True), (cuda_backend.WIDE2, 4, True),
+                                    (cuda_backend.WIDE2X16, 2, False), (cuda_backend.WIDE2X16, 4, True),
+                                    (cuda_backend.WIDE2, 4, 2), (cuda_backend.WIDE2, 4, 3),
+                                    *[(cuda_backend.WIDE2, 4, pp) for pp in LEAN_PROBES]],
                          ids=lambda lay: f"cw{lay[0]}-comb{lay[1]}" + ("-pp" if lay[2] else "") + PP_SUFFIX.get(lay[2], ""))
 @pytest.mark.parametrize("tp", WIDE2_CASES, ids=lambda tp: f"T{tp.T}-p{tp.prefix}-H{tp.H}-B{tp.B}-s{tp.nsplit}")
 def test_wide2_matches_reference(tp, layout):
