@@ -306,15 +306,21 @@ def test_binding_checks_that_format_a_number_raise():
     """A failing TORCH_CHECK whose arguments included a number crashed the process (SIGSEGV) on the H200 image (torch
     2.11; verify_api.cpp num()): each check of both entry points whose message holds a number, one process each
     (ci/gpu/binding_errors.py: the bad call must raise RuntimeError naming the argument, then a good call must run)."""
+    import os
     import subprocess
     import sys
 
+    import kdengine
+
     script = Path(__file__).resolve().parents[2] / "ci" / "gpu" / "binding_errors.py"
+    # the child imports the kdengine this process imports, wherever the tests were started from
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(kdengine.__file__).resolve().parents[1]),
+                                                                     os.environ.get("PYTHONPATH")]))}
     cases = ["mma_bad_col_warps", "mma_bad_pingpong", "mma_nsplit_2_20", "mma_retired_combine_3"] + (
         ["sm90_bad_combine", "sm90_retired_combine_3"] if torch.cuda.get_device_capability() == (9, 0) else [])
     for case in cases:
         r = subprocess.run([sys.executable, "-X", "faulthandler", str(script), case], capture_output=True, text=True,
-                           timeout=600)
+                           timeout=600, env=env)
         assert r.returncode == 0, f"{case}: exit {r.returncode}\n{r.stdout[-2000:]}{r.stderr[-2000:]}"
         assert "raised:" in r.stdout and "then a good call" in r.stdout
 
