@@ -219,7 +219,7 @@ constexpr int CONSUMER_REGS = 232;
 constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6, BAR_MAX = 8, BAR_ISSUE = 10;
 enum Schedule {
   BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, STAGGERED_SMALL = 5, STAGGERED_TAIL = 6, SEESAW2 = 7,
-  SEESAW2_BAR = 8, SEESAW2_H = 9
+  SEESAW2_BAR = 8
 };
 // SEESAW2_BAR (SEESAW2's hand-offs on named barriers; SEESAW2 has them on mbarriers): 11 = warpgroup 0's running max after its tile published, 12 =
 // warpgroup 1's (the step's) published, 13 = P of the even tile (over its rope chunk) written, 14 = P of
@@ -239,14 +239,9 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // but 1.64x the instructions and m64n32 S make it slower at all six sizes, 65k T=16 54.8 against 44.7 us) in
 // ring4_1d11a74/ (its code there, ring4.patch); late (warpgroup 0's first reload after m'', FlashMLA's placement: 0.5-0.9
 // us slower at T=64) in late_14c0a94/.
-// SEESAW2_H (a probe): warpgroup 0's two P V (P_a V_aL, P_b V_bL) each as two m64n128 halves (V columns 0-127, then
-// 128-255), committed on their own, and chunks 0-1 / 2-3 of the stage reloaded as soon as the half that read them is
-// done (SEESAW2: chunks 0-3 after the whole P V): warpgroup 1's S of the next odd tile waits on stage 1's chunk 0 more
-// than on any other barrier (perf_history/kernel/la_ab24c16/src_seesaw2_T64.sass.top.txt). (Halves on warpgroup 1
-// too, or on P_b V_bL alone beside an m64n256 P_a V_aL, make ptxas serialize every wgmma of the kernel: C7511.)
-constexpr int NUM_SCHEDULES = SEESAW2_H + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
+constexpr int NUM_SCHEDULES = SEESAW2_BAR + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
 __host__ __device__ constexpr bool is_seesaw2(int schedule) {
-  return schedule == SEESAW2 || schedule == SEESAW2_BAR || schedule == SEESAW2_H;
+  return schedule == SEESAW2 || schedule == SEESAW2_BAR;
 }
 __host__ __device__ constexpr int threads_of(int schedule) { return is_seesaw2(schedule) ? 128 * CONSUMERS : THREADS; }
 __host__ __device__ constexpr int smem_of(int schedule) { return is_seesaw2(schedule) ? S2_SMEM : SMEM; }
@@ -376,30 +371,6 @@ __device__ __forceinline__ void wgmma_pv_ss(float (&d)[128], uint64_t desc_a, ui
       : KD_ACC128(d)
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
-
-// Half HALF of O[64 x 256], columns 128 HALF .. + 127 (the accumulator registers 64 HALF .. + 63), (+)= A[64 x 16]
-// (shared memory, K-major) * B[16 x 128] (MN-major).
-#define KD_ACC64_TEXT KD_ACC32_TEXT \
-    ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47" \
-    ", %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-template <int HALF>
-__device__ __forceinline__ void wgmma_pv_ss_half(float (&d)[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" KD_ACC64_TEXT "}, %64, %65, p, 1, 1, 0, 1;\n}\n"
-      : KD_ACC32(d, 64 * HALF), KD_ACC32(d, 64 * HALF + 32)
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-}
-// The same with A from registers.
-template <int HALF>
-__device__ __forceinline__ void wgmma_pv_rs_half(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" KD_ACC64_TEXT "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-      : KD_ACC32(d, 64 * HALF), KD_ACC32(d, 64 * HALF + 32)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
-}
-#undef KD_ACC64_TEXT
 
 // O[64 x 256] (+)= A[64 x 16] (registers, the m16n8k16 A fragment per warp) * B[16 x 256] (MN-major).
 __device__ __forceinline__ void wgmma_pv_rs(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
@@ -536,28 +507,6 @@ __device__ __forceinline__ void issue_pv_ss_from(float (&o)[128], uint32_t p_til
 #pragma unroll
   for (int kk = k0; kk < k0 + K; ++kk)
     wgmma_pv_ss(o, desc_at<D32>(pd, kk * 2), desc_at<D32>(vd, kk * (16 * 128 >> 4)), 1);
-  wgmma_commit();
-}
-
-// Half HALF of a P V (O columns 128 HALF .. + 127 of warpgroup w's 256: V chunks 4 w + 2 HALF, + 1), P from the rope
-// chunk of p_tile (SS) or from registers (RS). Committed.
-template <int HALF, bool D32>
-__device__ __forceinline__ void issue_pv_ss_half(float (&o)[128], uint32_t p_tile, uint32_t tile, int w) {
-  const uint64_t vd = make_desc(tile + (w * (V_COLS / SW) + 2 * HALF) * CHUNK_BYTES, CHUNK_BYTES, 1024);
-  const uint64_t pd = make_desc(p_tile + P_CHUNK * CHUNK_BYTES, 16, 1024);
-  wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < BN / 16; ++kk)
-    wgmma_pv_ss_half<HALF>(o, desc_at<D32>(pd, kk * 2), desc_at<D32>(vd, kk * (16 * 128 >> 4)), 1);
-  wgmma_commit();
-}
-template <int HALF, bool D32>
-__device__ __forceinline__ void issue_pv_rs_half(float (&o)[128], const uint32_t (&pa)[BN / 16][4], uint32_t tile,
-                                                 int w) {
-  const uint64_t vd = make_desc(tile + (w * (V_COLS / SW) + 2 * HALF) * CHUNK_BYTES, CHUNK_BYTES, 1024);
-  wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < BN / 16; ++kk) wgmma_pv_rs_half<HALF>(o, pa[kk], desc_at<D32>(vd, kk * (16 * 128 >> 4)), 1);
   wgmma_commit();
 }
 
@@ -1241,7 +1190,6 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
     // (desc_at; FlashMLA's SASS form): 0.5-1.0% faster at 65k T=64 than 64-bit adds, 168 fewer uniform adds
     // (perf_history/kernel/d32_905c234/).
     constexpr bool D32 = true;
-    constexpr bool HALVES = SCHEDULE == SEESAW2_H;
     const int* pages = p.page_table + (size_t)b * p.max_pages;
     // The loaders of a warpgroup's stage-0 and stage-1 reloads, in two warps: with both on thread 0 its warp stepped
     // through both TMA issues and both page lookups alone (0.6-0.8% slower at 65k T=64: perf_history/kernel/la_ab24c16/).
@@ -1311,20 +1259,13 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         rescale(o, sc);
         reg_fence(o);
         pack_p(s, pa);
-        if constexpr (HALVES) {  // O_L += P_a V_aL in two halves, stage 0's chunks 0-1 and 2-3 free after each
-          issue_pv_rs_half<0, D32>(o, pa, stage0, 0);
-          issue_pv_rs_half<1, D32>(o, pa, stage0, 0);
-          wgmma_wait<1>();
-          if (next_a && loader) load_chunks(p, &kv_map, pages, start + (ta + 2) * BN, row_a2, end, stage0, 0, 2, fb0);
+        issue_pv_rs<BN / 16, D32>(o, pa, stage0, 0);  // O_L += P_a V_aL
+        auto reload_a = [&]() {  // P_a V_aL done: stage 0's chunks 0-3 are free
           wgmma_wait<0>();
           reg_fence(o);
-          if (next_a && loader) load_chunks(p, &kv_map, pages, start + (ta + 2) * BN, row_a2, end, stage0, 2, 4, fb0);
-        } else {
-          issue_pv_rs<BN / 16, D32>(o, pa, stage0, 0);  // O_L += P_a V_aL
-          wgmma_wait<0>();  // P_a V_aL done: stage 0's chunks 0-3 are free
-          reg_fence(o);
           if (next_a && loader) load_chunks(p, &kv_map, pages, start + (ta + 2) * BN, row_a2, end, stage0, 0, 4, fb0);
-        }
+        };
+        reload_a();
         handoff_wait(1, i);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -1348,28 +1289,15 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         reg_fence(o);
         if (has_b) {
           handoff_wait(3, i);
-          if constexpr (HALVES) {  // O_L += P_b V_bL in two halves
-            issue_pv_ss_half<0, D32>(o, q_s, stage1, 0);
-            issue_pv_ss_half<1, D32>(o, q_s, stage1, 0);
-          } else {
-            issue_pv_ss_from<BN / 16, D32>(o, q_s, stage1, 0);  // O_L += P_b V_bL
-          }
+          issue_pv_ss_from<BN / 16, D32>(o, q_s, stage1, 0);  // O_L += P_b V_bL
         }
         if (next_a) {  // (then has_b too)
           zero_tail(ta + 2, 0, fb0);
           issue_qk_chunks<0, 4, true, D32>(s, qd, kd0, q8, fb0, (i + 1) & 1);
           wgmma_commit();
-          if constexpr (HALVES) {
-            wgmma_wait<2>();  // P_b V_bL's first half done: stage 1's chunks 0-1 are free
-            if (next_b && loader_b) load_chunks(p, &kv_map, pages, start + (ta + 3) * BN, row_b2, end, stage1, 0, 2, fb1);
-            wgmma_wait<1>();  // its second half: chunks 2-3
-            reg_fence(o);
-            if (next_b && loader_b) load_chunks(p, &kv_map, pages, start + (ta + 3) * BN, row_b2, end, stage1, 2, 4, fb1);
-          } else {
-            wgmma_wait<1>();  // P_b V_bL done: stage 1's chunks 0-3 are free
-            reg_fence(o);
-            if (next_b && loader_b) load_chunks(p, &kv_map, pages, start + (ta + 3) * BN, row_b2, end, stage1, 0, 4, fb1);
-          }
+          wgmma_wait<1>();  // P_b V_bL done: stage 1's chunks 0-3 are free
+          reg_fence(o);
+          if (next_b && loader_b) load_chunks(p, &kv_map, pages, start + (ta + 3) * BN, row_b2, end, stage1, 0, 4, fb1);
           issue_qk_chunks<4, NCHUNK, false, D32>(s, qd, kd0, q8, fb0, (i + 1) & 1);
           wgmma_commit();
           look_ahead(ta + 4);
