@@ -238,7 +238,11 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // sm90_s2tune_{912b393,5873571}/; ring4 (32-token tiles in a 4-stage ring: the full-barrier waits at 65k T=16 halve,
 // but 1.64x the instructions and m64n32 S make it slower at all six sizes, 65k T=16 54.8 against 44.7 us) in
 // ring4_1d11a74/ (its code there, ring4.patch); late (warpgroup 0's first reload after m'', FlashMLA's placement: 0.5-0.9
-// us slower at T=64) in late_14c0a94/.
+// us slower at T=64) in late_14c0a94/; g2 (two chunks per full barrier: 5.5% slower at 65k T=64) in g2_e0dfbe9/; la (the
+// page lookups in every thread: 0.3-0.6 us slower at 65k T=64) in la_ab24c16/; h (warpgroup 0's P V in m64n128 halves,
+// each half's chunks reloaded once done: 2% slower at 65k T=64) in h_6fa1005/. Folded in on 2026-12-01: d32 (the
+// descriptors as 32-bit adds, d32_905c234/), unr (the TMA issue loop unrolled, g2_e0dfbe9/), spread (the stage-1
+// reloads from warp 1, la_ab24c16/).
 constexpr int NUM_SCHEDULES = SEESAW2_BAR + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
 __host__ __device__ constexpr bool is_seesaw2(int schedule) {
   return schedule == SEESAW2 || schedule == SEESAW2_BAR;
