@@ -219,7 +219,7 @@ constexpr int CONSUMER_REGS = 232;
 constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6, BAR_MAX = 8, BAR_ISSUE = 10;
 enum Schedule {
   BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, STAGGERED_SMALL = 5, STAGGERED_TAIL = 6, SEESAW2 = 7,
-  SEESAW2_BAR = 8, SEESAW2_S4 = 9
+  SEESAW2_BAR = 8
 };
 // SEESAW2_BAR (SEESAW2's hand-offs on named barriers; SEESAW2 has them on mbarriers): 11 = warpgroup 0's running max after its tile published, 12 =
 // warpgroup 1's (the step's) published, 13 = P of the even tile (over its rope chunk) written, 14 = P of
@@ -240,14 +240,13 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // ring4_1d11a74/ (its code there, ring4.patch); late (warpgroup 0's first reload after m'', FlashMLA's placement: 0.5-0.9
 // us slower at T=64) in late_14c0a94/; g2 (two chunks per full barrier: 5.5% slower at 65k T=64) in g2_e0dfbe9/; la (the
 // page lookups in every thread: 0.3-0.6 us slower at 65k T=64) in la_ab24c16/; h (warpgroup 0's P V in m64n128 halves,
-// each half's chunks reloaded once done: 2% slower at 65k T=64) in h_6fa1005/. Folded in on 2026-12-01: d32 (the
+// each half's chunks reloaded once done: 2% slower at 65k T=64) in h_6fa1005/; s4 (each reload from two warps: 0.7-1.4%
+// slower at 65k T=64) in s4_ece8aff/. Folded in on 2026-12-01: d32 (the
 // descriptors as 32-bit adds, d32_905c234/), unr (the TMA issue loop unrolled, g2_e0dfbe9/), spread (the stage-1
 // reloads from warp 1, la_ab24c16/).
-// SEESAW2_S4 (a probe): each reload's chunk range issued by two warps, its first half by warp 0 (stage 0) or 1
-// (stage 1), its second half by warp 2 or 3 (SEESAW2: all of it by warp 0 or 1).
-constexpr int NUM_SCHEDULES = SEESAW2_S4 + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
+constexpr int NUM_SCHEDULES = SEESAW2_BAR + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
 __host__ __device__ constexpr bool is_seesaw2(int schedule) {
-  return schedule == SEESAW2 || schedule == SEESAW2_BAR || schedule == SEESAW2_S4;
+  return schedule == SEESAW2 || schedule == SEESAW2_BAR;
 }
 __host__ __device__ constexpr int threads_of(int schedule) { return is_seesaw2(schedule) ? 128 * CONSUMERS : THREADS; }
 __host__ __device__ constexpr int smem_of(int schedule) { return is_seesaw2(schedule) ? S2_SMEM : SMEM; }
@@ -1200,20 +1199,6 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
     // The loaders of a warpgroup's stage-0 and stage-1 reloads, in two warps: with both on thread 0 its warp stepped
     // through both TMA issues and both page lookups alone (0.6-0.8% slower at 65k T=64: perf_history/kernel/la_ab24c16/).
     const bool loader = wtid == 0, loader_b = wtid == 32;
-    // S4: the second halves' loaders (warps 2, 3)
-    constexpr bool S4 = SCHEDULE == SEESAW2_S4;
-    const bool loader2 = SCHEDULE == SEESAW2_S4 && wtid == 64, loader_b2 = SCHEDULE == SEESAW2_S4 && wtid == 96;
-    // The TMA loads of chunks [c0, c1) of tile_start's tile into stage st: by l1 (S4: the first half by l1, the
-    // second by l2).
-    auto reload = [&](bool l1, bool l2, int tile_start, int row, uint32_t stage, int c0, int c1, uint32_t fb) {
-      if constexpr (SCHEDULE == SEESAW2_S4) {
-        const int mid = (c0 + c1) / 2;
-        if (l1) load_chunks(p, &kv_map, pages, tile_start, row, end, stage, c0, mid, fb);
-        if (l2) load_chunks(p, &kv_map, pages, tile_start, row, end, stage, mid, c1, fb);
-      } else {
-        if (l1) load_chunks(p, &kv_map, pages, tile_start, row, end, stage, c0, c1, fb);
-      }
-    };
     uint32_t q8[4][4];
     load_q8(sm + Q_OFF, rows, q8);
     const uint64_t qd = make_desc(q_s, 16, 1024);
@@ -1244,13 +1229,8 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
     // and at the first S.
     int row_a2 = 0, row_b2 = 0;
     auto look_ahead = [&](int t) {
-      if constexpr (S4) {
-        if (loader || loader2) row_a2 = t < ntiles ? tile_row(p, pages, start + t * BN) : 0;
-        if (loader_b || loader_b2) row_b2 = t + 1 < ntiles ? tile_row(p, pages, start + (t + 1) * BN) : 0;
-      } else {
-        if (loader) row_a2 = t < ntiles ? tile_row(p, pages, start + t * BN) : 0;
-        if (loader_b) row_b2 = t + 1 < ntiles ? tile_row(p, pages, start + (t + 1) * BN) : 0;
-      }
+      if (loader) row_a2 = t < ntiles ? tile_row(p, pages, start + t * BN) : 0;
+      if (loader_b) row_b2 = t + 1 < ntiles ? tile_row(p, pages, start + (t + 1) * BN) : 0;
     };
     auto zero_tail = [&](int t, int st, uint32_t fb) {  // rows past `end` of tile t (stage st), this warpgroup
       const int tile_start = start + t * BN;
@@ -1288,7 +1268,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         auto reload_a = [&]() {  // P_a V_aL done: stage 0's chunks 0-3 are free
           wgmma_wait<0>();
           reg_fence(o);
-          if constexpr (S4) { if (next_a) reload(loader, loader2, start + (ta + 2) * BN, row_a2, stage0, 0, 4, fb0); } else { if (next_a && loader) load_chunks(p, &kv_map, pages, start + (ta + 2) * BN, row_a2, end, stage0, 0, 4, fb0); }
+          if (next_a && loader) load_chunks(p, &kv_map, pages, start + (ta + 2) * BN, row_a2, end, stage0, 0, 4, fb0);
         };
         reload_a();
         handoff_wait(1, i);
@@ -1322,7 +1302,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
           wgmma_commit();
           wgmma_wait<1>();  // P_b V_bL done: stage 1's chunks 0-3 are free
           reg_fence(o);
-          if constexpr (S4) { if (next_b) reload(loader_b, loader_b2, start + (ta + 3) * BN, row_b2, stage1, 0, 4, fb1); } else { if (next_b && loader_b) load_chunks(p, &kv_map, pages, start + (ta + 3) * BN, row_b2, end, stage1, 0, 4, fb1); }
+          if (next_b && loader_b) load_chunks(p, &kv_map, pages, start + (ta + 3) * BN, row_b2, end, stage1, 0, 4, fb1);
           issue_qk_chunks<4, NCHUNK, false, D32>(s, qd, kd0, q8, fb0, (i + 1) & 1);
           wgmma_commit();
           look_ahead(ta + 4);
@@ -1373,10 +1353,10 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         rescale(o, sc);
         reg_fence(o);
         auto reload_a = [&]() {  // P_a V_aR done: stage 0's chunks 4-8 are free
-          if constexpr (S4) { if (next_a) reload(loader, loader2, start + (ta + 2) * BN, row_a2, stage0, 4, NCHUNK, fb0); } else { if (next_a && loader) load_chunks(p, &kv_map, pages, start + (ta + 2) * BN, row_a2, end, stage0, 4, NCHUNK, fb0); }
+          if (next_a && loader) load_chunks(p, &kv_map, pages, start + (ta + 2) * BN, row_a2, end, stage0, 4, NCHUNK, fb0);
         };
         auto reload_b = [&]() {  // P_b V_bR done: stage 1's chunks 4-8 are free
-          if constexpr (S4) { if (next_b) reload(loader_b, loader_b2, start + (tb + 2) * BN, row_b2, stage1, 4, NCHUNK, fb1); } else { if (next_b && loader_b) load_chunks(p, &kv_map, pages, start + (tb + 2) * BN, row_b2, end, stage1, 4, NCHUNK, fb1); }
+          if (next_b && loader_b) load_chunks(p, &kv_map, pages, start + (tb + 2) * BN, row_b2, end, stage1, 4, NCHUNK, fb1);
         };
         if (has_b) issue_pv_rs<BN / 16, D32>(o, pa, stage1, 1);  // O_R += P_b V_bR
         handoff_wait(2, i);

@@ -34,11 +34,11 @@ from kdengine.ops.shapes import DV
 CONTEXTS = (4096, 16384, 65536)
 TREE_SIZES = (16, 64)
 NSPLITS = (16, 32, 64, 128, 256, "auto")
-SETS = ("full", "peers", "mma", "mma2", "mma4", "mma6", "sm90", "paths", "pair", "half", "icache", "seesaw2", "s4", "nsplit",
+SETS = ("full", "peers", "mma", "mma2", "mma4", "mma6", "sm90", "paths", "pair", "half", "icache", "seesaw2", "nsplit",
         "merge", "pdl")
-# (the sets s2tune, s2t64, s2t64r, s2ab, s2mid, ring4, stsm, late, d32, g2, la and h timed seesaw2's probes, gone
-# since: their records stay in perf_history/kernel/verify_kernel_{s2tune,s2t64,s2t64r65k,s2t6465k,s2ab,s2ab2,s2mid,
-# ring4,stsm0,stsm1,late0,late1,d32_0,d32_1,g2_0,g2_1,la_0,la_1,h_0,h_1}_*.json; the set merge2 timed the grouped merges 3
+# (the sets s2tune, s2t64, s2t64r, s2ab, s2mid, ring4, stsm, late, d32, g2, la, h and s4 timed seesaw2's probes,
+# gone since: their records stay in perf_history/kernel/verify_kernel_{s2tune,s2t64,s2t64r65k,s2t6465k,s2ab,s2ab2,
+# s2mid,ring4,stsm0,stsm1,late0,late1,d32_0,d32_1,g2_0,g2_1,la_0,la_1,h_0,h_1,s4_0,s4_1}_*.json; the set merge2 timed the grouped merges 3
 # and 4 against each other, gone with merge 3: its records are perf_history/kernel/verify_kernel_merge2{0,1}_*_b44f69a.json
 # and merge2_b44f69a/)
 # The `merge` set: the sm90 schedule the dispatched call picks (cuda_backend.pick_schedule) with the merge
@@ -88,14 +88,13 @@ MMA2_LAYOUTS = ("mma_wide2pp2_lean",)
 SM90_BACKENDS = {"cuda_sm90_both": "both", "cuda_sm90_staggered": "staggered", "cuda_sm90_seesaw": "seesaw",
                  "cuda_sm90_pair": "pair", "cuda_sm90_half": "half", "cuda_sm90_staggered_small": "staggered_small",
                  "cuda_sm90_staggered_tail": "staggered_tail", "cuda_sm90_seesaw2": "seesaw2",
-                 "cuda_sm90_seesaw2_bar": "seesaw2_bar", "cuda_sm90_seesaw2_s4": "seesaw2_s4",
+                 "cuda_sm90_seesaw2_bar": "seesaw2_bar",
                  "cuda_sm90_dispatched": None}  # launch_sm90's own pick (cuda_backend.pick_schedule)
 # Short device-run sets of sm90 schedules: (the schedules timed, the baseline first; whether the baseline is
 # timed again after them as the run's A/A control).
 SM90_SETS = {"pair": (("staggered", "pair"), False), "half": (("staggered", "half"), True),
              "icache": (("staggered", "staggered_small", "staggered_tail"), True),
-             "seesaw2": (("staggered_small", "seesaw2", "seesaw2_bar"), True),
-             "s4": (("seesaw2", "seesaw2_s4"), True)}
+             "seesaw2": (("staggered_small", "seesaw2", "seesaw2_bar"), True)}
 H = 8
 SAMPLES = 50  # = kdengine.bench.workloads.GPU_VERIFY_SAMPLES
 SCHEMA = 2
@@ -242,8 +241,7 @@ def variants(N: int, T: int, which: str = "full"):
     staggered, staggered_small (its hot loop shrunk for instruction fetch), staggered_tail (only the tail
     mask rolled: the same math), staggered again (A/A), the peers. `seesaw2`: staggered_small, seesaw2
     (FlashMLA's order in our layout), seesaw2_bar (its hand-offs on named barriers), staggered_small again (A/A),
-    the peers. `s4`: seesaw2, seesaw2_s4 (each reload from two warps), seesaw2 again (A/A), the peers.
-    `merge`: the sm90 schedule the dispatched
+    the peers. `merge`: the sm90 schedule the dispatched
     call picks (cuda_backend.pick_schedule) with and without the merge. `pdl`: that call with the merge let launch
     at the split kernel's start and before its partial writes (cuda_backend.DEFAULT_MERGE_EARLY's two values), the
     split kernel alone, the default again (A/A), then the mma.sync default likewise (DEFAULT_MMA_MERGE_EARLY)."""

@@ -242,8 +242,7 @@ def test_sm90_matches_reference(tp, schedule):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("schedule", ["pair", "half", "staggered_small", "staggered_tail", "seesaw2", "seesaw2_bar",
-                                      "seesaw2_s4"])
+@pytest.mark.parametrize("schedule", ["pair", "half", "staggered_small", "staggered_tail", "seesaw2", "seesaw2_bar"])
 @pytest.mark.parametrize("L", [40, 64, 100, 128, 150, 192, 250, 1000])
 def test_sm90_pair_every_tile_count_and_tail(L, schedule):
     """pair and seesaw2 split a block's tiles into (even, odd) steps, half peels the last tile's P V: one split
