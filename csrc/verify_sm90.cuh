@@ -872,7 +872,7 @@ __device__ __forceinline__ void load_group(const VerifyParams& p, const CUtensor
 
 // The TMA loads of chunks [c0, c1) of the KV tile at tile_start (pool row `row`: tile_row) into dst, chunk k
 // counted on its own full barrier fb + 8 k (so S starts on a chunk as soon as it lands; two chunks per barrier:
-// 1.6-5.5% slower, perf_history/kernel/g2_e0dfbe9/). Called by one thread. With a page of >= 64 tokens the loop is
+// up to 5.7% slower, at 65k T=64, perf_history/kernel/g2_e0dfbe9/). Called by one thread. With a page of >= 64 tokens the loop is
 // unrolled (c0, c1 constants at every call): rolled, the loader's warp ran a branch per chunk at each reload, and
 // unrolled seesaw2 is 2.7% faster at 65k T=64 (the same run); the several-pages loops stay rolled.
 __device__ __forceinline__ void load_chunks(const VerifyParams& p, const CUtensorMap* kv_map, const int* pages,
