@@ -900,19 +900,13 @@ __device__ __forceinline__ void load_chunks(const VerifyParams& p, const CUtenso
 
 // S k-steps of chunks [C0, C1) of a tile, each chunk once its full barrier (fb + 8 chunk, `parity`) has
 // flipped; the rope chunk (8) from Q in registers (q8), the others from shared memory. FIRST: the first
-// k-step starts S (scale-d 0). Not committed. D32: desc_at's 32-bit form, the low words opaque per call.
-template <int C0, int C1, bool FIRST, bool D32 = false>
+// k-step starts S (scale-d 0). Not committed. Each k-step's descriptors in desc_at's 32-bit form (d32_905c234/).
+template <int C0, int C1, bool FIRST>
 __device__ __forceinline__ void issue_qk_chunks(float (&s)[32], uint64_t qd, uint64_t kd, const uint32_t (&q8)[4][4],
                                                 uint32_t fb, int parity) {
-  // opaque per call: no descriptors hoisted and kept live across the loop
-  if constexpr (D32) {
-    uint32_t ql = static_cast<uint32_t>(qd), kl = static_cast<uint32_t>(kd);
-    asm volatile("" : "+r"(ql), "+r"(kl));
-    qd = ql;
-    kd = kl;
-  } else {
-    asm volatile("" : "+l"(qd), "+l"(kd));
-  }
+  // the low words opaque per call: no descriptors hoisted and kept live across the loop
+  uint32_t ql = static_cast<uint32_t>(qd), kl = static_cast<uint32_t>(kd);
+  asm volatile("" : "+r"(ql), "+r"(kl));
 #pragma unroll
   for (int c = C0; c < C1; ++c) {
     mbar_wait(fb + 8 * c, parity);
@@ -922,9 +916,9 @@ __device__ __forceinline__ void issue_qk_chunks(float (&s)[32], uint64_t qd, uin
       const uint32_t off = c * (CHUNK_BYTES >> 4) + kk * 2;  // 16-byte units
       const int acc = !FIRST || c > C0 || kk > 0;
       if (c == P_CHUNK)
-        wgmma_qk_rs(s, q8[kk], desc_at<D32>(kd, off), acc);
+        wgmma_qk_rs(s, q8[kk], desc_at<true>(kl, off), acc);
       else
-        wgmma_qk(s, desc_at<D32>(qd, off), desc_at<D32>(kd, off), acc);
+        wgmma_qk(s, desc_at<true>(ql, off), desc_at<true>(kl, off), acc);
     }
   }
 }
@@ -1242,7 +1236,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
     };
     if (w == 0) {
       zero_tail(0, 0, fb0);
-      issue_qk_chunks<0, NCHUNK, true, D32>(s, qd, kd0, q8, fb0, 0);
+      issue_qk_chunks<0, NCHUNK, true>(s, qd, kd0, q8, fb0, 0);
       wgmma_commit();
       look_ahead(2);
       wgmma_wait<0>();
@@ -1298,12 +1292,12 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         }
         if (next_a) {  // (then has_b too)
           zero_tail(ta + 2, 0, fb0);
-          issue_qk_chunks<0, 4, true, D32>(s, qd, kd0, q8, fb0, (i + 1) & 1);
+          issue_qk_chunks<0, 4, true>(s, qd, kd0, q8, fb0, (i + 1) & 1);
           wgmma_commit();
           wgmma_wait<1>();  // P_b V_bL done: stage 1's chunks 0-3 are free
           reg_fence(o);
           if (next_b && loader_b) load_chunks(p, &kv_map, pages, start + (ta + 3) * BN, row_b2, end, stage1, 0, 4, fb1);
-          issue_qk_chunks<4, NCHUNK, false, D32>(s, qd, kd0, q8, fb0, (i + 1) & 1);
+          issue_qk_chunks<4, NCHUNK, false>(s, qd, kd0, q8, fb0, (i + 1) & 1);
           wgmma_commit();
           look_ahead(ta + 4);
         }
@@ -1314,8 +1308,8 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
     } else {
       if (ntiles > 1) {
         zero_tail(1, 1, fb1);
-        issue_qk_chunks<4, NCHUNK, true, D32>(s, qd, kd1, q8, fb1, 0);
-        issue_qk_chunks<0, 4, false, D32>(s, qd, kd1, q8, fb1, 0);
+        issue_qk_chunks<4, NCHUNK, true>(s, qd, kd1, q8, fb1, 0);
+        issue_qk_chunks<0, 4, false>(s, qd, kd1, q8, fb1, 0);
         wgmma_commit();
         look_ahead(2);
         wgmma_wait<0>();
@@ -1371,8 +1365,8 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
         reload_a();
         if (next_b) {
           zero_tail(tb + 2, 1, fb1);
-          issue_qk_chunks<4, NCHUNK, true, D32>(s, qd, kd1, q8, fb1, (i + 1) & 1);
-          issue_qk_chunks<0, 4, false, D32>(s, qd, kd1, q8, fb1, (i + 1) & 1);
+          issue_qk_chunks<4, NCHUNK, true>(s, qd, kd1, q8, fb1, (i + 1) & 1);
+          issue_qk_chunks<0, 4, false>(s, qd, kd1, q8, fb1, (i + 1) & 1);
           wgmma_commit();
           look_ahead(ta + 4);
           wgmma_wait<0>();

@@ -30,13 +30,6 @@ for T in 64 16; do
     timeout 90 ncu --clock-control none -k $k --launch-skip $skip --launch-count 1 --metrics "$METRICS" --csv \
       "${cmd[@]}" > $rep.csv 2>&1
     echo "=== split $who T=$T"
-    python3 - $rep.csv <<'PYEOF'
-import csv, sys
-rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith("\""))]
-head, rows = rows[0], rows[1:]
-m, v = head.index("Metric Name"), head.index("Metric Value")
-for r in rows:
-    print(f"  {r[m].replace('smsp__average_warps_issue_stalled_', 'stall_').replace('_per_issue_active.ratio', ''):60s} {r[v]}")
-PYEOF
+    python3 ci/gpu/ncu_metrics.py $rep.csv --stalls
   done
 done

@@ -13,13 +13,6 @@ for spec in "64 65472" "16 65520" "16 4080"; do
     if [ $what = ours ]; then cmd=(python3 ci/gpu/sm90_once_many.py $T $prefix seesaw2 seesaw2 seesaw2)
     else cmd=(python3 ci/gpu/flashmla_once.py $T $prefix); fi
     timeout 120 ncu --cache-control none --clock-control none --csv --metrics gpu__time_duration.sum,lts__t_sectors_srcunit_tex_op_read.sum,dram__bytes_read.sum \
-      "${cmd[@]}" 2>/dev/null | python3 -c '
-import csv, sys
-rows = [r for r in csv.reader(l for l in sys.stdin if l.startswith("\""))]
-head, rows = rows[0], rows[1:]
-k, m, v = head.index("Kernel Name"), head.index("Metric Name"), head.index("Metric Value")
-for r in rows:
-    print(f"{r[k][:60]:60s} {r[m]:45s} {r[v]}")
-' | sed "s/^/$what /"
+      "${cmd[@]}" 2>/dev/null | python3 ci/gpu/ncu_metrics.py - | sed "s/^/$what /"
   done
 done

@@ -56,16 +56,15 @@ SETS = ("full", "peers", "mma", "mma2", "mma4", "mma6", "sm90", "paths", "pair",
 # then to branch mma6, whose probes are mma_lean_qs .. mma_lean_qsup (pingpong 12-15; mma_lean_qs the default since).
 # Every layout here runs the default merge (cuda_backend.DEFAULT_COMBINE, 4 since b44f69a; the records before it
 # were timed with merge 3, since retired: their labels say comb3).
-MMA_LAYOUTS = {"mma_wide2pp": (16, 4, DEFAULT_COMBINE, True), "mma_wide2pp2": (16, 4, DEFAULT_COMBINE, 2), "mma_wide2pp2_lean": (16, 4, DEFAULT_COMBINE, 3),
-               "mma_x16pp": (32, 4, DEFAULT_COMBINE, True), "mma_x16": (32, 4, DEFAULT_COMBINE, False),
-               # the probes of branch mma4 (kdengine.ops.cuda_backend.PINGPONGS 4-8)
-               "mma_lean_all": (16, 4, DEFAULT_COMBINE, 4), "mma_lean_kx2": (16, 4, DEFAULT_COMBINE, 5), "mma_lean_fast": (16, 4, DEFAULT_COMBINE, 6),
-               "mma_lean_late": (16, 4, DEFAULT_COMBINE, 7), "mma_lean_v5": (16, 4, DEFAULT_COMBINE, 8), "mma_lean_short": (16, 4, DEFAULT_COMBINE, 9),
-               "mma_lean_v4": (16, 4, DEFAULT_COMBINE, 10), "mma_lean_v4k": (16, 4, DEFAULT_COMBINE, 11),
-               # the probes of branch mma6 (PINGPONGS 12-15: the default with Q staged through shared memory, 12 and
-               # 13; the page-table row pointer warp-uniform, 14; both, 15)
-               "mma_lean_qs": (16, 4, DEFAULT_COMBINE, 12), "mma_lean_qs2": (16, 4, DEFAULT_COMBINE, 13), "mma_lean_up": (16, 4, DEFAULT_COMBINE, 14),
-               "mma_lean_qsup": (16, 4, DEFAULT_COMBINE, 15)}
+MMA_LAYOUTS = {name: (col_warps, 4, DEFAULT_COMBINE, pingpong) for name, (col_warps, pingpong) in {
+    "mma_wide2pp": (16, True), "mma_wide2pp2": (16, 2), "mma_wide2pp2_lean": (16, 3), "mma_x16pp": (32, True),
+    "mma_x16": (32, False),
+    # the probes of branch mma4 (kdengine.ops.cuda_backend.PINGPONGS 4-8)
+    "mma_lean_all": (16, 4), "mma_lean_kx2": (16, 5), "mma_lean_fast": (16, 6), "mma_lean_late": (16, 7),
+    "mma_lean_v5": (16, 8), "mma_lean_short": (16, 9), "mma_lean_v4": (16, 10), "mma_lean_v4k": (16, 11),
+    # the probes of branch mma6 (PINGPONGS 12-15: the default with Q staged through shared memory, 12 and 13; the
+    # page-table row pointer warp-uniform, 14; both, 15)
+    "mma_lean_qs": (16, 12), "mma_lean_qs2": (16, 13), "mma_lean_up": (16, 14), "mma_lean_qsup": (16, 15)}.items()}
 # the `mma4` set: at 64-row blocks (T * H > 32) the default, the default again (A/A) and these; at 32-row blocks
 # (T * H <= 32, T = 1, 2, 4 at H = 8: --trees) the default (wide2pp2 there), the default again and the lean form
 # (those equal to the default left out: since 896dc1b (perf_history/kernel/verify_kernel_mma4_*_896dc1b.json) the
