@@ -45,7 +45,7 @@ template <int SCHEDULE>
 cudaError_t configure_sm90() {
   static bool configured = false;
   if (configured) return cudaSuccess;
-  const cudaError_t err = cudaFuncSetAttribute(sm90::verify_sm90_kernel<SCHEDULE>,
+  const cudaError_t err = cudaFuncSetAttribute(sm90::kernel_of<SCHEDULE>(),
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                sm90::smem_of(SCHEDULE));
   configured = err == cudaSuccess;
@@ -58,8 +58,7 @@ cudaError_t launch_sm90_kernel(const VerifyParams& p, const CUtensorMap& kv_map,
   const cudaError_t err = configure_sm90<SCHEDULE>();
   if (err != cudaSuccess) return err;
   const dim3 grid((p.R + sm90::BM - 1) / sm90::BM, p.nsplit, p.B);
-  sm90::verify_sm90_kernel<SCHEDULE>
-      <<<grid, sm90::threads_of(SCHEDULE), sm90::smem_of(SCHEDULE), stream>>>(p, kv_map, q_map);
+  sm90::kernel_of<SCHEDULE>()<<<grid, sm90::threads_of(SCHEDULE), sm90::smem_of(SCHEDULE), stream>>>(p, kv_map, q_map);
   return cudaGetLastError();
 }
 

@@ -219,7 +219,7 @@ constexpr int CONSUMER_REGS = 232;
 constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6, BAR_MAX = 8, BAR_ISSUE = 10;
 enum Schedule {
   BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, STAGGERED_SMALL = 5, STAGGERED_TAIL = 6, SEESAW2 = 7,
-  SEESAW2_BAR = 8
+  SEESAW2_BAR = 8, SEESAW2_R = 9
 };
 // SEESAW2_BAR (SEESAW2's hand-offs on named barriers; SEESAW2 has them on mbarriers): 11 = warpgroup 0's running max after its tile published, 12 =
 // warpgroup 1's (the step's) published, 13 = P of the even tile (over its rope chunk) written, 14 = P of
@@ -244,9 +244,9 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // slower at 65k T=64) in s4_ece8aff/. Folded in on 2026-12-01: d32 (the
 // descriptors as 32-bit adds, d32_905c234/), unr (the TMA issue loop unrolled, g2_e0dfbe9/), spread (the stage-1
 // reloads from warp 1, la_ab24c16/).
-constexpr int NUM_SCHEDULES = SEESAW2_BAR + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
+constexpr int NUM_SCHEDULES = SEESAW2_R + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
 __host__ __device__ constexpr bool is_seesaw2(int schedule) {
-  return schedule == SEESAW2 || schedule == SEESAW2_BAR;
+  return schedule == SEESAW2 || schedule == SEESAW2_BAR || schedule == SEESAW2_R;
 }
 __host__ __device__ constexpr int threads_of(int schedule) { return is_seesaw2(schedule) ? 128 * CONSUMERS : THREADS; }
 __host__ __device__ constexpr int smem_of(int schedule) { return is_seesaw2(schedule) ? S2_SMEM : SMEM; }
@@ -939,10 +939,11 @@ __device__ __forceinline__ void load_q8(const unsigned char* q_tile, const Rows&
 
 // --- the kernel -------------------------------------------------------------------------------------
 
+// The kernel's body; verify_sm90_kernel below wraps it (its launch bounds or register cap per schedule). The maps
+// are the kernel's __grid_constant__ parameters (TMA reads them at their parameter address).
 template <int SCHEDULE>
-__global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
-    verify_sm90_kernel(const VerifyParams p, const __grid_constant__ CUtensorMap kv_map,
-                       const __grid_constant__ CUtensorMap q_map) {
+__device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CUtensorMap& kv_map,
+                                                 const CUtensorMap& q_map) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
@@ -1633,6 +1634,32 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
 #else
   __trap();  // built without sm_90a: the launcher never selects this kernel there
 #endif
+}
+
+template <int SCHEDULE>
+__global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
+    verify_sm90_kernel(const VerifyParams p, const __grid_constant__ CUtensorMap kv_map,
+                       const __grid_constant__ CUtensorMap q_map) {
+  verify_sm90_body<SCHEDULE>(p, kv_map, q_map);
+}
+
+// SEESAW2_R: SEESAW2 capped at 240 registers (__maxnreg__ in place of the launch bounds; the two cannot be combined, not
+// even on a specialization), so that a merge block (64 threads x 64 registers) fits on the SM beside a running split
+// block and waits there at griddepcontrol.wait instead of launching only as split blocks exit.
+template <int SCHEDULE>
+__global__ void __maxnreg__(240)
+    verify_sm90_kernel_r(const VerifyParams p, const __grid_constant__ CUtensorMap kv_map,
+                         const __grid_constant__ CUtensorMap q_map) {
+  verify_sm90_body<SCHEDULE>(p, kv_map, q_map);
+}
+
+// The kernel of a schedule.
+template <int SCHEDULE>
+constexpr auto kernel_of() {
+  if constexpr (SCHEDULE == SEESAW2_R)
+    return verify_sm90_kernel_r<SCHEDULE>;
+  else
+    return verify_sm90_kernel<SCHEDULE>;
 }
 
 }  // namespace sm90
