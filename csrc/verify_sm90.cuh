@@ -219,7 +219,7 @@ constexpr int CONSUMER_REGS = 232;
 constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6, BAR_MAX = 8, BAR_ISSUE = 10;
 enum Schedule {
   BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, STAGGERED_SMALL = 5, STAGGERED_TAIL = 6, SEESAW2 = 7,
-  SEESAW2_BAR = 8, SEESAW2_R = 9
+  SEESAW2_BAR = 8, SEESAW2_R = 9, SEESAW2_R232 = 10, SEESAW2_R236 = 11
 };
 // SEESAW2_BAR (SEESAW2's hand-offs on named barriers; SEESAW2 has them on mbarriers): 11 = warpgroup 0's running max after its tile published, 12 =
 // warpgroup 1's (the step's) published, 13 = P of the even tile (over its rope chunk) written, 14 = P of
@@ -244,9 +244,9 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // slower at 65k T=64) in s4_ece8aff/. Folded in on 2026-12-01: d32 (the
 // descriptors as 32-bit adds, d32_905c234/), unr (the TMA issue loop unrolled, g2_e0dfbe9/), spread (the stage-1
 // reloads from warp 1, la_ab24c16/).
-constexpr int NUM_SCHEDULES = SEESAW2_R + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
+constexpr int NUM_SCHEDULES = SEESAW2_R236 + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
 __host__ __device__ constexpr bool is_seesaw2(int schedule) {
-  return schedule == SEESAW2 || schedule == SEESAW2_BAR || schedule == SEESAW2_R;
+  return schedule == SEESAW2 || schedule == SEESAW2_BAR || (schedule >= SEESAW2_R && schedule <= SEESAW2_R236);
 }
 __host__ __device__ constexpr int threads_of(int schedule) { return is_seesaw2(schedule) ? 128 * CONSUMERS : THREADS; }
 __host__ __device__ constexpr int smem_of(int schedule) { return is_seesaw2(schedule) ? S2_SMEM : SMEM; }
@@ -1643,11 +1643,14 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
   verify_sm90_body<SCHEDULE>(p, kv_map, q_map);
 }
 
-// SEESAW2_R: SEESAW2 capped at 240 registers (__maxnreg__ in place of the launch bounds; the two cannot be combined, not
-// even on a specialization), so that a merge block (64 threads x 64 registers) fits on the SM beside a running split
-// block and waits there at griddepcontrol.wait instead of launching only as split blocks exit.
+// SEESAW2_R, _R232, _R236: SEESAW2 capped at 240 / 232 / 236 registers (__maxnreg__ in place of the launch bounds; the
+// two cannot be combined, not even on a specialization). At 240 a merge block (64 threads x 64 registers) fits on the SM
+// beside a running split block and waits there at griddepcontrol.wait instead of launching only as split blocks exit.
+__host__ __device__ constexpr int maxnreg_of(int schedule) {
+  return schedule == SEESAW2_R ? 240 : schedule == SEESAW2_R232 ? 232 : schedule == SEESAW2_R236 ? 236 : 0;
+}
 template <int SCHEDULE>
-__global__ void __maxnreg__(240)
+__global__ void __maxnreg__(maxnreg_of(SCHEDULE))
     verify_sm90_kernel_r(const VerifyParams p, const __grid_constant__ CUtensorMap kv_map,
                          const __grid_constant__ CUtensorMap q_map) {
   verify_sm90_body<SCHEDULE>(p, kv_map, q_map);
@@ -1656,7 +1659,7 @@ __global__ void __maxnreg__(240)
 // The kernel of a schedule.
 template <int SCHEDULE>
 constexpr auto kernel_of() {
-  if constexpr (SCHEDULE == SEESAW2_R)
+  if constexpr (maxnreg_of(SCHEDULE) > 0)
     return verify_sm90_kernel_r<SCHEDULE>;
   else
     return verify_sm90_kernel<SCHEDULE>;

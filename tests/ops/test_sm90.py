@@ -44,7 +44,7 @@ HALF_KERNEL = f"verify_sm90_kernelILi{cuda_backend.SCHEDULES['half']}E"  # (mang
 SMALL_KERNELS = [f"verify_sm90_kernelILi{cuda_backend.SCHEDULES[s]}E" for s in ("staggered_small", "staggered_tail")]
 SEESAW2_KERNEL = f"verify_sm90_kernelILi{cuda_backend.SCHEDULES['seesaw2']}E"  # 256 threads, no producer
 SEESAW2_BAR_KERNEL = f"verify_sm90_kernelILi{cuda_backend.SCHEDULES['seesaw2_bar']}E"  # its named-barrier form
-SEESAW2_KERNELS = [f"verify_sm90_kernel{'_r' if s == 'seesaw2_r' else ''}ILi{n}E"  # seesaw2_r: its own wrapper kernel
+SEESAW2_KERNELS = [f"verify_sm90_kernel{'_r' if s.startswith('seesaw2_r') else ''}ILi{n}E"  # seesaw2_r*: a wrapper kernel
                    for s, n in cuda_backend.SCHEDULES.items() if s.startswith("seesaw2")]
 
 
@@ -244,7 +244,7 @@ def test_sm90_matches_reference(tp, schedule):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("schedule", ["pair", "half", "staggered_small", "staggered_tail", "seesaw2", "seesaw2_bar",
-                                      "seesaw2_r"])
+                                      "seesaw2_r", "seesaw2_r232", "seesaw2_r236"])
 @pytest.mark.parametrize("L", [40, 64, 100, 128, 150, 192, 250, 1000])
 def test_sm90_pair_every_tile_count_and_tail(L, schedule):
     """pair and seesaw2 split a block's tiles into (even, odd) steps, half peels the last tile's P V: one split
