@@ -219,7 +219,7 @@ constexpr int CONSUMER_REGS = 232;
 constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6, BAR_MAX = 8, BAR_ISSUE = 10;
 enum Schedule {
   BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, STAGGERED_SMALL = 5, STAGGERED_TAIL = 6, SEESAW2 = 7,
-  SEESAW2_BAR = 8, SEESAW2_R = 9, SEESAW2_R232 = 10, SEESAW2_R236 = 11
+  SEESAW2_BAR = 8
 };
 // SEESAW2_BAR (SEESAW2's hand-offs on named barriers; SEESAW2 has them on mbarriers): 11 = warpgroup 0's running max after its tile published, 12 =
 // warpgroup 1's (the step's) published, 13 = P of the even tile (over its rope chunk) written, 14 = P of
@@ -244,9 +244,9 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // slower at 65k T=64) in s4_ece8aff/. Folded in on 2026-12-01: d32 (the
 // descriptors as 32-bit adds, d32_905c234/), unr (the TMA issue loop unrolled, g2_e0dfbe9/), spread (the stage-1
 // reloads from warp 1, la_ab24c16/).
-constexpr int NUM_SCHEDULES = SEESAW2_R236 + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
+constexpr int NUM_SCHEDULES = SEESAW2_BAR + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
 __host__ __device__ constexpr bool is_seesaw2(int schedule) {
-  return schedule == SEESAW2 || schedule == SEESAW2_BAR || (schedule >= SEESAW2_R && schedule <= SEESAW2_R236);
+  return schedule == SEESAW2 || schedule == SEESAW2_BAR;
 }
 __host__ __device__ constexpr int threads_of(int schedule) { return is_seesaw2(schedule) ? 128 * CONSUMERS : THREADS; }
 __host__ __device__ constexpr int smem_of(int schedule) { return is_seesaw2(schedule) ? S2_SMEM : SMEM; }
@@ -939,7 +939,7 @@ __device__ __forceinline__ void load_q8(const unsigned char* q_tile, const Rows&
 
 // --- the kernel -------------------------------------------------------------------------------------
 
-// The kernel's body; verify_sm90_kernel below wraps it (its launch bounds or register cap per schedule). The maps
+// The kernel's body; the two wrappers below launch it (launch bounds, or SEESAW2's register cap). The maps
 // are the kernel's __grid_constant__ parameters (TMA reads them at their parameter address).
 template <int SCHEDULE>
 __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CUtensorMap& kv_map,
@@ -1643,16 +1643,19 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
   verify_sm90_body<SCHEDULE>(p, kv_map, q_map);
 }
 
-// SEESAW2_R, _R232, _R236: SEESAW2 capped at 240 / 232 / 236 registers (__maxnreg__ in place of the launch bounds; the
-// two cannot be combined, not even on a specialization). At 240 a merge block (64 threads x 64 registers) fits on the SM
-// beside a running split block and waits there at griddepcontrol.wait instead of launching only as split blocks exit.
-__host__ __device__ constexpr int maxnreg_of(int schedule) {
-  return schedule == SEESAW2_R ? 240 : schedule == SEESAW2_R232 ? 232 : schedule == SEESAW2_R236 ? 236 : 0;
-}
+// SEESAW2 runs capped at 240 registers (237 used, no spills) in place of its launch bounds' 255 (247 used): the same
+// 6184 SASS instructions, allocated differently. On the H200 (two runs of two timing sets each) equal or faster at every
+// size (4k T=16 within its spread): 65k T=64 112.2-112.7 against 112.8-113.6 us, the split kernel alone 109.2-109.4
+// against 109.9, ncu 113.7-114.0 against 115.0-115.7 (perf_history/kernel/res_8ce7d1a/, res2_7053082/). Capped at 236 it was as fast or slower,
+// at 232 (6200 instructions) 4% slower at 65k T=64. The cap also leaves room for a merge block (64 threads x 64
+// registers) beside a running split block, but that did not shorten the merge (res_8ce7d1a/). __maxnreg__ and
+// __launch_bounds__ cannot be combined, not even on a specialization, and the 384-thread schedules need the launch
+// bounds (under __maxnreg__(168) alone their setmaxnreg consumers spill), hence a second wrapper.
+__host__ __device__ constexpr int maxnreg_of(int schedule) { return schedule == SEESAW2 ? 240 : 0; }
 template <int SCHEDULE>
 __global__ void __maxnreg__(maxnreg_of(SCHEDULE))
-    verify_sm90_kernel_r(const VerifyParams p, const __grid_constant__ CUtensorMap kv_map,
-                         const __grid_constant__ CUtensorMap q_map) {
+    verify_sm90_kernel_capped(const VerifyParams p, const __grid_constant__ CUtensorMap kv_map,
+                              const __grid_constant__ CUtensorMap q_map) {
   verify_sm90_body<SCHEDULE>(p, kv_map, q_map);
 }
 
@@ -1660,7 +1663,7 @@ __global__ void __maxnreg__(maxnreg_of(SCHEDULE))
 template <int SCHEDULE>
 constexpr auto kernel_of() {
   if constexpr (maxnreg_of(SCHEDULE) > 0)
-    return verify_sm90_kernel_r<SCHEDULE>;
+    return verify_sm90_kernel_capped<SCHEDULE>;
   else
     return verify_sm90_kernel<SCHEDULE>;
 }

@@ -35,10 +35,11 @@ CONTEXTS = (4096, 16384, 65536)
 TREE_SIZES = (16, 64)
 NSPLITS = (16, 32, 64, 128, 256, "auto")
 SETS = ("full", "peers", "mma", "mma2", "mma4", "mma6", "sm90", "paths", "pair", "half", "icache", "seesaw2", "nsplit",
-        "merge", "pdl", "res", "res2")
-# (the sets s2tune, s2t64, s2t64r, s2ab, s2mid, ring4, stsm, late, d32, g2, la, h and s4 timed seesaw2's probes,
-# gone since: their records stay in perf_history/kernel/verify_kernel_{s2tune,s2t64,s2t64r65k,s2t6465k,s2ab,s2ab2,
-# s2mid,ring4,stsm0,stsm1,late0,late1,d32_0,d32_1,g2_0,g2_1,la_0,la_1,h_0,h_1,s4_0,s4_1}_*.json; the set merge2 timed the grouped merges 3
+        "merge", "pdl")
+# (the sets s2tune, s2t64, s2t64r, s2ab, s2mid, ring4, stsm, late, d32, g2, la, h, s4, res and res2 timed seesaw2's
+# probes, gone since: their records stay in perf_history/kernel/verify_kernel_{s2tune,s2t64,s2t64r65k,s2t6465k,s2ab,
+# s2ab2,s2mid,ring4,stsm0,stsm1,late0,late1,d32_0,d32_1,g2_0,g2_1,la_0,la_1,h_0,h_1,s4_0,s4_1,res_0,res_1,res2_0,
+# res2_1}_*.json; the set merge2 timed the grouped merges 3
 # and 4 against each other, gone with merge 3: its records are perf_history/kernel/verify_kernel_merge2{0,1}_*_b44f69a.json
 # and merge2_b44f69a/)
 # The `merge` set: the sm90 schedule the dispatched call picks (cuda_backend.pick_schedule) with the merge
@@ -87,15 +88,13 @@ MMA2_LAYOUTS = ("mma_wide2pp2_lean",)
 SM90_BACKENDS = {"cuda_sm90_both": "both", "cuda_sm90_staggered": "staggered", "cuda_sm90_seesaw": "seesaw",
                  "cuda_sm90_pair": "pair", "cuda_sm90_half": "half", "cuda_sm90_staggered_small": "staggered_small",
                  "cuda_sm90_staggered_tail": "staggered_tail", "cuda_sm90_seesaw2": "seesaw2",
-                 "cuda_sm90_seesaw2_bar": "seesaw2_bar", "cuda_sm90_seesaw2_r": "seesaw2_r",
-                 "cuda_sm90_seesaw2_r232": "seesaw2_r232", "cuda_sm90_seesaw2_r236": "seesaw2_r236",
+                 "cuda_sm90_seesaw2_bar": "seesaw2_bar",
                  "cuda_sm90_dispatched": None}  # launch_sm90's own pick (cuda_backend.pick_schedule)
 # Short device-run sets of sm90 schedules: (the schedules timed, the baseline first; whether the baseline is
 # timed again after them as the run's A/A control).
 SM90_SETS = {"pair": (("staggered", "pair"), False), "half": (("staggered", "half"), True),
              "icache": (("staggered", "staggered_small", "staggered_tail"), True),
-             "seesaw2": (("staggered_small", "seesaw2", "seesaw2_bar"), True),
-             "res2": (("seesaw2", "seesaw2_r", "seesaw2_r232", "seesaw2_r236"), True)}
+             "seesaw2": (("staggered_small", "seesaw2", "seesaw2_bar"), True)}
 H = 8
 SAMPLES = 50  # = kdengine.bench.workloads.GPU_VERIFY_SAMPLES
 SCHEMA = 2
@@ -310,15 +309,6 @@ def variants(N: int, T: int, which: str = "full"):
         return sm90 + [(f"{label}/early{int(early)}/sauto", "cuda", "auto", False, mma),
                        (f"{label}/early{int(not early)}/sauto", "cuda", "auto", False, (*mma, not early)),
                        (f"{label}/early{int(early)}/aa/sauto", "cuda", "auto", False, mma)]
-    if which == "res":  # seesaw2 and its probe seesaw2_r (240 registers: a merge block fits beside a split block),
-        # each with the merge let launch before the partial writes (the default) and at the split kernel's start, and
-        # alone (the merge's share), then both again (A/A)
-        from kdengine.ops import cuda_backend
-
-        variants = (("", None), ("early1/", {"merge_early": True}), ("splitonly/", {"combine": cuda_backend.SPLIT_ONLY}),
-                    ("aa/", None))
-        return [(f"cuda_sm90_{n}/{tag}sauto", f"cuda_sm90_{n}", "auto", False, opts)
-                for tag, opts in variants for n in ("seesaw2", "seesaw2_r")] if hopper() else []
     if which in SM90_SETS:  # sm90 schedules against a baseline (and the baseline again: the A/A control), the peers
         names, aa = SM90_SETS[which]
         rows = [(f"cuda_sm90_{n}/sauto", f"cuda_sm90_{n}", "auto", False, None) for n in names]
