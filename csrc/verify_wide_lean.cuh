@@ -15,7 +15,7 @@
 // rescaled before the first P*V half), 4 the KV copy after the softmax's partial-score loads, 8 the row max's
 // shuffles only where a lane's own max passes the lazy threshold, 16 exp2 as one ex2.approx.ftz; the probes of branch
 // mma6: 32 / 64 the block's Q staged through shared memory (lean_stage_q; 31 + 32 = pingpong 12, the default since),
-// 128 the page-table row pointer warp-uniform (KvStreamLean; slower); the probes of branch mma7: 512 / 1024 a quarter /
+// 128 the page-table row pointer warp-uniform (KvStreamLean; slower); the probes of branch mma8: 512 / 1024 a quarter /
 // none of P*V's columns beside Q*K^T, the rest beside the softmax (pingpong 16 / 17 with 31 + 32).
 // Shared memory: verify_wide.cuh's layout plus the 16 flag bytes after the row buffers.
 #pragma once

@@ -204,7 +204,7 @@ def test_nsplit_variants_agree(nsplit):
 
 
 # test ids of the split-P*V pingpongs (2; 3 its lean form; 4-11 the lean probes of branch mma4, 12-15 of mma6, 16-17 of
-# mma7)
+# mma8)
 PP_SUFFIX = {2: "2", 3: "2lean", 4: "2leanall", 5: "2leankx2", 6: "2leanfast", 7: "2leanlate", 8: "2leanv5",
              9: "2leanshort", 10: "2leanv4", 11: "2leanv4k", 12: "2leanqs", 13: "2leanqs2",
              14: "2leanup", 15: "2leanqsup", 16: "2leanpvq", 17: "2leanpv0"}
