@@ -1649,8 +1649,8 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
 // against 109.9, ncu 113.7-114.0 against 115.0-115.7 (perf_history/kernel/res_8ce7d1a/, res2_7053082/). Capped at 236 it was as fast or slower,
 // at 232 (6200 instructions) 4% slower at 65k T=64. The cap also leaves room for a merge block (64 threads x 64
 // registers) beside a running split block, but that did not shorten the merge (res_8ce7d1a/). __maxnreg__ and
-// __launch_bounds__ cannot be combined, not even on a specialization, and the 384-thread schedules need the launch
-// bounds (under __maxnreg__(168) alone their setmaxnreg consumers spill), hence a second wrapper.
+// __launch_bounds__ cannot be combined, not even on a specialization, and the 384-thread schedules keep their launch
+// bounds (under __maxnreg__(168) in their place ptxas gave three of them a 536-byte stack), hence a second wrapper.
 __host__ __device__ constexpr int maxnreg_of(int schedule) { return schedule == SEESAW2 ? 240 : 0; }
 template <int SCHEDULE>
 __global__ void __maxnreg__(maxnreg_of(SCHEDULE))
