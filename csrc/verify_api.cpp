@@ -1,6 +1,7 @@
 // pybind11 binding: torch tensors in, one launch of the split kernel and the merge on the current
 // stream. Shapes were validated in Python (kdengine.ops.validate); this file only checks what the
 // kernels need to be memory safe. The torch custom op is registered in kdengine/ops/cuda_backend.py.
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/extension.h>
@@ -8,8 +9,12 @@
 #include <cmath>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "verify_launch.h"
+#ifdef KDENGINE_TIMELINE
+#include "verify_timeline.cuh"
+#endif
 
 namespace {
 
@@ -118,6 +123,41 @@ std::string sm90_unsupported(const at::Tensor& kv) {
   return reason ? reason : "";
 }
 
+#ifdef KDENGINE_TIMELINE
+// --- the timeline build only (-DKDENGINE_TIMELINE; csrc/verify_timeline.cuh) --------------------------------------
+// Every translation unit's buffer as an int64 [SLOTS, 2] view on the current device (no copy): per record t_ns, then
+// block | kind << 32 | smid << 48 (the Record layout, little-endian).
+std::vector<at::Tensor> timeline_buffers() {
+  const auto options = at::TensorOptions().dtype(at::kLong).device(at::kCUDA, c10::cuda::current_device());
+  std::vector<at::Tensor> views;
+  for (void* ptr : {kdengine::timeline_records_sm90(), kdengine::timeline_records_mma()}) {
+    TORCH_CHECK(ptr != nullptr, "kdengine timeline: the buffer's device address is not available");
+    views.push_back(torch::from_blob(ptr, {kdengine::timeline::SLOTS, 2}, options));
+  }
+  return views;
+}
+
+// Zeroes every record (on the current stream: before the replay it precedes).
+void timeline_reset() {
+  for (at::Tensor& view : timeline_buffers()) view.zero_();
+}
+
+// The records written since the reset, [n, 4] int64 on the CPU: kind, block, smid, t_ns (the sm90 unit's first, each
+// unit's in slot order: by kind, then block). Waits for the current stream.
+at::Tensor timeline_read() {
+  std::vector<at::Tensor> rows;
+  for (const at::Tensor& view : timeline_buffers()) {
+    const at::Tensor host = view.cpu();
+    const at::Tensor written = host.index({host.select(1, 0) != 0});  // t_ns 0: not written
+    const at::Tensor tag = written.select(1, 1);
+    rows.push_back(at::stack({tag.bitwise_right_shift(32).bitwise_and(0xffff), tag.bitwise_and(0xffffffff),
+                              tag.bitwise_right_shift(48).bitwise_and(0xffff), written.select(1, 0)},
+                             1));
+  }
+  return at::cat(rows, 0);
+}
+#endif
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -129,6 +169,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("launch_sm90", &launch_sm90, "Hopper wgmma split kernel + log-sum-exp merge into out/lse");
   m.def("sm90_unsupported", &sm90_unsupported, "why the sm90 path cannot run here ('' when it can)");
   m.def("sm90_row_tiles", &kdengine::sm90_row_tiles, "64-row tiles per (sequence, split) of the sm90 kernel");
+#ifdef KDENGINE_TIMELINE
+  m.def("timeline_reset", &timeline_reset, "zero the in-kernel timeline records (the -DKDENGINE_TIMELINE build)");
+  m.def("timeline_read", &timeline_read, "the timeline records since the reset: CPU int64 [n, 4] kind, block, smid, t_ns");
+  m.attr("TIMELINE_SLOTS") = kdengine::timeline::SLOTS;
+#endif
   // The shape contract (verify_launch.h), checked against kdengine/ops/shapes.py on load.
   m.attr("D_QK") = kdengine::D_QK;
   m.attr("DV") = kdengine::DV;

@@ -180,4 +180,8 @@ cudaError_t launch_verify_sm90(const VerifyParams& p, long long pool_tokens, int
   return launch_combine(p, combine, stream);
 }
 
+#ifdef KDENGINE_TIMELINE
+KDENGINE_TIMELINE_EXPORT(timeline_records_mma)  // this unit's timeline buffer (verify_timeline.cuh)
+#endif
+
 }  // namespace kdengine

@@ -30,6 +30,7 @@
 
 #include "verify_launch.h"
 #include "verify_partials.cuh"
+#include "verify_timeline.cuh"
 
 namespace kdengine {
 
@@ -564,7 +565,9 @@ __global__ void __launch_bounds__(32 * MERGE_MAX_GROUPS) verify_combine_grouped2
   // below 2^32 for any nsplit and R the launchers accept)
   const uint32_t stride = static_cast<uint32_t>(R) * (DV / MERGE_VEC);
   const uint32_t zero_bits = static_cast<uint32_t>(nsplit) >> 31;  // 0 (nsplit >= 1), opaque to the compiler
+  if (threadIdx.x == 0) timeline::timeline_mark(timeline::MERGE_START);  // (-DKDENGINE_TIMELINE only)
   pdl_wait_primary();  // launched early (programmatic dependent launch): the partials are complete past here
+  if (threadIdx.x == 0) timeline::timeline_mark(timeline::MERGE_WAITED);
 
   float m = -INFINITY, sum = 0.f, acc[MERGE_VEC];  // m, the weights: log2 domain
 #pragma unroll
@@ -620,6 +623,7 @@ __global__ void __launch_bounds__(32 * MERGE_MAX_GROUPS) verify_combine_grouped2
     *reinterpret_cast<uint4*>(dst + lane * MERGE_VEC) = o;
     if (blockIdx.z == 0 && lane == 0)
       p.lse[(size_t)b * R + row] = sum > 0.f ? (m + log2f(sum)) * 0.69314718056f : -INFINITY;  // natural log
+    if (threadIdx.x == 0) timeline::timeline_mark(timeline::MERGE_END);
     return;
   }
   const float* m_s = merge_s;  // [MERGE_MAX_GROUPS] (merge_smem_bytes)
@@ -643,5 +647,6 @@ __global__ void __launch_bounds__(32 * MERGE_MAX_GROUPS) verify_combine_grouped2
   }
   if (blockIdx.z == 0 && threadIdx.x == 0)
     p.lse[(size_t)b * R + row] = total > 0.f ? (mx + log2f(total)) * 0.69314718056f : -INFINITY;  // natural log
+  if (threadIdx.x == 0) timeline::timeline_mark(timeline::MERGE_END);
 }
 }  // namespace kdengine

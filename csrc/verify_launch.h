@@ -78,4 +78,12 @@ cudaError_t launch_split_sm90(const VerifyParams& p, long long pool_tokens, int 
 cudaError_t launch_verify_sm90(const VerifyParams& p, long long pool_tokens, int schedule, int combine,
                                cudaStream_t stream);
 
+#ifdef KDENGINE_TIMELINE
+// --- the timeline build only (-DKDENGINE_TIMELINE, verify_timeline.cuh) ----------------------------------
+// The device address of each translation unit's timeline buffer (timeline::SLOTS records of 16 bytes): the sm90
+// kernel's (verify_sm90.cu) and the mma.sync kernels' and merges' (verify_kernel.cu); nullptr on error.
+void* timeline_records_sm90();
+void* timeline_records_mma();
+#endif
+
 }  // namespace kdengine

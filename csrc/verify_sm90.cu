@@ -100,4 +100,8 @@ cudaError_t launch_split_sm90(const VerifyParams& p, long long pool_tokens, int 
   return launch_schedule(schedule, p, kv_map, q_map, stream, std::make_integer_sequence<int, sm90::NUM_SCHEDULES>{});
 }
 
+#ifdef KDENGINE_TIMELINE
+KDENGINE_TIMELINE_EXPORT(timeline_records_sm90)  // this unit's timeline buffer (verify_timeline.cuh)
+#endif
+
 }  // namespace kdengine

@@ -173,6 +173,7 @@
 
 #include "verify_launch.h"
 #include "verify_partials.cuh"
+#include "verify_timeline.cuh"
 
 namespace kdengine {
 namespace sm90 {
@@ -970,6 +971,7 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
   if (start >= end) {  // an empty split: weight 0 in the merge
     for (int r = tid; r < BM; r += THREADS)
       if (row0 + r < p.R) p.part_lse[part_row0 + row0 + r] = -INFINITY;
+    if (tid == 0) timeline::timeline_mark(timeline::SPLIT_END);  // (-DKDENGINE_TIMELINE only; no start record)
     return;
   }
   const int ntiles = (end - start + BN - 1) / BN;
@@ -993,6 +995,7 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
+  if (tid == 0) timeline::timeline_mark(timeline::SPLIT_START);
   // p.merge_early: the merge may launch now (it waits for this grid to complete before any read); else below
   if (p.merge_early) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 
@@ -1617,6 +1620,7 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
   // Normalise and write this split's partial rows (bf16) and their lse (natural log). The merge may
   // launch now (programmatic dependent launch; it waits for this grid to complete before any read; with
   // p.merge_early it could since the start, and a second trigger changes nothing).
+  if (tid == 0) timeline::timeline_mark(timeline::SPLIT_TRIGGER);
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   const int lane = tid % 32;
 #pragma unroll
@@ -1631,6 +1635,7 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
     if (rows.valid[h] && w == 0 && lane % 4 == 0)
       p.part_lse[row] = l[h] > 0.f ? (m[h] + log2f(l[h])) * 0.69314718056f : -INFINITY;
   }
+  if (tid == 0) timeline::timeline_mark(timeline::SPLIT_END);
 #else
   __trap();  // built without sm_90a: the launcher never selects this kernel there
 #endif

@@ -14,10 +14,12 @@ Variables:
   ASV_COMMIT           set by asv for the benchmarks it runs (the commit being measured); read-only.
   KDENGINE_BENCH_SAMPLES  positive integer: samples per workload in kdengine.bench (overrides the
                        workload default; the GPU timer still takes at least its minimum).
+  KDENGINE_TIMELINE    `1`: the cuda backend loads the in-kernel timeline build (csrc/verify_timeline.cuh,
+                       `python -m kdengine.ops.build --timeline`) in place of the normal one; unset or `0`: not.
   WORLD_SIZE, LOCAL_RANK  set by torchrun in each process it launches (read-only): the tensor-
                        parallel launch path (kdengine.engine.parallel) relaunches itself when unset.
 
-KDENGINE_BACKEND, KDENGINE_CUDA_PATH and KDENGINE_NSPLIT change what a benchmark measures: every result's
+KDENGINE_BACKEND, KDENGINE_CUDA_PATH, KDENGINE_NSPLIT and KDENGINE_TIMELINE change what a benchmark measures: every result's
 fingerprint records the ones that are set (`overrides`), and the gate never compares runs that differ there.
 """
 
@@ -33,10 +35,11 @@ SAMPLES_OUT_VAR = "KDENGINE_SAMPLES_OUT"
 BENCH_SAMPLES_VAR = "KDENGINE_BENCH_SAMPLES"
 CUDA_PATH_VAR = "KDENGINE_CUDA_PATH"
 CUDA_PATHS = ("mma", "sm90", "auto")
+TIMELINE_VAR = "KDENGINE_TIMELINE"
 # The variables above that change what a benchmark measures (not how many samples, nor where files go):
 # recorded in every result's fingerprint (kdengine.bench.fingerprint) so history never compares a run made
 # under an override with one made without it.
-MEASUREMENT_VARS = (BACKEND_VAR, CUDA_PATH_VAR, NSPLIT_VAR)
+MEASUREMENT_VARS = (BACKEND_VAR, CUDA_PATH_VAR, NSPLIT_VAR, TIMELINE_VAR)
 
 
 def nsplit_override() -> int | str | None:
@@ -81,6 +84,14 @@ def cuda_path_override() -> str | None:
     if raw not in CUDA_PATHS:
         raise ValueError(f"{CUDA_PATH_VAR}: expected one of {CUDA_PATHS}, got {raw!r}")
     return raw
+
+
+def timeline_build() -> bool:
+    """KDENGINE_TIMELINE: True for `1`, False when unset, empty or `0`; ValueError naming the variable otherwise."""
+    raw = os.environ.get(TIMELINE_VAR, "").strip()
+    if raw not in ("", "0", "1"):
+        raise ValueError(f"{TIMELINE_VAR}: expected 1 or 0, got {raw!r}")
+    return raw == "1"
 
 
 def measurement_overrides() -> str:

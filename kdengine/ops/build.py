@@ -3,7 +3,9 @@ under kdengine.env.cache_dir(), and the `kdengine build` subcommand that compile
 
 The nvcc flags live here and only here (`nvcc_flags`). `--arch all` targets sm_80, sm_90, sm_100,
 sm_120 plus PTX of the newest; `--arch native` only the local GPU (fast, for a runner). The arch list
-a `kdengine build` chose is remembered, so the JIT load on first use picks the same build.
+a `kdengine build` chose is remembered, so the JIT load on first use picks the same build. The timeline
+build (`--timeline`, or KDENGINE_TIMELINE=1 for the JIT load: csrc/verify_timeline.cuh) is a variant of its own
+name, so it never replaces the normal build.
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ def find_csrc() -> Path:
 CSRC = find_csrc()
 SOURCES = ("verify_api.cpp", "verify_kernel.cu", "verify_sm90.cu")
 HEADERS = ("verify_kernel.cuh", "verify_wide.cuh", "verify_wide_lean.cuh", "verify_sm90.cuh", "verify_partials.cuh",
-           "verify_launch.h", "static_switch.h")
+           "verify_timeline.cuh", "verify_launch.h", "static_switch.h")
 ALL_ARCHS = ("80", "90", "100", "120")
 SCALAR_LOADS_MACRO = "KDENGINE_SCALAR_LOADS"
+TIMELINE_MACRO = "KDENGINE_TIMELINE"
 
 
 # --- flags ------------------------------------------------------------------------------------------
@@ -79,20 +82,29 @@ def gencode_flags(archs: tuple[str, ...], ptx: bool = True) -> list[str]:
 HOST_CFLAGS = ["-O3"]
 
 
-def nvcc_flags(archs: tuple[str, ...], *, scalar_loads: bool = False, ptx: bool = True) -> list[str]:
+def host_cflags(*, timeline: bool = False) -> list[str]:
+    """The binding's host flags: HOST_CFLAGS, plus the timeline macro (it registers timeline_reset / _read)."""
+    return [*HOST_CFLAGS, f"-D{TIMELINE_MACRO}"] if timeline else list(HOST_CFLAGS)
+
+
+def nvcc_flags(archs: tuple[str, ...], *, scalar_loads: bool = False, ptx: bool = True,
+               timeline: bool = False) -> list[str]:
     """Every nvcc flag of the kernel build (the one place they are written)."""
     flags = ["-O3", "-std=c++17", "-lineinfo", "--expt-relaxed-constexpr", *gencode_flags(archs, ptx)]
     if scalar_loads:
         flags.append(f"-D{SCALAR_LOADS_MACRO}")
+    if timeline:
+        flags.append(f"-D{TIMELINE_MACRO}")
     return flags
 
 
-def extension_name(archs: tuple[str, ...], scalar_loads: bool) -> str:
+def extension_name(archs: tuple[str, ...], scalar_loads: bool, timeline: bool = False) -> str:
     """A name per flag set and source content, so variants and edits never share a build dir."""
-    digest = hashlib.sha1(" ".join(nvcc_flags(archs, scalar_loads=scalar_loads)).encode())
+    flags = [*nvcc_flags(archs, scalar_loads=scalar_loads, timeline=timeline), *host_cflags(timeline=timeline)]
+    digest = hashlib.sha1(" ".join(flags).encode())
     for name in (*SOURCES, *HEADERS):
         digest.update((CSRC / name).read_bytes())
-    variant = "scalar" if scalar_loads else "vec"
+    variant = ("scalar" if scalar_loads else "vec") + ("_timeline" if timeline else "")
     return f"kdengine_verify_{variant}_{digest.hexdigest()[:10]}"
 
 
@@ -124,10 +136,13 @@ def missing_toolchain() -> str | None:
     return None
 
 
-def load_extension(arch: str | None = None, *, scalar_loads: bool = False, verbose: bool = False):
-    """Build (first time) and import the extension module; cached per process and on disk."""
+def load_extension(arch: str | None = None, *, scalar_loads: bool = False, timeline: bool | None = None,
+                   verbose: bool = False):
+    """Build (first time) and import the extension module; cached per process and on disk. timeline None: the
+    KDENGINE_TIMELINE variable (kdengine.env.timeline_build) picks the timeline build or the normal one."""
     archs = resolve_archs(arch or default_arch_spec())
-    key = (archs, scalar_loads)
+    timeline = env.timeline_build() if timeline is None else timeline
+    key = (archs, scalar_loads, timeline)
     if key in _LOADED:
         return _LOADED[key]
     reason = missing_toolchain()
@@ -135,14 +150,14 @@ def load_extension(arch: str | None = None, *, scalar_loads: bool = False, verbo
         raise RuntimeError(reason)
     from torch.utils.cpp_extension import load
 
-    name = extension_name(archs, scalar_loads)
+    name = extension_name(archs, scalar_loads, timeline)
     build_dir = env.cache_dir() / "build" / name
     build_dir.mkdir(parents=True, exist_ok=True)
     module = load(
         name=name,
         sources=[str(CSRC / s) for s in SOURCES],
-        extra_cflags=HOST_CFLAGS,
-        extra_cuda_cflags=nvcc_flags(archs, scalar_loads=scalar_loads),
+        extra_cflags=host_cflags(timeline=timeline),
+        extra_cuda_cflags=nvcc_flags(archs, scalar_loads=scalar_loads, timeline=timeline),
         extra_include_paths=[str(CSRC)],
         build_directory=str(build_dir),
         verbose=verbose,
@@ -157,10 +172,11 @@ def load_extension(arch: str | None = None, *, scalar_loads: bool = False, verbo
 
 def _run_build(args) -> int:
     spec = ",".join(resolve_archs(args.arch)) if args.arch != "all" else "all"
-    load_extension(spec, scalar_loads=args.scalar_loads, verbose=args.verbose)
-    if not args.scalar_loads:
+    load_extension(spec, scalar_loads=args.scalar_loads, timeline=args.timeline, verbose=args.verbose)
+    if not args.scalar_loads:  # (a timeline build too: the KDENGINE_TIMELINE=1 load then finds it without --arch)
         _arch_marker().write_text(spec)
-    print(f"built {extension_name(resolve_archs(spec), args.scalar_loads)} for sm_{', sm_'.join(resolve_archs(spec))}")
+    name = extension_name(resolve_archs(spec), args.scalar_loads, args.timeline)
+    print(f"built {name} for sm_{', sm_'.join(resolve_archs(spec))}")
     return 0
 
 
@@ -168,6 +184,8 @@ def add_parser(sub) -> None:
     parser = sub.add_parser("build", help="compile the CUDA verify kernel ahead of time (JIT cache)")
     parser.add_argument("--arch", default="all", help="'all' (sm_80,90,100,120 + PTX), 'native', or e.g. '90,120'")
     parser.add_argument("--scalar-loads", action="store_true", help="the 4-byte KV load ablation build")
+    parser.add_argument("--timeline", action="store_true",
+                        help="the in-kernel timeline build (-DKDENGINE_TIMELINE; loaded where KDENGINE_TIMELINE=1)")
     parser.add_argument("--verbose", action="store_true", help="show the ninja/nvcc output")
     parser.set_defaults(func=_run_build)
 

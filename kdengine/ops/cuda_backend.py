@@ -408,6 +408,27 @@ def launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_
                                        sm_scale, nsplit, SCHEDULES[schedule], combine, merge_early)
 
 
+# --- the in-kernel timeline (the -DKDENGINE_TIMELINE build: csrc/verify_timeline.cuh, kdengine.bench.timeline) ------
+
+
+def _timeline_module():
+    module = build.load_extension()
+    if not hasattr(module, "timeline_read"):
+        raise RuntimeError(f"the loaded CUDA extension was built without -D{build.TIMELINE_MACRO} (no timeline): build "
+                           f"it with `python -m kdengine.ops.build --timeline` and set {env.TIMELINE_VAR}=1")
+    return module
+
+
+def timeline_reset() -> None:
+    """Zero the timeline records (on the current stream, so before the launches that follow)."""
+    _timeline_module().timeline_reset()
+
+
+def timeline_read() -> torch.Tensor:
+    """The records written since the last reset: CPU int64 [n, 4] (kind, block, smid, t_ns); waits for the stream."""
+    return _timeline_module().timeline_read()
+
+
 def plan_nsplit_sm90(q, kv_cache, page_table, nsplit) -> int:
     """The split count of the sm90 kernel: one wave of 64-row blocks (one block per SM)."""
     B, T, H, _ = q.shape

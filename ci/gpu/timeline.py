@@ -1,0 +1,87 @@
+"""The in-kernel timeline of the dispatched sm90 verify call (split kernel + merge, as `kdengine.bench.kernel measure
+--set merge` times it) in a CUDA graph: where the merge's ~3.5 us go (the wait release after the last split block,
+the merge blocks' dispatch, their loads, their tail). Builds nothing: the timeline build must exist first.
+
+    python -m kdengine.ops.build --arch native --timeline && python ci/gpu/timeline.py
+
+For each size: inputs and the call from kdengine.bench.kernel (launcher "cuda_sm90_dispatched", auto NSPLIT), the
+warm-up and capture of kdengine.bench.timer, a few replays, then per repeat: L2 flushed (as the timing does), records
+reset, one replay, records read and summarised (kdengine.bench.timeline); --raw DIR also writes each repeat's records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python ci/gpu/timeline.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", default="65536:16,65536:64", help="N:T pairs (context tokens : tree tokens), B=1 H=8")
+    p.add_argument("--replays", type=int, default=5, help="graph replays before the recorded ones")
+    p.add_argument("--repeats", type=int, default=3, help="recorded replays per size (each summarised)")
+    p.add_argument("--no-flush", action="store_true", help="keep L2 warm before a recorded replay")
+    p.add_argument("--raw", default=None, help="a folder to write each repeat's records to (.csv)")
+    return p.parse_args(argv)
+
+
+def timeline_build_missing() -> str | None:
+    """None when the timeline build of the remembered arch is on disk, else the command that makes it."""
+    from kdengine import env
+    from kdengine.ops import build
+
+    name = build.extension_name(build.resolve_archs(build.default_arch_spec()), False, True)
+    if (env.cache_dir() / "build" / name / f"{name}.so").exists():
+        return None
+    return f"no timeline build {name}: run `python -m kdengine.ops.build --arch native --timeline` first"
+
+
+def record_size(N: int, T: int, args) -> None:
+    import torch
+
+    from kdengine.bench import kernel, timeline, timer, verify_timing
+    from kdengine.ops import cuda_backend
+
+    inp, bits = verify_timing.make_inputs(N=N, T=T, H=kernel.H, seed=0, device="cuda")
+    call, splits, _ = kernel.launcher("cuda_sm90_dispatched", inp, bits, "auto", layout={})
+    graph = timer._capture(lambda i: call(), 1, inp.q.device)  # the timer's own warm-up and capture
+    if graph is None:
+        raise RuntimeError("the call could not be captured in a CUDA graph")
+    for _ in range(args.replays):
+        graph.replay()
+    flush = None if args.no_flush else timer.l2_flush_buffer(inp.q.device)
+    for rep in range(args.repeats):
+        if flush is not None:
+            flush.zero_()
+        cuda_backend.timeline_reset()
+        graph.replay()
+        records = cuda_backend.timeline_read()
+        if args.raw:
+            out = Path(args.raw) / f"timeline_{N}_T{T}_{rep}.csv"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text("kind,block,smid,t_ns\n" + "".join(",".join(map(str, r)) + "\n" for r in records.tolist()))
+        title = f"ctx{N} T{T} nsplit={splits} repeat {rep}:"
+        print(timeline.format_summary(timeline.summarize(records.tolist()), title), flush=True)
+    torch.cuda.synchronize()
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from kdengine import env
+
+    os.environ.setdefault(env.TIMELINE_VAR, "1")  # the cuda backend then loads the timeline build
+    missing = timeline_build_missing()
+    if missing:
+        print(missing, file=sys.stderr)
+        return 2
+    for size in args.sizes.split(","):
+        N, T = (int(v) for v in size.split(":"))
+        record_size(N, T, args)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,84 @@
+// Opt-in in-kernel timeline (built with -DKDENGINE_TIMELINE: `python -m kdengine.ops.build --timeline`): thread 0 of a
+// marked block calls timeline_mark(kind), which writes one record (kind, block linear index, %smid, %globaltimer ns)
+// into a slot fixed by the kind and the block index, so no atomics and no order between blocks. Without the macro
+// timeline_mark is empty and every kernel's code is unchanged (tests/ops/test_timeline.py: no globaltimer in the
+// default PTX; the SASS was compared with cuobjdump when the marks went in).
+//
+// Each translation unit holds its own buffer (no relocatable device code: a __device__ variable is per unit), and one
+// that marks a kernel exports it with KDENGINE_TIMELINE_EXPORT(name); the binding (verify_api.cpp) resets and reads
+// every unit's buffer. Marked so far: the sm90 split kernel (verify_sm90.cu) and the grouped merge, combine 4
+// (verify_kernel.cu); the mma.sync split kernels can use the SPLIT_* kinds the same way.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace kdengine {
+namespace timeline {
+
+enum Kind : int {
+  SPLIT_START = 0,    // after the split block's first __syncthreads
+  SPLIT_TRIGGER = 1,  // just before its griddepcontrol.launch_dependents ahead of the partial writes
+  SPLIT_END = 2,      // after thread 0's partial writes (an empty split: after its lse writes, no other record)
+  MERGE_START = 3,    // the merge block's start, before griddepcontrol.wait
+  MERGE_WAITED = 4,   // after griddepcontrol.wait
+  MERGE_END = 5,      // after thread 0's stores
+  NUM_KINDS = 6,
+};
+
+constexpr int SPLIT_BLOCKS = 8192;   // slots per split kind: blocks past it are not recorded
+constexpr int MERGE_BLOCKS = 32768;  // slots per merge kind
+
+__host__ __device__ constexpr int capacity_of(int kind) { return kind < MERGE_START ? SPLIT_BLOCKS : MERGE_BLOCKS; }
+__host__ __device__ constexpr int offset_of(int kind) {
+  return kind <= MERGE_START ? kind * SPLIT_BLOCKS : MERGE_START * SPLIT_BLOCKS + (kind - MERGE_START) * MERGE_BLOCKS;
+}
+constexpr int SLOTS = offset_of(NUM_KINDS);
+
+// One record, 16 bytes; a zero t_ns marks an unwritten slot (the reset zeroes the buffer).
+struct alignas(16) Record {
+  long long t_ns;  // %globaltimer
+  int block;       // blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)
+  short kind;      // Kind
+  short smid;      // %smid
+};
+static_assert(sizeof(Record) == 16, "the binding reads records as pairs of int64");
+
+#ifdef __CUDACC__  // the rest: device code (the binding, a host-compiler unit, needs only the layout above)
+#ifdef KDENGINE_TIMELINE
+static __device__ Record records[SLOTS];  // this translation unit's buffer (internal linkage)
+#endif
+
+// Thread 0 of a block calls it (the caller checks); the asm's memory clobber keeps the block's earlier stores and
+// loads on their side of the timer read in the compiled order.
+__device__ __forceinline__ void timeline_mark(int kind) {
+#ifdef KDENGINE_TIMELINE
+  const unsigned block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  if (block >= static_cast<unsigned>(capacity_of(kind))) return;
+  long long t;
+  unsigned smid;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+  Record r;
+  r.t_ns = t;
+  r.block = static_cast<int>(block);
+  r.kind = static_cast<short>(kind);
+  r.smid = static_cast<short>(smid);
+  records[offset_of(kind) + block] = r;
+#else
+  (void)kind;
+#endif
+}
+#endif  // __CUDACC__
+
+}  // namespace timeline
+}  // namespace kdengine
+
+#if defined(__CUDACC__) && defined(KDENGINE_TIMELINE)
+// Defines `void* NAME()`: the device address of this translation unit's buffer (timeline::SLOTS records), nullptr on
+// error. Declared for the binding in verify_launch.h.
+#define KDENGINE_TIMELINE_EXPORT(NAME)                                                        \
+  void* NAME() {                                                                             \
+    void* ptr = nullptr;                                                                     \
+    return cudaGetSymbolAddress(&ptr, ::kdengine::timeline::records) == cudaSuccess ? ptr : nullptr; \
+  }
+#endif

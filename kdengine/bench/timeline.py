@@ -1,0 +1,132 @@
+"""The in-kernel timeline of one verify call (csrc/verify_timeline.cuh, the -DKDENGINE_TIMELINE build), summarised:
+where the split -> merge hand-off spends its time. Pure Python on the records `timeline_read()` returns (rows of kind,
+block, smid, t_ns), so the CPU tests run it on synthetic records; ci/gpu/timeline.py takes the records on the device.
+
+Every time is in ns relative to the first split block's start (t0; the earliest record when no split start was
+recorded). The %globaltimer's granularity bounds what the figures can resolve: `granularity_ns` is the smallest
+non-zero difference between two records' times (on some GPUs the timer advances in 1 us steps unless a profiler
+raises its rate; then nothing below ~1 us is resolved).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+# The record kinds, in csrc/verify_timeline.cuh's enum order (tests/bench/test_timeline.py checks the header).
+KINDS = ("split_start", "split_trigger", "split_end", "merge_start", "merge_waited", "merge_end")
+SPLIT_START, SPLIT_TRIGGER, SPLIT_END, MERGE_START, MERGE_WAITED, MERGE_END = range(len(KINDS))
+COARSE_NS = 500  # a granularity at or above this: the timeline cannot resolve the merge's ~3 us share
+
+
+@dataclass(frozen=True)
+class Spread:
+    """First, median and last time (ns after t0) of one kind over the blocks that recorded it."""
+
+    n: int
+    first: float
+    median: float
+    last: float
+
+
+@dataclass(frozen=True)
+class TimelineSummary:
+    t0_ns: int  # absolute %globaltimer of t0
+    kinds: dict[str, Spread | None]  # per KINDS name; None: no record of that kind
+    split_blocks: int  # split blocks with any record
+    empty_splits: int  # split blocks with an end but no start (an empty split records its end only)
+    merge_blocks: int  # merge blocks with any record
+    merge_started_before_split_end: int  # merge blocks whose start precedes the last split block's end
+    release_ns: float | None  # first merge wait release - last split end
+    merge_tail_ns: float | None  # last merge end - last split end: the merge's share of the call
+    split_sms: int  # distinct SMs that ran split blocks
+    merge_sms: int  # distinct SMs that ran merge blocks
+    granularity_ns: int | None  # smallest non-zero difference between two records' times
+    distinct_times: int  # distinct timestamps among the records
+
+    @property
+    def coarse(self) -> bool:
+        return self.granularity_ns is not None and self.granularity_ns >= COARSE_NS
+
+
+# --- summary ----------------------------------------------------------------------------------------
+
+
+def _spread(times: Sequence[int]) -> Spread | None:
+    if not times:
+        return None
+    ordered = sorted(times)
+    return Spread(len(ordered), float(ordered[0]), float(statistics.median(ordered)), float(ordered[-1]))
+
+
+def granularity(times: Iterable[int]) -> int | None:
+    """The smallest non-zero difference between two of the times (None for fewer than two distinct ones)."""
+    distinct = sorted(set(times))
+    steps = [b - a for a, b in zip(distinct, distinct[1:], strict=False)]
+    return min(steps) if steps else None
+
+
+def summarize(records: Iterable[Sequence[int]]) -> TimelineSummary:
+    """The summary of one call's records: rows (kind, block, smid, t_ns) as timeline_read() returns them (a tensor's
+    .tolist() or any sequence of 4-sequences). Raises ValueError when there are none or a kind is unknown."""
+    rows = [tuple(int(v) for v in r) for r in records]
+    if not rows:
+        raise ValueError("records: expected at least one timeline record, got none (was the timeline build loaded?)")
+    bad = sorted({r[0] for r in rows if not 0 <= r[0] < len(KINDS)})
+    if bad:
+        raise ValueError(f"records: unknown kinds {bad} (expected 0..{len(KINDS) - 1}: {', '.join(KINDS)})")
+    starts = [r[3] for r in rows if r[0] == SPLIT_START]
+    t0 = min(starts) if starts else min(r[3] for r in rows)
+    times = {k: [r[3] - t0 for r in rows if r[0] == k] for k in range(len(KINDS))}
+    blocks = {k: {r[1] for r in rows if r[0] == k} for k in range(len(KINDS))}
+    split_blocks = blocks[SPLIT_START] | blocks[SPLIT_TRIGGER] | blocks[SPLIT_END]
+    merge_blocks = blocks[MERGE_START] | blocks[MERGE_WAITED] | blocks[MERGE_END]
+    last_split_end = max(times[SPLIT_END]) if times[SPLIT_END] else None
+    after_last = lambda kind, pick: pick(times[kind]) - last_split_end if times[kind] and last_split_end is not None \
+        else None
+    return TimelineSummary(
+        t0_ns=t0,
+        kinds={name: _spread(times[k]) for k, name in enumerate(KINDS)},
+        split_blocks=len(split_blocks),
+        empty_splits=len(blocks[SPLIT_END] - blocks[SPLIT_START]),
+        merge_blocks=len(merge_blocks),
+        merge_started_before_split_end=0 if last_split_end is None
+        else sum(t < last_split_end for t in times[MERGE_START]),
+        release_ns=after_last(MERGE_WAITED, min),
+        merge_tail_ns=after_last(MERGE_END, max),
+        split_sms=len({r[2] for r in rows if r[0] <= SPLIT_END}),
+        merge_sms=len({r[2] for r in rows if r[0] >= MERGE_START}),
+        granularity_ns=granularity(r[3] for r in rows),
+        distinct_times=len({r[3] for r in rows}),
+    )
+
+
+# --- text -------------------------------------------------------------------------------------------
+
+
+def _us(ns: float | None) -> str:
+    return "-" if ns is None else f"{ns / 1e3:8.2f}"
+
+
+def format_summary(s: TimelineSummary, title: str = "") -> str:
+    """A few lines: per kind first / median / last (us after t0), then the hand-off figures."""
+    lines = [f"{title}{' ' if title else ''}times in us after the first split block's start"
+             f" ({s.split_blocks} split blocks on {s.split_sms} SMs, {s.empty_splits} empty;"
+             f" {s.merge_blocks} merge blocks on {s.merge_sms} SMs)",
+             f"  {'kind':14s} {'n':>6s} {'first':>8s} {'median':>8s} {'last':>8s} {'spread':>8s}"]
+    for name, sp in s.kinds.items():
+        if sp is None:
+            lines.append(f"  {name:14s} {0:6d} {'-':>8s} {'-':>8s} {'-':>8s} {'-':>8s}")
+        else:
+            lines.append(f"  {name:14s} {sp.n:6d} {_us(sp.first)} {_us(sp.median)} {_us(sp.last)}"
+                         f" {_us(sp.last - sp.first)}")
+    lines.append(f"  merge blocks started before the last split block ended: {s.merge_started_before_split_end}")
+    lines.append(f"  last split end -> first merge wait release: {_us(s.release_ns).strip()} us;"
+                 f" -> last merge end: {_us(s.merge_tail_ns).strip()} us")
+    gran = "-" if s.granularity_ns is None else f"{s.granularity_ns} ns"
+    lines.append(f"  %globaltimer granularity (smallest non-zero step): {gran}, {s.distinct_times} distinct times")
+    if s.coarse:
+        lines.append(f"  NOTE: the timer advances in steps of ~{s.granularity_ns / 1e3:.1f} us: figures below that"
+                     " are not resolved (the split -> merge hand-off is ~3 us)")
+    return "\n".join(lines)

@@ -1,0 +1,90 @@
+"""kdengine.bench.timeline on synthetic records (rows kind, block, smid, t_ns): the figures of the split -> merge
+hand-off, a call with records missing (an empty split, a merge block past the buffer), the timer granularity."""
+
+from __future__ import annotations
+
+import pytest
+
+from kdengine.bench import timeline as tl
+
+T0 = 1_700_000_000_000_000_000  # a %globaltimer-like absolute time
+
+
+def call_records(step: int = 1):
+    """4 split blocks starting at 0, 100, 200, 300 ns (block 3 empty: only its end, at 300), triggering 1000 ns after
+    their start, ending 200 ns after the trigger; 3 merge blocks starting at 900, 1300, 1600, released at 1700, ending
+    at 2000, 2100, 2300. Times rounded down to `step` (the timer's granularity)."""
+    q = lambda t: T0 + t // step * step
+    rows = []
+    for b in range(3):
+        rows += [(tl.SPLIT_START, b, b, q(100 * b)), (tl.SPLIT_TRIGGER, b, b, q(100 * b + 1000)),
+                 (tl.SPLIT_END, b, b, q(100 * b + 1200))]
+    rows.append((tl.SPLIT_END, 3, 3, q(300)))  # the empty split: its end only
+    for b, (start, end) in enumerate([(900, 2000), (1300, 2100), (1600, 2300)]):
+        rows += [(tl.MERGE_START, b, 10 + b, q(start)), (tl.MERGE_WAITED, b, 10 + b, q(1700)),
+                 (tl.MERGE_END, b, 10 + b, q(end))]
+    return rows
+
+
+def test_the_hand_off_figures():
+    s = tl.summarize(call_records())
+    assert s.t0_ns == T0
+    assert s.kinds["split_start"] == tl.Spread(3, 0, 100, 200)
+    assert s.kinds["split_trigger"] == tl.Spread(3, 1000, 1100, 1200)
+    assert s.kinds["split_end"] == tl.Spread(4, 300, 1250, 1400)  # the empty split's end is the first
+    assert s.kinds["merge_start"] == tl.Spread(3, 900, 1300, 1600)
+    assert s.kinds["merge_waited"] == tl.Spread(3, 1700, 1700, 1700)
+    assert s.kinds["merge_end"] == tl.Spread(3, 2000, 2100, 2300)
+    assert (s.split_blocks, s.empty_splits, s.merge_blocks) == (4, 1, 3)
+    assert s.merge_started_before_split_end == 2  # 900 and 1300 precede the last split end, 1400
+    assert s.release_ns == 300 and s.merge_tail_ns == 900
+    assert (s.split_sms, s.merge_sms) == (4, 3)
+    assert s.granularity_ns == 100 and not s.coarse
+
+
+def test_records_missing():
+    rows = [r for r in call_records() if not (r[0] == tl.MERGE_END and r[1] == 2)]  # a merge block past the buffer
+    s = tl.summarize(rows)
+    assert s.kinds["merge_end"] == tl.Spread(2, 2000, 2050, 2100) and s.merge_tail_ns == 700
+    merge_only = tl.summarize([r for r in call_records() if r[0] >= tl.MERGE_START])  # no split record at all
+    assert merge_only.t0_ns == T0 + 900  # the earliest record
+    assert merge_only.kinds["split_start"] is None and merge_only.release_ns is None
+    assert merge_only.merge_started_before_split_end == 0
+    assert "split_start" in tl.format_summary(merge_only)
+    with pytest.raises(ValueError, match="no"):
+        tl.summarize([])
+    with pytest.raises(ValueError, match="unknown kinds"):
+        tl.summarize([(9, 0, 0, T0)])
+
+
+def test_a_coarse_timer_is_reported():
+    s = tl.summarize(call_records(step=1000))  # a timer that advances every microsecond
+    assert s.granularity_ns == 1000 and s.coarse and s.distinct_times == 3
+    assert s.kinds["split_start"] == tl.Spread(3, 0, 0, 0)
+    assert "NOTE" in tl.format_summary(s)
+    assert tl.granularity([5, 5, 7, 10]) == 2 and tl.granularity([5, 5]) is None
+
+
+def test_the_summary_text():
+    text = tl.format_summary(tl.summarize(call_records()), "ctx65536 T64:")
+    assert text.startswith("ctx65536 T64: times in us")
+    assert "merge blocks started before the last split block ended: 2" in text
+    assert "first merge wait release: 0.30 us" in text and "last merge end: 0.90 us" in text
+    assert "granularity (smallest non-zero step): 100 ns" in text and "NOTE" not in text
+
+
+def test_the_device_script_has_help(capsys):
+    import runpy
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "ci" / "gpu" / "timeline.py"
+    argv = sys.argv
+    sys.argv = [str(script), "--help"]
+    try:
+        with pytest.raises(SystemExit) as done:
+            runpy.run_path(str(script), run_name="__main__")
+    finally:
+        sys.argv = argv
+    assert done.value.code == 0
+    assert "kdengine.ops.build --arch native --timeline" in capsys.readouterr().out
