@@ -30,11 +30,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def timeline_build_missing() -> str | None:
     """None when the timeline build of the remembered arch is on disk, else the command that makes it."""
-    from kdengine import env
     from kdengine.ops import build
 
     name = build.extension_name(build.resolve_archs(build.default_arch_spec()), False, True)
-    if (env.cache_dir() / "build" / name / f"{name}.so").exists():
+    if (build.build_dir(name) / f"{name}.so").exists():
         return None
     return f"no timeline build {name}: run `python -m kdengine.ops.build --arch native --timeline` first"
 

@@ -219,6 +219,12 @@ def layout_label(cw, rg, comb, pp) -> str:
     return f"cw{cw}rg{rg}" + (f"/comb{comb}" if comb else "") + ("/pp" if pp else "") + PP_LABELS.get(int(pp), "")
 
 
+def named_layout_rows(names) -> list:
+    """The variant rows (auto NSPLIT) of the MMA_LAYOUTS `names`, less any equal to the default layout (its own row)."""
+    return [(f"cuda/{layout_label(*MMA_LAYOUTS[n])}/sauto", "cuda", "auto", False, MMA_LAYOUTS[n])
+            for n in names if MMA_LAYOUTS[n] != default_layout()]
+
+
 def default_label() -> str:
     """The row of the mma.sync default (auto NSPLIT, default layout): what verify/cuda/... times off Hopper."""
     return f"cuda/{layout_label(*default_layout())}/sauto"
@@ -277,22 +283,16 @@ def variants(N: int, T: int, which: str = "full"):
         default = default_layout()
         rows = [base[0], (f"{base[0][0]}/aa", "cuda", "auto", False, None)]
         rows += [(f"cuda/{layout_label(*default)}/s{sp}", "cuda", sp, False, default) for sp in (16, 32, 64, 128)]
-        rows += [(f"cuda/{layout_label(*MMA_LAYOUTS[n])}/sauto", "cuda", "auto", False, MMA_LAYOUTS[n])
-                 for n in MMA2_LAYOUTS if MMA_LAYOUTS[n] != default]
-        return rows + base[3:]
+        return rows + named_layout_rows(MMA2_LAYOUTS) + base[3:]
     if which == "mma4":  # the mma.sync default, the same again as an A/A control, the probes of branch mma4
         names = MMA4_SMALL_LAYOUTS if T * H <= 32 else MMA4_LAYOUTS
         rows = [base[0], (f"{base[0][0]}/aa", "cuda", "auto", False, None)]
-        return rows + [(f"cuda/{layout_label(*MMA_LAYOUTS[n])}/sauto", "cuda", "auto", False, MMA_LAYOUTS[n])
-                       for n in names if MMA_LAYOUTS[n] != default_layout()]
+        return rows + named_layout_rows(names)
     if which == "mma6":  # the mma.sync default, the same again as an A/A control, the probes of branch mma6
         rows = [base[0], (f"{base[0][0]}/aa", "cuda", "auto", False, None)]
-        return rows + ([] if T * H <= 32 else [(f"cuda/{layout_label(*MMA_LAYOUTS[n])}/sauto", "cuda", "auto", False,
-                                                MMA_LAYOUTS[n]) for n in MMA6_LAYOUTS
-                                               if MMA_LAYOUTS[n] != default_layout()])
+        return rows + ([] if T * H <= 32 else named_layout_rows(MMA6_LAYOUTS))
     if which == "mma8":  # the mma.sync default, the probes of branch mma8, the default again (the A/A control)
-        probes = [] if T * H <= 32 else [(f"cuda/{layout_label(*MMA_LAYOUTS[n])}/sauto", "cuda", "auto", False,
-                                          MMA_LAYOUTS[n]) for n in MMA8_LAYOUTS]
+        probes = [] if T * H <= 32 else named_layout_rows(MMA8_LAYOUTS)
         return [base[0], *probes, (f"{base[0][0]}/aa", "cuda", "auto", False, None)]
     if which == "nsplit":  # the dispatched call at fixed split counts beside its own planner (auto)
         return [(f"{DISPATCH}/s{sp}", "cuda_auto", sp, False, None) for sp in NSPLITS if sp != "auto"] + [

@@ -113,6 +113,11 @@ def extension_name(archs: tuple[str, ...], scalar_loads: bool, timeline: bool = 
 _LOADED: dict[tuple, object] = {}
 
 
+def build_dir(name: str) -> Path:
+    """Where the extension `name` (extension_name) is built and cached; its module is `name`.so there."""
+    return env.cache_dir() / "build" / name
+
+
 def _arch_marker() -> Path:
     return env.cache_dir() / "verify_arch.txt"
 
@@ -151,15 +156,15 @@ def load_extension(arch: str | None = None, *, scalar_loads: bool = False, timel
     from torch.utils.cpp_extension import load
 
     name = extension_name(archs, scalar_loads, timeline)
-    build_dir = env.cache_dir() / "build" / name
-    build_dir.mkdir(parents=True, exist_ok=True)
+    where = build_dir(name)
+    where.mkdir(parents=True, exist_ok=True)
     module = load(
         name=name,
         sources=[str(CSRC / s) for s in SOURCES],
         extra_cflags=host_cflags(timeline=timeline),
         extra_cuda_cflags=nvcc_flags(archs, scalar_loads=scalar_loads, timeline=timeline),
         extra_include_paths=[str(CSRC)],
-        build_directory=str(build_dir),
+        build_directory=str(where),
         verbose=verbose,
     )
     shapes.check_binding(module)  # the C++ shape constants must equal kdengine.ops.shapes

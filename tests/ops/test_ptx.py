@@ -5,12 +5,12 @@ tensor cores (mma.sync). The same checker is shown to fail on the scalar-load ab
 from __future__ import annotations
 
 import re
-import subprocess
-from functools import cache
 
 import pytest
 
 from kdengine.ops import build
+
+from .ptx import kernel_bodies, unit_ptx
 
 pytestmark = pytest.mark.nvcc
 
@@ -19,20 +19,15 @@ LD_V4 = re.compile(r"ld\.global(?:\.\w+)*\.(?:v4\.(?:b32|u32|f32|s32)|v2\.(?:b64
 MMA = re.compile(r"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.bf16\.bf16\.f32")
 
 
-@cache
 def compile_ptx(arch: str, scalar_loads: bool = False) -> str:
     """PTX of csrc/verify_kernel.cu (torch-free) for one arch."""
-    cmd = ["nvcc", "-ptx", "-std=c++17", "-O3", f"-arch=sm_{arch}", "-o", "-", str(build.CSRC / "verify_kernel.cu")]
-    if scalar_loads:
-        cmd.insert(1, f"-D{build.SCALAR_LOADS_MACRO}")
-    return subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=120).stdout
+    return unit_ptx("verify_kernel.cu", arch, (build.SCALAR_LOADS_MACRO,) if scalar_loads else ())
 
 
 def split_kernel_bodies(ptx: str) -> str:
     """The PTX of the attention (split) kernel entries only: the merge kernels read the partials
     and would otherwise count as a wide load."""
-    entries = re.split(r"(?=\.visible \.entry)", ptx)
-    return "\n".join(e for e in entries if e.startswith(".visible .entry") and "verify_split_kernel" in e.split("(")[0])
+    return "\n".join(body for name, body in kernel_bodies(ptx).items() if "verify_split_kernel" in name)
 
 
 def check_vector_loads(ptx: str) -> list[str]:

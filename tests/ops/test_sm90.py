@@ -21,15 +21,14 @@ import torch
 from kdengine.ops import build, cuda_backend
 from kdengine.ops.mask import pack_tree_mask
 
+from .ptx import kernel_bodies, unit_ptx
 from .test_cuda import CONTRACT, ODD, TestParam, _check, _problem
 
 SM90_SOURCE = build.CSRC / "verify_sm90.cu"
 
 
-@cache
 def compile_ptx(arch: str) -> str:
-    cmd = ["nvcc", "-ptx", "-std=c++17", "-O3", f"-arch=sm_{arch}", "-o", "-", str(SM90_SOURCE)]
-    return subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=180).stdout
+    return unit_ptx(SM90_SOURCE.name, arch)
 
 
 @cache
@@ -50,11 +49,6 @@ HALF_KERNEL = kernel_name("half")
 SMALL_KERNELS = [kernel_name(s) for s in ("staggered_small", "staggered_tail")]
 SEESAW2_BAR_KERNEL = kernel_name("seesaw2_bar")  # seesaw2's named-barrier form
 SEESAW2_KERNELS = [kernel_name(s) for s in cuda_backend.SCHEDULES if s.startswith("seesaw2")]  # 256 threads, no producer
-
-
-def kernel_bodies(ptx: str) -> dict[str, str]:
-    entries = re.split(r"(?=\.visible \.entry)", ptx)
-    return {e.split("(")[0].split()[-1]: e for e in entries if e.startswith(".visible .entry")}
 
 
 # --- CPU --------------------------------------------------------------------------------------------

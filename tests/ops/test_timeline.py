@@ -6,28 +6,25 @@ the Python wrappers name the macro when the loaded extension lacks the timeline.
 from __future__ import annotations
 
 import re
-import subprocess
-from functools import cache
 
 import pytest
 
 from kdengine.bench import timeline
 from kdengine.ops import build, cuda_backend
 
-SPLIT_ENTRY = "verify_sm90_kernel_cappedILi7E"  # SEESAW2, the default schedule
+from .ptx import kernel_bodies, unit_ptx
+from .test_sm90 import kernel_name
+
+SPLIT_ENTRY = kernel_name("seesaw2")  # the default schedule
 MERGE_ENTRY = "verify_combine_grouped2_kernel"
 
 
-@cache
 def compile_ptx(source: str, arch: str, timeline_build: bool) -> str:
-    cmd = ["nvcc", "-ptx", "-std=c++17", "-O3", f"-arch=sm_{arch}", "-o", "-", str(build.CSRC / source)]
-    if timeline_build:
-        cmd.insert(1, f"-D{build.TIMELINE_MACRO}")
-    return subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300).stdout
+    return unit_ptx(source, arch, (build.TIMELINE_MACRO,) if timeline_build else ())
 
 
-def entry(ptx: str, name: str) -> str:
-    bodies = [e for e in re.split(r"(?=\.visible \.entry)", ptx) if name in e.split("(")[0]]
+def entry(ptx_text: str, name: str) -> str:
+    bodies = [body for entry_name, body in kernel_bodies(ptx_text).items() if name in entry_name]
     assert bodies, f"no {name} entry in the PTX"
     return "\n".join(bodies)
 
