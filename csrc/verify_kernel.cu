@@ -60,8 +60,8 @@ static cudaError_t launch_split(const VerifyParams& p, cudaStream_t stream) {
 // schedule in its lean form (WideCfg::LEAN, verify_wide_lean.cuh: "wide2pp2_lean") for 64-row blocks,
 // wide2pp2 for 32-row blocks; 4: the lean form for 32-row blocks too; 5-11: lean probes (WideCfg::LV) for
 // 64-row blocks, wide2pp2 for 32-row blocks (8, all five probe bits); 12-15: the probes of branch mma6 (the same
-// at 32 rows; 12, 8 with Q staged through shared memory: the default); 16-17: the probes of branch mma8 (12 with less of
-// P*V beside Q*K^T and more beside the softmax; the same at 32 rows).
+// at 32 rows; 12, 8 with Q staged through shared memory: the default) (16-17, branch mma8: 12 with less of P*V beside
+// Q*K^T, measured even with 12 and dropped: perf_history/kernel/mma8_e949c85/).
 template <class F>
 static auto with_config(int R, int col_warps, int max_row_groups, int pingpong, F&& fn) {
   return ROWGROUPS_SWITCH(row_groups(R, max_row_groups), RG, [&] {
@@ -91,10 +91,6 @@ static auto with_config(int R, int col_warps, int max_row_groups, int pingpong, 
           // 14: the page-table row pointer warp-uniform (128); 15: 12 + 14
           if (pingpong == 14) return fn(WideCfg<WRG, true, true, 8, true, true, 31 | 128>{});
           if (pingpong == 15) return fn(WideCfg<WRG, true, true, 8, true, true, 31 | 32 | 128>{});
-          // the probes of branch mma8: 12 with a quarter of P*V beside Q*K^T (512; three quarters beside the softmax)
-          // or none of it (1024: all beside the softmax)
-          if (pingpong == 16) return fn(WideCfg<WRG, true, true, 8, true, true, 31 | 32 | 512>{});
-          if (pingpong == 17) return fn(WideCfg<WRG, true, true, 8, true, true, 31 | 32 | 1024>{});
         } else {  // pingpong 4: the lean form at 32 rows too (to time it against wide2pp2 there)
           if (pingpong == 4) return fn(WideCfg<WRG, true, true, 8, true, true>{});
         }

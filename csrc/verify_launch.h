@@ -15,7 +15,7 @@ constexpr int ROWS_PER_GROUP = 16;  // query rows per m16 group
 constexpr int MAX_ROW_GROUPS = 4;   // 16-row groups a split-kernel block may hold (1, 2 or 4)
 // pingpong values of the mma.sync split kernel are 0 .. NUM_PINGPONGS - 1 (2 and up: col_warps 16 only; see
 // launch_verify below and kdengine/ops/cuda_backend.py PINGPONGS): the binding checks against this one constant
-constexpr int NUM_PINGPONGS = 18;
+constexpr int NUM_PINGPONGS = 16;
 
 // Device pointers and sizes of one call (R = T * H query rows per sequence, W = ceil(T / 32)).
 struct VerifyParams {

@@ -15,8 +15,8 @@
 // rescaled before the first P*V half), 4 the KV copy after the softmax's partial-score loads, 8 the row max's
 // shuffles only where a lane's own max passes the lazy threshold, 16 exp2 as one ex2.approx.ftz; the probes of branch
 // mma6: 32 / 64 the block's Q staged through shared memory (lean_stage_q; 31 + 32 = pingpong 12, the default since),
-// 128 the page-table row pointer warp-uniform (KvStreamLean; slower); the probes of branch mma8: 512 / 1024 a quarter /
-// none of P*V's columns beside Q*K^T, the rest beside the softmax (pingpong 16 / 17 with 31 + 32).
+// 128 the page-table row pointer warp-uniform (KvStreamLean; slower) (branch mma8's 512 / 1024, a quarter / none of
+// P*V's columns beside Q*K^T, even with the default on the H200: perf_history/kernel/mma8_e949c85/).
 // Shared memory: verify_wide.cuh's layout plus the 16 flag bytes after the row buffers.
 #pragma once
 
@@ -406,9 +406,7 @@ __device__ __forceinline__ void lean_stage_q(const VerifyParams& p, int b, int r
 template <class C>
 __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel_lean(const VerifyParams p) {
   constexpr int BN = C::BN, STAGES = C::STAGES, BLOCK_M = C::BLOCK_M;
-  // NPH: the n16 column blocks of P*V beside Q*K^T (the rest beside the softmax): half, or (LV & 512) a quarter,
-  // (LV & 1024) none
-  constexpr int NP = C::V_PART / 16, NPH = C::LV & 1024 ? 0 : C::LV & 512 ? NP / 4 : NP / 2;
+  constexpr int NP = C::V_PART / 16, NPH = NP / 2;
   constexpr uint32_t TILE_B = C::TILE_ELEMS * 2, P_B = C::P_ELEMS * 2, A_B = BLOCK_M * 4;
   static_assert(STAGES == 4, "stage offsets as (i & 3) * TILE_B");
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -479,7 +477,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
           all.rescale(o, row_sa + bc * A_B, lane);
         }
       }
-      if constexpr (NPH > 0) {
+      {
         PvColsLean<C, 0, NPH> pv;
         pv.load(v_at + cur, pa_at + bc * P_B);
         if (!(C::LV & 2) && moved) pv.rescale(o, row_sa + bc * A_B, lane);

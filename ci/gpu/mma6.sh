@@ -16,7 +16,7 @@ export PYTHONUNBUFFERED=1 KDENGINE_CACHE_DIR=${KDENGINE_CACHE_DIR:-/tmp/kdcache}
 PY=${PYTHON:-python3}
 DEADLINE=${DEADLINE:-180}
 STEPS=${STEPS:-"build smoke bench checks ncu"}
-SET=${SET:-mma6}   # the kernel sweep set of the bench step (mma7 at e1a18c1: the page-64 probe, since removed; mma8)
+SET=${SET:-mma6}   # the kernel sweep set of the bench step (mma7 at e1a18c1: the page-64 probe, since removed; mma8 at e949c85, removed)
 PROBES=${PROBES:-"8 12 13 14 15"}   # the default and the probes (kdengine.ops.cuda_backend.PINGPONGS)
 SAN2=${SAN2:-"8 12 13 15"}   # those sanitized on the second shape too
 # pingpong:T profiled at 65k, in this order while time remains: the default, then the probes by their 65k median (bench;

@@ -34,7 +34,7 @@ from kdengine.ops.shapes import DV
 CONTEXTS = (4096, 16384, 65536)
 TREE_SIZES = (16, 64)
 NSPLITS = (16, 32, 64, 128, 256, "auto")
-SETS = ("full", "peers", "mma", "mma2", "mma4", "mma6", "mma8", "sm90", "paths", "pair", "half", "icache", "seesaw2",
+SETS = ("full", "peers", "mma", "mma2", "mma4", "mma6", "sm90", "paths", "pair", "half", "icache", "seesaw2",
         "nsplit", "merge", "pdl")
 # (the sets s2tune, s2t64, s2t64r, s2ab, s2mid, ring4, stsm, late, d32, g2, la, h, s4, res and res2 timed seesaw2's
 # probes, gone since: their records stay in perf_history/kernel/verify_kernel_{s2tune,s2t64,s2t64r65k,s2t6465k,s2ab,
@@ -65,10 +65,7 @@ MMA_LAYOUTS = {name: (col_warps, 4, DEFAULT_COMBINE, pingpong) for name, (col_wa
     "mma_lean_v5": (16, 8), "mma_lean_short": (16, 9), "mma_lean_v4": (16, 10), "mma_lean_v4k": (16, 11),
     # the probes of branch mma6 (PINGPONGS 12-15: the default with Q staged through shared memory, 12 and 13; the
     # page-table row pointer warp-uniform, 14; both, 15)
-    "mma_lean_qs": (16, 12), "mma_lean_qs2": (16, 13), "mma_lean_up": (16, 14), "mma_lean_qsup": (16, 15),
-    # the probes of branch mma8 (PINGPONGS 16-17: the default with a quarter / none of P*V beside Q*K^T, the rest
-    # beside the softmax)
-    "mma_lean_pvq": (16, 16), "mma_lean_pv0": (16, 17)}.items()}
+    "mma_lean_qs": (16, 12), "mma_lean_qs2": (16, 13), "mma_lean_up": (16, 14), "mma_lean_qsup": (16, 15)}.items()}
 # the `mma4` set: at 64-row blocks (T * H > 32) the default, the default again (A/A) and these; at 32-row blocks
 # (T * H <= 32, T = 1, 2, 4 at H = 8: --trees) the default (wide2pp2 there), the default again and the lean form
 # (those equal to the default left out: since 896dc1b (perf_history/kernel/verify_kernel_mma4_*_896dc1b.json) the
@@ -80,11 +77,9 @@ MMA4_SMALL_LAYOUTS = ("mma_lean_all",)
 # 32-row blocks the probes run wide2pp2, as the default does: only the default and its A/A row there); the one equal to
 # the default is left out (run 0c41cd6 timed them with mma_lean_v5 the default; mma_lean_qs is the default since)
 MMA6_LAYOUTS = ("mma_lean_v5", "mma_lean_qs", "mma_lean_qs2", "mma_lean_up", "mma_lean_qsup")
-# the `mma8` set (branch mma8): the default, these, the default again (A/A) at 64-row blocks (only the default twice at
-# 32-row blocks, where pingpongs 16-17 run wide2pp2 as the default does). (A set `mma7` at e1a18c1 timed a page-64
-# probe, pingpong 16 then, removed: perf_history/kernel/mma7_e1a18c1/.) Not yet measured (no device was lent after
-# they were built): SET=mma8 PROBES="12 16 17" SAN2="16 17" NCU="12:16 12:64" bash ci/gpu/mma6.sh.
-MMA8_LAYOUTS = ("mma_lean_pvq", "mma_lean_pv0")
+# Retired sets: `mma7` (e1a18c1, a page-64 probe: perf_history/kernel/mma7_e1a18c1/) and `mma8` (e949c85, pingpongs
+# 16 / 17 with a quarter / none of P*V beside Q*K^T, mma_lean_pvq / mma_lean_pv0: even with the default,
+# perf_history/kernel/mma8_e949c85/); their probes are gone from the kernel.
 # the layouts the `mma2` set times beside the default: the previous default (wide2pp2, ping-pong 2). Its runs so far:
 # 2e1c440 (default pingpong 1; mma_x16pp at auto and fixed NSPLIT, mma_x16), 4c2df52 (default pingpong 1;
 # mma_wide2pp2 at auto and fixed NSPLIT, which then became the default), a987463 (default pingpong 2;
@@ -212,7 +207,7 @@ def rotating_call(name: str, nsplit, *, scalar_loads: bool = False, layout=None)
 
 PP_LABELS = {2: "2", 3: "2lean", 4: "2leanall", 5: "2leankx2", 6: "2leanfast", 7: "2leanlate", 8: "2leanv5",
              9: "2leanshort", 10: "2leanv4", 11: "2leanv4k", 12: "2leanqs", 13: "2leanqs2",
-             14: "2leanup", 15: "2leanqsup", 16: "2leanpvq", 17: "2leanpv0"}
+             14: "2leanup", 15: "2leanqsup"}
 
 
 def layout_label(cw, rg, comb, pp) -> str:
@@ -291,9 +286,6 @@ def variants(N: int, T: int, which: str = "full"):
     if which == "mma6":  # the mma.sync default, the same again as an A/A control, the probes of branch mma6
         rows = [base[0], (f"{base[0][0]}/aa", "cuda", "auto", False, None)]
         return rows + ([] if T * H <= 32 else named_layout_rows(MMA6_LAYOUTS))
-    if which == "mma8":  # the mma.sync default, the probes of branch mma8, the default again (the A/A control)
-        probes = [] if T * H <= 32 else named_layout_rows(MMA8_LAYOUTS)
-        return [base[0], *probes, (f"{base[0][0]}/aa", "cuda", "auto", False, None)]
     if which == "nsplit":  # the dispatched call at fixed split counts beside its own planner (auto)
         return [(f"{DISPATCH}/s{sp}", "cuda_auto", sp, False, None) for sp in NSPLITS if sp != "auto"] + [
             (DISPATCH, "cuda_auto", "auto", False, None)]

@@ -18,7 +18,7 @@ ROW_GROUPS = (1, 2, 4)  # groups of 16 rows a split-kernel block may hold
 MAX_ROW_GROUPS = max(ROW_GROUPS)
 # pingpong values of the mma.sync split kernel: 0 .. NUM_PINGPONGS - 1 (kdengine.ops.cuda_backend.PINGPONGS; csrc
 # verify_launch.h holds the same count and the binding rejects others)
-NUM_PINGPONGS = 18
+NUM_PINGPONGS = 16
 
 # Constants the binding exports (module attribute name -> the value here).
 BINDING_CONSTANTS = {"D_QK": D_QK, "DV": DV, "D_ROPE": D_ROPE, "ROWS_PER_GROUP": ROWS_PER_GROUP,

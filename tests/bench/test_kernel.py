@@ -183,20 +183,6 @@ def test_mma4_and_mma6_sets_time_the_probes_beside_the_default_twice():
     assert kernel.build_parser().parse_args(["measure", "--out", "x", "--set", "mma4", "--trees", "1,2"]).trees == "1,2"
 
 
-def test_mma8_set_times_the_probes_between_the_default_and_its_aa_row():
-    # 64-row blocks: the default, the probes of branch mma8, the default again; 32-row blocks: the default twice
-    default = kernel.default_label()
-    for T, names in ((64, kernel.MMA8_LAYOUTS), (16, kernel.MMA8_LAYOUTS), (4, ())):
-        rows = kernel.variants(65536, T, "mma8")
-        labels = [v[0] for v in rows]
-        assert labels == [default, *[f"cuda/{kernel.layout_label(*kernel.MMA_LAYOUTS[n])}/sauto" for n in names],
-                          f"{default}/aa"]
-        assert rows[0][1:] == rows[-1][1:] and len(set(labels)) == len(labels) and all(v[2] == "auto" for v in rows)
-    assert "mma8" in kernel.SETS
-    assert [kernel.MMA_LAYOUTS[n][3] for n in kernel.MMA8_LAYOUTS] == [16, 17]
-    assert all(kernel.MMA_LAYOUTS[n] != kernel.default_layout() for n in kernel.MMA8_LAYOUTS)
-
-
 def test_once_path_names_the_mma_layouts():
     args = kernel.build_parser().parse_args(["once", "--path", "mma_wide2pp2", "--T", "5"])
     assert args.path in kernel.MMA_LAYOUTS and args.T == 5

@@ -203,12 +203,11 @@ def test_nsplit_variants_agree(nsplit):
     _check(inp, out, lse)
 
 
-# test ids of the split-P*V pingpongs (2; 3 its lean form; 4-11 the lean probes of branch mma4, 12-15 of mma6, 16-17 of
-# mma8)
+# test ids of the split-P*V pingpongs (2; 3 its lean form; 4-11 the lean probes of branch mma4, 12-15 of mma6)
 PP_SUFFIX = {2: "2", 3: "2lean", 4: "2leanall", 5: "2leankx2", 6: "2leanfast", 7: "2leanlate", 8: "2leanv5",
              9: "2leanshort", 10: "2leanv4", 11: "2leanv4k", 12: "2leanqs", 13: "2leanqs2",
-             14: "2leanup", 15: "2leanqsup", 16: "2leanpvq", 17: "2leanpv0"}
-LEAN_PROBES = tuple(range(4, 18))
+             14: "2leanup", 15: "2leanqsup"}
+LEAN_PROBES = tuple(range(4, 16))
 LAYOUT_ID = lambda cw, pp: f"cw{cw}" + ("pp" if pp else "") + PP_SUFFIX.get(int(pp), "")  # (col_warps, pingpong)
 # The wide2 layout (col_warps 16: streaming loader, lazy rescaling) over the contract sizes and the odd
 # shapes, with both parallel merges; B up to 4, H 8 and 16.
