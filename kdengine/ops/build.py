@@ -10,6 +10,7 @@ name, so it never replaces the normal build.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import shutil
 import sys
@@ -141,6 +142,36 @@ def missing_toolchain() -> str | None:
     return None
 
 
+TORCH_LOCK = "lock"  # torch.utils.cpp_extension's FileBaton in the build directory
+OWN_LOCK = "kdengine.lock"
+
+
+@contextlib.contextmanager
+def build_lock(where: Path):
+    """Hold an flock on `where`/kdengine.lock for the JIT load. torch's loader guards a build with a plain lock file
+    that a killed build (a timeout, ^C, OOM) leaves behind, and every later load then waits on it forever in
+    silence. The flock dies with its process, so while it is held no other kdengine load is building here and a torch
+    lock file found is stale: it is removed, with a line on stderr. A live build in another process is waited for,
+    with a line saying so."""
+    import fcntl
+
+    with open(where / OWN_LOCK, "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"kdengine: waiting for another process building {where.name} ({where})", file=sys.stderr, flush=True)
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            stale = where / TORCH_LOCK
+            if stale.exists():
+                stale.unlink()
+                print(f"kdengine: removed a stale build lock {stale} (left by a build that was killed)", file=sys.stderr,
+                      flush=True)
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def load_extension(arch: str | None = None, *, scalar_loads: bool = False, timeline: bool | None = None,
                    verbose: bool = False):
     """Build (first time) and import the extension module; cached per process and on disk. timeline None: the
@@ -158,15 +189,16 @@ def load_extension(arch: str | None = None, *, scalar_loads: bool = False, timel
     name = extension_name(archs, scalar_loads, timeline)
     where = build_dir(name)
     where.mkdir(parents=True, exist_ok=True)
-    module = load(
-        name=name,
-        sources=[str(CSRC / s) for s in SOURCES],
-        extra_cflags=host_cflags(timeline=timeline),
-        extra_cuda_cflags=nvcc_flags(archs, scalar_loads=scalar_loads, timeline=timeline),
-        extra_include_paths=[str(CSRC)],
-        build_directory=str(where),
-        verbose=verbose,
-    )
+    with build_lock(where):
+        module = load(
+            name=name,
+            sources=[str(CSRC / s) for s in SOURCES],
+            extra_cflags=host_cflags(timeline=timeline),
+            extra_cuda_cflags=nvcc_flags(archs, scalar_loads=scalar_loads, timeline=timeline),
+            extra_include_paths=[str(CSRC)],
+            build_directory=str(where),
+            verbose=verbose,
+        )
     shapes.check_binding(module)  # the C++ shape constants must equal kdengine.ops.shapes
     _LOADED[key] = module
     return module
