@@ -81,8 +81,8 @@ void launch(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& page_ta
   TORCH_CHECK(pingpong == 0 || pingpong == 1 || (pingpong >= 2 && pingpong < kdengine::NUM_PINGPONGS && col_warps == 16),
               "pingpong must be 0, 1 or (col_warps 16 only) 2.." + num(kdengine::NUM_PINGPONGS - 1) + ", got " +
                   num(pingpong) + " with col_warps " + num(col_warps));
-  TORCH_CHECK(combine >= 0 && combine <= 4 && combine != 3,
-              "combine must be 0, 1, 2 or 4 (3 was retired), got " + num(combine));
+  TORCH_CHECK((combine >= 0 && combine <= 4 && combine != 3) || combine == 7,
+              "combine must be 0, 1, 2, 4 or 7 (3 was retired), got " + num(combine));
   TORCH_CHECK(max_row_groups == 1 || max_row_groups == 2 || max_row_groups == 4, "max_row_groups must be 1, 2 or 4");
   const c10::cuda::CUDAGuard guard(q.device());
   kdengine::VerifyParams p =
@@ -94,14 +94,14 @@ void launch(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& page_ta
   TORCH_CHECK(err == cudaSuccess, "kdengine verify launch failed: ", cudaGetErrorString(err));
 }
 
-// The Hopper (sm_90a, wgmma + TMA) split kernel, then the merge kernel `combine` (0, 1, 2 or 4; -1: none, the
+// The Hopper (sm_90a, wgmma + TMA) split kernel, then the merge kernel `combine` (0, 1, 2, 4 or 7; -1: none, the
 // split kernel alone: out / lse not written, for timing the merge's share only).
 void launch_sm90(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& page_table,
                  const at::Tensor& prefix_len, const at::Tensor& mask_bits, at::Tensor& out, at::Tensor& lse,
                  at::Tensor& part_out, at::Tensor& part_lse, double sm_scale, int64_t nsplit, int64_t schedule,
                  int64_t combine, bool merge_early) {
-  TORCH_CHECK(combine >= -1 && combine <= 4 && combine != 3,
-              "combine must be -1, 0, 1, 2 or 4 (3 was retired), got " + num(combine));
+  TORCH_CHECK((combine >= -1 && combine <= 4 && combine != 3) || combine == 7,
+              "combine must be -1, 0, 1, 2, 4 or 7 (3 was retired), got " + num(combine));
   const c10::cuda::CUDAGuard guard(q.device());
   kdengine::VerifyParams p =
       make_params(q, kv, page_table, prefix_len, mask_bits, out, lse, part_out, part_lse, sm_scale, nsplit);

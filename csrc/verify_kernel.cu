@@ -1,5 +1,7 @@
 // Host launchers of the verify kernels (no torch here: this translation unit also compiles alone
 // to PTX for the CI check in tests/ops/test_ptx.py).
+#include <algorithm>
+
 #include "static_switch.h"
 #include "verify_kernel.cuh"
 #include "verify_launch.h"
@@ -140,15 +142,48 @@ static cudaError_t launch_dependent(Kernel kernel, dim3 grid, dim3 block, size_t
   return cudaLaunchKernelEx(&cfg, kernel, p);
 }
 
+// Probe (combine 7; 5 and 6 were merges since removed): the grouped merge with its dynamic shared memory raised so that at most k = ceil(blocks / SMs)
+// blocks fit on an SM. Launched as a dependent of the split kernel, the merge's blocks otherwise fill the first SMs the
+// split grid frees (up to 4 blocks of 256 threads at T = 16, by registers) and the rest of the SMs take none: the
+// timeline of the dispatched call at 65k (perf_history/kernel/timeline_e949c85/) had its 256 / 1024 blocks on 66-128 /
+// 92-124 SMs, and the work after the wait release took longer the fewer SMs held it (2.6 us on 128 SMs, 3.8-4.1 on
+// 66-74 at T = 16). 0 where no padding is needed (the merge's own bytes already cap it at k).
+static size_t merge_spread_smem(long long blocks, size_t own) {
+  static int sms = 0, per_sm = 0, optin = 0, reserved = 0;  // of the first device launched on
+  if (sms == 0) {
+    int dev = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
+    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  }
+  if (sms <= 0 || per_sm <= 0) return own;
+  const long long k = (blocks + sms - 1) / sms;
+  // k + 1 blocks must not fit: (k + 1) * (smem + reserved) > per_sm
+  long long smem = per_sm / (k + 1) - reserved + 128;
+  smem = (smem + 127) / 128 * 128;
+  return static_cast<size_t>(std::max<long long>(std::min<long long>(smem, optin), static_cast<long long>(own)));
+}
+
 // The log-sum-exp merge of the split partials (either split kernel): 4 = grouped (the default, any nsplit), 2 =
 // chunked (both PDL on sm_90+), 1 = splits weighted in parallel, 0 = one loop per thread (also past
 // COMBINE_MAX_NSPLIT for 1 and 2). 3 (the older grouped merge, slower than 4: perf_history/kernel/merge2_b44f69a/)
 // was retired; the binding refuses it.
 static cudaError_t launch_combine(const VerifyParams& p, int combine, cudaStream_t stream) {
-  if (combine == 4) {
+  if (combine == 4 || combine == 7) {
     const int groups = merge_groups(p.nsplit);
-    return launch_dependent(verify_combine_grouped2_kernel, dim3(p.R, p.B, MERGE_COL_CHUNKS), dim3(32 * groups),
-                            merge_smem_bytes(groups), p, stream);
+    size_t smem = merge_smem_bytes(groups);
+    if (combine == 7) {
+      smem = merge_spread_smem((long long)p.R * p.B * MERGE_COL_CHUNKS, smem);
+      cudaError_t err = cudaFuncSetAttribute(verify_combine_grouped2_kernel,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+      if (err == cudaSuccess)
+        err = cudaFuncSetAttribute(verify_combine_grouped2_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+      if (err != cudaSuccess) return err;
+    }
+    return launch_dependent(verify_combine_grouped2_kernel, dim3(p.R, p.B, MERGE_COL_CHUNKS), dim3(32 * groups), smem,
+                            p, stream);
   }
   if (combine == 2 && p.nsplit <= COMBINE_MAX_NSPLIT)
     return launch_dependent(verify_combine_chunked_kernel, dim3(p.R, p.B, COMBINE_COL_CHUNKS),

@@ -18,9 +18,9 @@ CASES = {
     # name: (what is wrong, the entry point, the message the RuntimeError must hold)
     "sm90_fp32_partials": ("part_out fp32", "launch_sm90", "part_out must be bf16"),
     "mma_fp32_partials": ("part_out fp32", "launch", "part_out must be bf16"),
-    "sm90_bad_combine": ("combine 7", "launch_sm90", "combine must be"),
-    "sm90_retired_combine_3": ("combine 3 (retired merge)", "launch_sm90", "combine must be -1, 0, 1, 2 or 4"),
-    "mma_retired_combine_3": ("combine 3 (retired merge)", "launch", "combine must be 0, 1, 2 or 4"),
+    "sm90_bad_combine": ("combine 8", "launch_sm90", "combine must be"),
+    "sm90_retired_combine_3": ("combine 3 (retired merge)", "launch_sm90", "combine must be -1, 0, 1, 2, 4 or 7"),
+    "mma_retired_combine_3": ("combine 3 (retired merge)", "launch", "combine must be 0, 1, 2, 4 or 7"),
     "mma_bad_col_warps": ("col_warps 3", "launch", "col_warps must be"),
     "mma_bad_pingpong": ("pingpong 99", "launch", "pingpong must be"),
     "sm90_noncontiguous": ("q not contiguous", "launch_sm90", "contiguous"),
@@ -62,7 +62,7 @@ def one(case: str) -> int:
     inp = make_verify_inputs(T=16, H=8, prefix=300, seed=3, device="cuda",
                              page_size=4 if case == "sm90_page_size_4" else 64)
     bad = {"sm90_fp32_partials": dict(part_dtype=torch.float32), "mma_fp32_partials": dict(part_dtype=torch.float32),
-           "sm90_bad_combine": dict(combine=7), "sm90_retired_combine_3": dict(combine=3),
+           "sm90_bad_combine": dict(combine=8), "sm90_retired_combine_3": dict(combine=3),
            "mma_retired_combine_3": dict(combine=3), "mma_bad_col_warps": dict(col_warps=3),
            "mma_bad_pingpong": dict(pingpong=99),
            "sm90_nsplit_mismatch": dict(extra_split=1),

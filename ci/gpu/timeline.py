@@ -25,6 +25,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=3, help="recorded replays per size (each summarised)")
     p.add_argument("--no-flush", action="store_true", help="keep L2 warm before a recorded replay")
     p.add_argument("--raw", default=None, help="a folder to write each repeat's records to (.csv)")
+    p.add_argument("--combine", type=int, default=None,
+                   help="the merge (kdengine.ops.cuda_backend.COMBINES; default: the call's own, DEFAULT_COMBINE)")
     return p.parse_args(argv)
 
 
@@ -45,7 +47,8 @@ def record_size(N: int, T: int, args) -> None:
     from kdengine.ops import cuda_backend
 
     inp, bits = verify_timing.make_inputs(N=N, T=T, H=kernel.H, seed=0, device="cuda")
-    call, splits, _ = kernel.launcher("cuda_sm90_dispatched", inp, bits, "auto", layout={})
+    layout = {} if args.combine is None else {"combine": args.combine}
+    call, splits, _ = kernel.launcher("cuda_sm90_dispatched", inp, bits, "auto", layout=layout)
     graph = timer._capture(lambda i: call(), 1, inp.q.device)  # the timer's own warm-up and capture
     if graph is None:
         raise RuntimeError("the call could not be captured in a CUDA graph")
@@ -59,10 +62,12 @@ def record_size(N: int, T: int, args) -> None:
         graph.replay()
         records = cuda_backend.timeline_read()
         if args.raw:
-            out = Path(args.raw) / f"timeline_{N}_T{T}_{rep}.csv"
+            tag = "" if args.combine is None else f"_c{args.combine}"
+            out = Path(args.raw) / f"timeline_{N}_T{T}{tag}_{rep}.csv"
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text("kind,block,smid,t_ns\n" + "".join(",".join(map(str, r)) + "\n" for r in records.tolist()))
-        title = f"ctx{N} T{T} nsplit={splits} repeat {rep}:"
+        merge = "" if args.combine is None else f" combine={args.combine}"
+        title = f"ctx{N} T{T} nsplit={splits}{merge} repeat {rep}:"
         print(timeline.format_summary(timeline.summarize(records.tolist()), title), flush=True)
     torch.cuda.synchronize()
 

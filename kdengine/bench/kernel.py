@@ -35,7 +35,7 @@ CONTEXTS = (4096, 16384, 65536)
 TREE_SIZES = (16, 64)
 NSPLITS = (16, 32, 64, 128, 256, "auto")
 SETS = ("full", "peers", "mma", "mma2", "mma4", "mma6", "sm90", "paths", "pair", "half", "icache", "seesaw2",
-        "nsplit", "merge", "pdl")
+        "nsplit", "merge", "pdl", "spread")
 # (the sets s2tune, s2t64, s2t64r, s2ab, s2mid, ring4, stsm, late, d32, g2, la, h, s4, res and res2 timed seesaw2's
 # probes, gone since: their records stay in perf_history/kernel/verify_kernel_{s2tune,s2t64,s2t64r65k,s2t6465k,s2ab,
 # s2ab2,s2mid,ring4,stsm0,stsm1,late0,late1,d32_0,d32_1,g2_0,g2_1,la_0,la_1,h_0,h_1,s4_0,s4_1,res_0,res_1,res2_0,
@@ -299,6 +299,16 @@ def variants(N: int, T: int, which: str = "full"):
         sched = "cuda_sm90_dispatched"  # the schedule launch_sm90 picks for the call (rows and tiles per split)
         return [(f"{sched}/c0/sauto", sched, "auto", False, {}),
                 (f"{sched}/c0/splitonly/sauto", sched, "auto", False, {"combine": cuda_backend.SPLIT_ONLY})]
+    if which == "spread":  # the grouped merge (4) against the probe 7 (its blocks spread over the SMs), A B B A
+        from kdengine.ops import cuda_backend
+
+        sched = "cuda_sm90_dispatched"
+        sm90 = [(f"{sched}/c{c}{tag}/sauto", sched, "auto", False, {"combine": c})
+                for c, tag in ((4, ""), (7, ""), (7, "/aa"), (4, "/aa"))] if hopper() else []
+        cw, rg, _, pp = default_layout()
+        mma = [(f"cuda/{layout_label(cw, rg, c, pp)}{tag}/sauto", "cuda", "auto", False, (cw, rg, c, pp))
+               for c, tag in ((4, ""), (7, ""))]
+        return sm90 + mma + [(p, p, None, False, None) for p in peers.PEERS]
     if which == "pdl":  # when the split kernel lets the merge launch: the default, the other choice, the split kernel
         # alone (the merge's share; sm90), the default again (A/A); the sm90 kernel on Hopper, then the mma.sync default
         from kdengine.ops import cuda_backend
@@ -546,7 +556,10 @@ def once(args) -> int:
                              device="cuda")
     if args.path is not None:  # the mma.sync default or a named mma layout, or the sm90 kernel (--combine)
         mma = args.path == "mma" or args.path in MMA_LAYOUTS
-        layout = MMA_LAYOUTS.get(args.path) if mma else {"combine": args.combine}
+        layout = {"combine": args.combine}
+        if mma:  # the layout's own merge unless --combine names one
+            cw, rg, comb, pp = MMA_LAYOUTS.get(args.path, default_layout())
+            layout = (cw, rg, comb if args.combine is None else args.combine, pp)
         call, _, result = launcher("cuda" if mma else f"cuda_{args.path}",
                                    inp, pack_tree_mask(inp.tree_mask), args.nsplit, layout=layout)
         call()

@@ -114,7 +114,9 @@ DEFAULT_PINGPONG = 12
 # 65k T64 118.9 / 118.6 / 118.8 and 118.7 / 118.4 / 118.7 (4k T16 13.4 / 13.2 / 13.4 and 13.0 / 13.2 / 13.4: its first
 # row reads low, position in the process); after the mma.sync default 0.2-0.7 us faster at four sizes, equal at 65k;
 # ncu of the merge alone with warm partials at 65k T64: 5.34-6.05 -> 4.77-4.83 us, 1.52M -> 1.29M warp instructions.
-COMBINES = (0, 1, 2, 4)  # (3 retired: above)
+# 7 (probe; 5 and 6 were merges since removed): 4 with its blocks spread over the SMs (at most ceil(blocks / SMs) per
+# SM, by padding its dynamic shared memory; csrc/verify_kernel.cu merge_spread_smem). Not yet measured.
+COMBINES = (0, 1, 2, 4, 7)  # (3 retired: above)
 DEFAULT_COMBINE = 4
 # Shortest split for `auto`: four 16-token tiles of the wide layout. At ctx 4096, T 16 one wave of 64
 # splits of 64 tokens ran faster than 32 splits of 128 on the H200

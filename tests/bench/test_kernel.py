@@ -163,6 +163,24 @@ def test_pdl_set_times_both_merge_launch_points_the_split_alone_and_the_default_
         assert mma[0][0].endswith(f"/early{int(early)}/sauto") and "/aa/" in mma[2][0]
 
 
+def test_spread_set_times_the_merges_4_and_7_in_abba_order_beside_the_peer(monkeypatch):
+    from kdengine.bench import peers
+
+    for hopper in (True, False):
+        monkeypatch.setattr(kernel, "hopper", lambda h=hopper: h)
+        rows = kernel.variants(65536, 16, "spread")
+        labels = [label for label, *_ in rows]
+        assert len(set(labels)) == len(labels) == (4 if hopper else 0) + 2 + len(peers.PEERS)
+        if hopper:  # the dispatched sm90 call, merge 4, 7, 7, 4 (the second pair the A/A rows)
+            assert [(r[1], r[4]) for r in rows[:4]] == [("cuda_sm90_dispatched", {"combine": c}) for c in (4, 7, 7, 4)]
+            assert "/aa/" in labels[2] and "/aa/" in labels[3]
+        mma = rows[-2 - len(peers.PEERS):len(rows) - len(peers.PEERS)]
+        cw, rg, comb, pp = kernel.default_layout()
+        assert [r[4] for r in mma] == [(cw, rg, 4, pp), (cw, rg, 7, pp)] and comb == 4
+        assert all(r[2] == "auto" for r in rows[:-len(peers.PEERS)])
+    assert "spread" in kernel.SETS
+
+
 def test_mma4_and_mma6_sets_time_the_probes_beside_the_default_twice():
     # 64-row blocks; 32-row (T * H <= 32): mma4 times its small layouts there, mma6 only the default twice
     for which, T, names in (("mma4", 64, kernel.MMA4_LAYOUTS), ("mma4", 4, kernel.MMA4_SMALL_LAYOUTS),
@@ -186,6 +204,31 @@ def test_mma4_and_mma6_sets_time_the_probes_beside_the_default_twice():
 def test_once_path_names_the_mma_layouts():
     args = kernel.build_parser().parse_args(["once", "--path", "mma_wide2pp2", "--T", "5"])
     assert args.path in kernel.MMA_LAYOUTS and args.T == 5
+
+
+@pytest.mark.parametrize("path, combine", [("mma", None), ("mma", 7), ("mma_wide2pp2", 0), ("sm90_seesaw2", 7)])
+def test_once_applies_combine_to_the_path_it_forces(path, combine, monkeypatch, capsys):
+    # `once --path mma --combine C` times merge C after the mma.sync default (it used to drop --combine silently)
+    from kdengine.ops import inputs, verify
+
+    make = inputs.make_verify_inputs
+    monkeypatch.setattr(inputs, "make_verify_inputs", lambda **kw: make(**{**kw, "device": "cpu"}))
+    seen = {}
+
+    def fake_launcher(name, inp, bits, nsplit, *, layout=None):
+        seen.update(name=name, layout=layout)
+        out = verify.verify_attention(*inp.args(), sm_scale=inp.sm_scale, backend="reference")
+        return (lambda: None), nsplit, (lambda: out)
+
+    monkeypatch.setattr(kernel, "launcher", fake_launcher)
+    argv = ["once", "--path", path, "--T", "3", "--prefix", "40"] + ([] if combine is None else ["--combine", str(combine)])
+    args = kernel.build_parser().parse_args(argv)
+    assert args.func(args) == 0 and "rel L2 0.00e+00" in capsys.readouterr().out
+    if path.startswith("sm90"):
+        assert seen == {"name": "cuda_sm90_seesaw2", "layout": {"combine": combine}}
+    else:
+        cw, rg, comb, pp = kernel.MMA_LAYOUTS.get(path, kernel.default_layout())
+        assert seen == {"name": "cuda", "layout": (cw, rg, comb if combine is None else combine, pp)}
 
 
 def test_seesaw2_set_times_its_baseline_twice_and_every_sm90_row_names_a_schedule():
