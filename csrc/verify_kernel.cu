@@ -176,11 +176,20 @@ static cudaError_t launch_combine(const VerifyParams& p, int combine, cudaStream
     size_t smem = merge_smem_bytes(groups);
     if (combine == 7) {
       smem = merge_spread_smem((long long)p.R * p.B * MERGE_COL_CHUNKS, smem);
-      cudaError_t err = cudaFuncSetAttribute(verify_combine_grouped2_kernel,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-      if (err == cudaSuccess)
-        err = cudaFuncSetAttribute(verify_combine_grouped2_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
-      if (err != cudaSuccess) return err;
+      // the attribute is a ceiling for every later launch of the kernel (merge 4's too): raised to the opt-in maximum
+      // once, never lowered to one call's bytes (that made a later merge 4 of 32 groups fail with "invalid argument")
+      static bool configured = false;
+      if (!configured) {
+        int dev = 0, optin = 0;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+        cudaError_t err =
+            cudaFuncSetAttribute(verify_combine_grouped2_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+        if (err == cudaSuccess)
+          err = cudaFuncSetAttribute(verify_combine_grouped2_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+        if (err != cudaSuccess) return err;
+        configured = true;
+      }
     }
     return launch_dependent(verify_combine_grouped2_kernel, dim3(p.R, p.B, MERGE_COL_CHUNKS), dim3(32 * groups), smem,
                             p, stream);

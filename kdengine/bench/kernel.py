@@ -299,7 +299,8 @@ def variants(N: int, T: int, which: str = "full"):
         sched = "cuda_sm90_dispatched"  # the schedule launch_sm90 picks for the call (rows and tiles per split)
         return [(f"{sched}/c0/sauto", sched, "auto", False, {}),
                 (f"{sched}/c0/splitonly/sauto", sched, "auto", False, {"combine": cuda_backend.SPLIT_ONLY})]
-    if which == "spread":  # the grouped merge (4) against the probe 7 (its blocks spread over the SMs), A B B A
+    if which == "spread":  # the grouped merge (4) against the probe 7 (its blocks spread over the SMs), A B B A on
+        # each path (in the run at 591e4a6 the mma.sync rows were 4, 7 only)
         from kdengine.ops import cuda_backend
 
         sched = "cuda_sm90_dispatched"
@@ -307,7 +308,7 @@ def variants(N: int, T: int, which: str = "full"):
                 for c, tag in ((4, ""), (7, ""), (7, "/aa"), (4, "/aa"))] if hopper() else []
         cw, rg, _, pp = default_layout()
         mma = [(f"cuda/{layout_label(cw, rg, c, pp)}{tag}/sauto", "cuda", "auto", False, (cw, rg, c, pp))
-               for c, tag in ((4, ""), (7, ""))]
+               for c, tag in ((4, ""), (7, ""), (7, "/aa"), (4, "/aa"))]
         return sm90 + mma + [(p, p, None, False, None) for p in peers.PEERS]
     if which == "pdl":  # when the split kernel lets the merge launch: the default, the other choice, the split kernel
         # alone (the merge's share; sm90), the default again (A/A); the sm90 kernel on Hopper, then the mma.sync default

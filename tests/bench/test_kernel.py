@@ -170,13 +170,14 @@ def test_spread_set_times_the_merges_4_and_7_in_abba_order_beside_the_peer(monke
         monkeypatch.setattr(kernel, "hopper", lambda h=hopper: h)
         rows = kernel.variants(65536, 16, "spread")
         labels = [label for label, *_ in rows]
-        assert len(set(labels)) == len(labels) == (4 if hopper else 0) + 2 + len(peers.PEERS)
+        assert len(set(labels)) == len(labels) == (4 if hopper else 0) + 4 + len(peers.PEERS)
         if hopper:  # the dispatched sm90 call, merge 4, 7, 7, 4 (the second pair the A/A rows)
             assert [(r[1], r[4]) for r in rows[:4]] == [("cuda_sm90_dispatched", {"combine": c}) for c in (4, 7, 7, 4)]
             assert "/aa/" in labels[2] and "/aa/" in labels[3]
-        mma = rows[-2 - len(peers.PEERS):len(rows) - len(peers.PEERS)]
+        mma = rows[-4 - len(peers.PEERS):len(rows) - len(peers.PEERS)]
         cw, rg, comb, pp = kernel.default_layout()
-        assert [r[4] for r in mma] == [(cw, rg, 4, pp), (cw, rg, 7, pp)] and comb == 4
+        assert [r[4] for r in mma] == [(cw, rg, c, pp) for c in (4, 7, 7, 4)] and comb == 4
+        assert "/aa/" in mma[2][0] and "/aa/" in mma[3][0]
         assert all(r[2] == "auto" for r in rows[:-len(peers.PEERS)])
     assert "spread" in kernel.SETS
 
