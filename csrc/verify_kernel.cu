@@ -147,7 +147,9 @@ static cudaError_t launch_dependent(Kernel kernel, dim3 grid, dim3 block, size_t
 // split grid frees (up to 4 blocks of 256 threads at T = 16, by registers) and the rest of the SMs take none: the
 // timeline of the dispatched call at 65k (perf_history/kernel/timeline_e949c85/) had its 256 / 1024 blocks on 66-128 /
 // 92-124 SMs, and the work after the wait release took longer the fewer SMs held it (2.6 us on 128 SMs, 3.8-4.1 on
-// 66-74 at T = 16). 0 where no padding is needed (the merge's own bytes already cap it at k).
+// 66-74 at T = 16). Measured (perf_history/kernel/spread_591e4a6/): on 128-130 SMs every time, faster after the
+// mma.sync split kernel at T = 16 below 65k, 1.4-1.7 us slower after seesaw2 at 65k T = 64: a probe, not a default.
+// Returns `own` where no padding is needed (the merge's own bytes already cap it at k).
 static size_t merge_spread_smem(long long blocks, size_t own) {
   static int sms = 0, per_sm = 0, optin = 0, reserved = 0;  // of the first device launched on
   if (sms == 0) {

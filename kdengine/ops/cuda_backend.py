@@ -115,7 +115,10 @@ DEFAULT_PINGPONG = 12
 # row reads low, position in the process); after the mma.sync default 0.2-0.7 us faster at four sizes, equal at 65k;
 # ncu of the merge alone with warm partials at 65k T64: 5.34-6.05 -> 4.77-4.83 us, 1.52M -> 1.29M warp instructions.
 # 7 (probe; 5 and 6 were merges since removed): 4 with its blocks spread over the SMs (at most ceil(blocks / SMs) per
-# SM, by padding its dynamic shared memory; csrc/verify_kernel.cu merge_spread_smem). Not yet measured.
+# SM, by padding its dynamic shared memory; csrc/verify_kernel.cu merge_spread_smem). H200, three sets of the sweep set
+# `spread` (perf_history/kernel/spread_591e4a6/): after the mma.sync default 1.1-1.2 us faster at 4k and 16k T16 (no
+# A/A pair on that path yet), equal at 65k; after the sm90 call 1.4-1.7 us slower at 65k T64, within 0.3 elsewhere.
+# Not the default on either path.
 COMBINES = (0, 1, 2, 4, 7)  # (3 retired: above)
 DEFAULT_COMBINE = 4
 # Shortest split for `auto`: four 16-token tiles of the wide layout. At ctx 4096, T 16 one wave of 64
