@@ -548,6 +548,10 @@ def render(args) -> int:
 
 def once(args) -> int:
     """One checked cuda call (for compute-sanitizer and ncu)."""
+    if args.path is not None and (args.pingpong is not None or args.col_warps is not None):
+        print("once: --pingpong / --col-warps give a layout of their own; with --path (which names one) they would be "
+              "ignored: pass one or the other (--combine applies to either)", file=sys.stderr)
+        return 2
     from kdengine.ops import cuda_backend
     from kdengine.ops.inputs import make_verify_inputs, rel_l2
     from kdengine.ops.mask import pack_tree_mask

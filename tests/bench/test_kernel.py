@@ -207,6 +207,13 @@ def test_once_path_names_the_mma_layouts():
     assert args.path in kernel.MMA_LAYOUTS and args.T == 5
 
 
+@pytest.mark.parametrize("extra", [["--pingpong", "12"], ["--col-warps", "16"]])
+def test_once_refuses_a_layout_option_beside_path(extra, capsys):
+    args = kernel.build_parser().parse_args(["once", "--path", "sm90_seesaw2", *extra])
+    assert args.func(args) == 2  # before any CUDA call: this machine has none
+    assert extra[0] in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("path, combine", [("mma", None), ("mma", 7), ("mma_wide2pp2", 0), ("sm90_seesaw2", 7)])
 def test_once_applies_combine_to_the_path_it_forces(path, combine, monkeypatch, capsys):
     # `once --path mma --combine C` times merge C after the mma.sync default (it used to drop --combine silently)
