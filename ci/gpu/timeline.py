@@ -24,6 +24,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--replays", type=int, default=5, help="graph replays before the recorded ones")
     p.add_argument("--repeats", type=int, default=3, help="recorded replays per size (each summarised)")
     p.add_argument("--no-flush", action="store_true", help="keep L2 warm before a recorded replay")
+    p.add_argument("--brief", action="store_true", help="print only the figures over the repeats, not each repeat's")
     p.add_argument("--raw", default=None, help="a folder to write each repeat's records to (.csv)")
     p.add_argument("--combine", type=int, default=None,
                    help="the merge (kdengine.ops.cuda_backend.COMBINES; default: the call's own, DEFAULT_COMBINE)")
@@ -55,6 +56,7 @@ def record_size(N: int, T: int, args) -> None:
     for _ in range(args.replays):
         graph.replay()
     flush = None if args.no_flush else timer.l2_flush_buffer(inp.q.device)
+    summaries = []
     for rep in range(args.repeats):
         if flush is not None:
             flush.zero_()
@@ -67,8 +69,10 @@ def record_size(N: int, T: int, args) -> None:
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text("kind,block,smid,t_ns\n" + "".join(",".join(map(str, r)) + "\n" for r in records.tolist()))
         merge = "" if args.combine is None else f" combine={args.combine}"
-        title = f"ctx{N} T{T} nsplit={splits}{merge} repeat {rep}:"
-        print(timeline.format_summary(timeline.summarize(records.tolist()), title), flush=True)
+        summaries.append(timeline.summarize(records.tolist()))
+        if not args.brief:
+            print(timeline.format_summary(summaries[-1], f"ctx{N} T{T} nsplit={splits}{merge} repeat {rep}:"), flush=True)
+    print(timeline.format_aggregate(summaries, f"ctx{N} T{T} nsplit={splits}{merge}"), flush=True)
     torch.cuda.synchronize()
 
 

@@ -130,3 +130,36 @@ def format_summary(s: TimelineSummary, title: str = "") -> str:
         lines.append(f"  NOTE: the timer advances in steps of ~{s.granularity_ns / 1e3:.1f} us: figures below that"
                      " are not resolved (the split -> merge hand-off is ~3 us)")
     return "\n".join(lines)
+
+
+# --- over repeats -------------------------------------------------------------------------------------
+
+# Per-call figures aggregated over the repeats of one size (name -> how it is read off a summary, in ns or a count).
+AGGREGATE_FIGURES = {
+    "last split end": lambda s: s.kinds["split_end"].last if s.kinds["split_end"] else None,
+    "split end spread": lambda s: s.kinds["split_end"].last - s.kinds["split_end"].first if s.kinds["split_end"] else None,
+    "release after last split end": lambda s: s.release_ns,
+    "merge work (release -> last merge end)": lambda s: s.kinds["merge_end"].last - s.kinds["merge_waited"].first
+    if s.kinds["merge_end"] and s.kinds["merge_waited"] else None,
+    "last split end -> last merge end": lambda s: s.merge_tail_ns,
+    "merge SMs": lambda s: s.merge_sms,
+}
+
+
+def format_aggregate(summaries: Sequence[TimelineSummary], title: str = "") -> str:
+    """Median and range over the repeats of one size, per AGGREGATE_FIGURES (times in us, "merge SMs" a count): where
+    one replay differs from another (the merge's SMs, the split kernel's end), a few replays cannot say which figure
+    moves with which."""
+    if not summaries:
+        raise ValueError("summaries: expected the summaries of at least one repeat, got none")
+    lines = [f"{title}{' ' if title else ''}over {len(summaries)} repeats: median [min, max]"]
+    for name, read in AGGREGATE_FIGURES.items():
+        values = [v for v in (read(s) for s in summaries) if v is not None]
+        if not values:
+            lines.append(f"  {name:40s} -")
+            continue
+        scale, unit = (1, "") if name == "merge SMs" else (1e3, " us")
+        med, lo, hi = (statistics.median(values) / scale, min(values) / scale, max(values) / scale)
+        lines.append(f"  {name:40s} {med:8.2f} [{lo:.2f}, {hi:.2f}]{unit}")
+    return "\n".join(lines)
+

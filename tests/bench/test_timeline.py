@@ -88,3 +88,21 @@ def test_the_device_script_has_help(capsys):
         sys.argv = argv
     assert done.value.code == 0
     assert "kdengine.ops.build --arch native --timeline" in capsys.readouterr().out
+
+
+def test_the_figures_over_repeats():
+    one = tl.summarize(call_records())
+    later = tl.summarize([(k, b, sm, t + (300 if k >= tl.MERGE_START else 0)) for k, b, sm, t in call_records()])
+    text = tl.format_aggregate([one, later, one], "ctx65536 T64:")
+    assert text.startswith("ctx65536 T64: over 3 repeats: median [min, max]")
+    lines = {line[:42].strip(): line[42:].strip() for line in text.splitlines()[1:]}
+    assert lines["last split end"] == "1.40 [1.40, 1.40] us"
+    assert lines["split end spread"] == "1.10 [1.10, 1.10] us"  # the empty split's end at 300 ns is the first
+    assert lines["release after last split end"] == "0.30 [0.30, 0.60] us"  # the merge 300 ns later in one repeat
+    assert lines["merge work (release -> last merge end)"] == "0.60 [0.60, 0.60] us"
+    assert lines["last split end -> last merge end"] == "0.90 [0.90, 1.20] us"
+    assert lines["merge SMs"] == "3.00 [3.00, 3.00]"
+    merge_only = tl.summarize([r for r in call_records() if r[0] >= tl.MERGE_START])
+    assert "last split end                           -" in tl.format_aggregate([merge_only])
+    with pytest.raises(ValueError, match="summaries"):
+        tl.format_aggregate([])
