@@ -142,30 +142,38 @@ static cudaError_t launch_dependent(Kernel kernel, dim3 grid, dim3 block, size_t
   return cudaLaunchKernelEx(&cfg, kernel, p);
 }
 
-// Probe (combine 7; 5 and 6 were merges since removed): the grouped merge with its dynamic shared memory raised so that at most k = ceil(blocks / SMs)
-// blocks fit on an SM. Launched as a dependent of the split kernel, the merge's blocks otherwise fill the first SMs the
+// Probe (combine 7; 5 and 6 were merges since removed): the grouped merge with its dynamic shared memory raised so
+// that at most k = ceil(blocks / SMs) blocks fit on an SM. Launched as a dependent of the split kernel, the merge's blocks otherwise fill the first SMs the
 // split grid frees (up to 4 blocks of 256 threads at T = 16, by registers) and the rest of the SMs take none: the
 // timeline of the dispatched call at 65k (perf_history/kernel/timeline_e949c85/) had its 256 / 1024 blocks on 66-128 /
 // 92-124 SMs, and the work after the wait release took longer the fewer SMs held it (2.6 us on 128 SMs, 3.8-4.1 on
 // 66-74 at T = 16). Measured (perf_history/kernel/spread_591e4a6/): on 128-130 SMs every time, faster after the
 // mma.sync split kernel at T = 16 below 65k, 1.4-1.7 us slower after seesaw2 at 65k T = 64: a probe, not a default.
 // Returns `own` where no padding is needed (the merge's own bytes already cap it at k).
-static size_t merge_spread_smem(long long blocks, size_t own) {
-  static int sms = 0, per_sm = 0, optin = 0, reserved = 0;  // of the first device launched on
-  if (sms == 0) {
+struct SmemLimits {
+  int sms = 0, per_sm = 0, optin = 0, reserved = 0;
+};
+static const SmemLimits& smem_limits() {  // of the first device launched on (as launch_dependent's arch)
+  static const SmemLimits limits = [] {
+    SmemLimits d;
     int dev = 0;
     cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
-    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  }
-  if (sms <= 0 || per_sm <= 0) return own;
-  const long long k = (blocks + sms - 1) / sms;
+    cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev);
+    cudaDeviceGetAttribute(&d.per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
+    cudaDeviceGetAttribute(&d.optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    cudaDeviceGetAttribute(&d.reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev);
+    return d;
+  }();
+  return limits;
+}
+static size_t merge_spread_smem(long long blocks, size_t own) {
+  const SmemLimits& d = smem_limits();
+  if (d.sms <= 0 || d.per_sm <= 0) return own;
+  const long long k = (blocks + d.sms - 1) / d.sms;
   // k + 1 blocks must not fit: (k + 1) * (smem + reserved) > per_sm
-  long long smem = per_sm / (k + 1) - reserved + 128;
+  long long smem = d.per_sm / (k + 1) - d.reserved + 128;
   smem = (smem + 127) / 128 * 128;
-  return static_cast<size_t>(std::max<long long>(std::min<long long>(smem, optin), static_cast<long long>(own)));
+  return static_cast<size_t>(std::max<long long>(std::min<long long>(smem, d.optin), static_cast<long long>(own)));
 }
 
 // The log-sum-exp merge of the split partials (either split kernel): 4 = grouped (the default, any nsplit), 2 =
@@ -182,11 +190,8 @@ static cudaError_t launch_combine(const VerifyParams& p, int combine, cudaStream
       // once, never lowered to one call's bytes (that made a later merge 4 of 32 groups fail with "invalid argument")
       static bool configured = false;
       if (!configured) {
-        int dev = 0, optin = 0;
-        cudaGetDevice(&dev);
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-        cudaError_t err =
-            cudaFuncSetAttribute(verify_combine_grouped2_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin);
+        cudaError_t err = cudaFuncSetAttribute(verify_combine_grouped2_kernel,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem_limits().optin);
         if (err == cudaSuccess)
           err = cudaFuncSetAttribute(verify_combine_grouped2_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
         if (err != cudaSuccess) return err;

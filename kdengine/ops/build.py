@@ -161,6 +161,9 @@ def build_lock(where: Path):
         except BlockingIOError:
             print(f"kdengine: waiting for another process building {where.name} ({where})", file=sys.stderr, flush=True)
             fcntl.flock(fh, fcntl.LOCK_EX)
+        except OSError:  # a file system without flock (some network mounts): torch's own lock alone, as before
+            yield
+            return
         try:
             stale = where / TORCH_LOCK
             if stale.exists():

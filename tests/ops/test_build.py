@@ -92,3 +92,18 @@ def test_load_extension_builds_under_the_lock(tmp_path, monkeypatch):
     finally:
         build._LOADED.clear()
     assert seen["name"].startswith("kdengine_verify_vec_")
+
+
+def test_without_flock_the_load_goes_ahead_as_before(tmp_path, monkeypatch, capsys):
+    # a file system without flock (some network mounts): nothing is removed (no way to tell a live build), no crash
+    import errno
+
+    def no_flock(fh, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    (tmp_path / build.TORCH_LOCK).write_text("")
+    entered = False
+    with build.build_lock(tmp_path):
+        entered = True
+    assert entered and (tmp_path / build.TORCH_LOCK).exists() and capsys.readouterr().err == ""
