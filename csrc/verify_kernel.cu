@@ -34,13 +34,13 @@ static auto kernel_of() {
 
 template <class C>
 static cudaError_t configure() {
-  static bool configured = false;  // the attributes are per function, set once
-  if (configured) return cudaSuccess;
+  static std::atomic<unsigned long long> configured{0};  // the attributes are per function and device, set once
+  if (configured_here(configured)) return cudaSuccess;
   cudaError_t err = cudaFuncSetAttribute(kernel_of<C>(), cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
   if (err != cudaSuccess) return err;
   // As much shared memory as the SM has, so two blocks fit where the SM allows (sm_90: 227 KB).
   err = cudaFuncSetAttribute(kernel_of<C>(), cudaFuncAttributePreferredSharedMemoryCarveout, 100);
-  if (err == cudaSuccess) configured = true;
+  if (err == cudaSuccess) mark_here(configured);
   return err;
 }
 
@@ -143,31 +143,29 @@ static cudaError_t launch_dependent(Kernel kernel, dim3 grid, dim3 block, size_t
 }
 
 // Probe (combine 7; 5 and 6 were merges since removed): the grouped merge with its dynamic shared memory raised so
-// that at most k = ceil(blocks / SMs) blocks fit on an SM. Launched as a dependent of the split kernel, the merge's blocks otherwise fill the first SMs the
-// split grid frees (up to 4 blocks of 256 threads at T = 16, by registers) and the rest of the SMs take none: the
-// timeline of the dispatched call at 65k (perf_history/kernel/timeline_e949c85/) had its 256 / 1024 blocks on 66-128 /
-// 92-124 SMs, and the work after the wait release took longer the fewer SMs held it (2.6 us on 128 SMs, 3.8-4.1 on
-// 66-74 at T = 16). Measured (perf_history/kernel/spread_591e4a6/): on 128-130 SMs every time, faster after the
-// mma.sync split kernel at T = 16 below 65k, 1.4-1.7 us slower after seesaw2 at 65k T = 64: a probe, not a default.
+// that at most k = ceil(blocks / SMs) blocks fit on an SM. Launched as a dependent of the split kernel, the merge's
+// blocks otherwise fill the first SMs the split grid frees (up to 4 blocks of 256 threads at T = 16, by registers)
+// and the rest of the SMs take none: the timeline of the dispatched call at 65k (perf_history/kernel/
+// timeline_e949c85/) had its 256 / 1024 blocks on 66-128 / 92-124 SMs, and the work after the wait release took
+// longer the fewer SMs held it (2.6 us on 128 SMs, 3.8-4.1 on 66-74 at T = 16). Measured (perf_history/kernel/
+// spread_591e4a6/): on 128-130 SMs every time, faster after the mma.sync split kernel at T = 16 below 65k, 1.4-1.7 us
+// slower after seesaw2 at 65k T = 64: a probe, not a default. (That run's merge 7 shared merge 4's kernel, so its
+// carveout preference carried over to the merge 4 rows timed after it; their figures equal the first rows'.)
 // Returns `own` where no padding is needed (the merge's own bytes already cap it at k).
 struct SmemLimits {
   int sms = 0, per_sm = 0, optin = 0, reserved = 0;
 };
-static const SmemLimits& smem_limits() {  // of the first device launched on (as launch_dependent's arch)
-  static const SmemLimits limits = [] {
-    SmemLimits d;
-    int dev = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev);
-    cudaDeviceGetAttribute(&d.per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
-    cudaDeviceGetAttribute(&d.optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    cudaDeviceGetAttribute(&d.reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev);
-    return d;
-  }();
-  return limits;
+static SmemLimits smem_limits() {  // of the current device (a few attribute reads: the probe's launches only)
+  SmemLimits d;
+  int dev = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev);
+  cudaDeviceGetAttribute(&d.per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
+  cudaDeviceGetAttribute(&d.optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  cudaDeviceGetAttribute(&d.reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev);
+  return d;
 }
-static size_t merge_spread_smem(long long blocks, size_t own) {
-  const SmemLimits& d = smem_limits();
+static size_t merge_spread_smem(const SmemLimits& d, long long blocks, size_t own) {
   if (d.sms <= 0 || d.per_sm <= 0) return own;
   const long long k = (blocks + d.sms - 1) / d.sms;
   // k + 1 blocks must not fit: (k + 1) * (smem + reserved) > per_sm
@@ -181,24 +179,24 @@ static size_t merge_spread_smem(long long blocks, size_t own) {
 // COMBINE_MAX_NSPLIT for 1 and 2). 3 (the older grouped merge, slower than 4: perf_history/kernel/merge2_b44f69a/)
 // was retired; the binding refuses it.
 static cudaError_t launch_combine(const VerifyParams& p, int combine, cudaStream_t stream) {
-  if (combine == 4 || combine == 7) {
+  if (combine == 4) {
     const int groups = merge_groups(p.nsplit);
-    size_t smem = merge_smem_bytes(groups);
-    if (combine == 7) {
-      smem = merge_spread_smem((long long)p.R * p.B * MERGE_COL_CHUNKS, smem);
-      // the attribute is a ceiling for every later launch of the kernel (merge 4's too): raised to the opt-in maximum
-      // once, never lowered to one call's bytes (that made a later merge 4 of 32 groups fail with "invalid argument")
-      static bool configured = false;
-      if (!configured) {
-        cudaError_t err = cudaFuncSetAttribute(verify_combine_grouped2_kernel,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem_limits().optin);
-        if (err == cudaSuccess)
-          err = cudaFuncSetAttribute(verify_combine_grouped2_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
-        if (err != cudaSuccess) return err;
-        configured = true;
-      }
+    return launch_dependent(verify_combine_grouped2_kernel<false>, dim3(p.R, p.B, MERGE_COL_CHUNKS),
+                            dim3(32 * groups), merge_smem_bytes(groups), p, stream);
+  }
+  if (combine == 7) {  // its own instantiation: merge 4's attributes stay as they are
+    const int groups = merge_groups(p.nsplit);
+    const SmemLimits d = smem_limits();
+    static std::atomic<unsigned long long> configured{0};  // the ceiling at the opt-in maximum, once per device
+    if (!configured_here(configured)) {
+      const auto kernel = verify_combine_grouped2_kernel<true>;
+      cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, d.optin);
+      if (err == cudaSuccess) err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+      if (err != cudaSuccess) return err;
+      mark_here(configured);
     }
-    return launch_dependent(verify_combine_grouped2_kernel, dim3(p.R, p.B, MERGE_COL_CHUNKS), dim3(32 * groups), smem,
+    return launch_dependent(verify_combine_grouped2_kernel<true>, dim3(p.R, p.B, MERGE_COL_CHUNKS), dim3(32 * groups),
+                            merge_spread_smem(d, (long long)p.R * p.B * MERGE_COL_CHUNKS, merge_smem_bytes(groups)),
                             p, stream);
   }
   if (combine == 2 && p.nsplit <= COMBINE_MAX_NSPLIT)

@@ -553,6 +553,10 @@ __device__ __forceinline__ float merge_ex2(float x) {  // 2^x, -inf -> 0
   return y;
 }
 
+// SPREAD: merge 7's instantiation, a kernel of its own so that its shared-memory attributes (verify_kernel.cu
+// launch_combine) never touch merge 4's; the code is the same. (A device function shared by two kernels gave merge 4
+// other PTX and 1008 SASS instructions in place of 872 on sm_120.)
+template <bool SPREAD>
 __global__ void __launch_bounds__(32 * MERGE_MAX_GROUPS) verify_combine_grouped2_kernel(const VerifyParams p) {
   extern __shared__ __align__(16) float merge_s[];
   constexpr float LOG2E = 1.4426950408889634f;

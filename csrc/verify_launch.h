@@ -4,7 +4,23 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
+
 namespace kdengine {
+
+// Function attributes (cudaFuncSetAttribute) belong to the current device's context: a process launching on several
+// GPUs must set them on each. configured_here(done): whether the current device's bit is set in `done`; mark_here(done)
+// sets it. Devices past 63 have no bit and are configured on every call.
+inline unsigned long long device_bit() {
+  int dev = 0;
+  cudaGetDevice(&dev);
+  return dev >= 0 && dev < 64 ? 1ull << dev : 0ull;
+}
+inline bool configured_here(const std::atomic<unsigned long long>& done) {
+  const unsigned long long bit = device_bit();
+  return bit != 0 && (done.load(std::memory_order_acquire) & bit) != 0;
+}
+inline void mark_here(std::atomic<unsigned long long>& done) { done.fetch_or(device_bit(), std::memory_order_release); }
 
 // The MLA shape contract, once for C++ (kdengine/ops/shapes.py mirrors it; the binding exports these and
 // Python checks them on load; tests/ops/test_shapes.py compares this header with it on the CPU).
@@ -50,7 +66,8 @@ int blocks_per_sm(int R, int col_warps, int max_row_groups, int pingpong);
 // thread, 1 = splits weighted in parallel first, then batched loads in 4 thread groups, 2 = the same
 // in COMBINE_COL_CHUNKS blocks per row of 128 columns each, 8 thread groups over the splits (1 and 2
 // need nsplit <= 1024, else 0 is used), 4 = "grouped": one warp per split group keeps its own
-// log-sum-exp state, one barrier (any nsplit; verify_kernel.cuh); 3 (the older grouped merge, slower than 4:
+// log-sum-exp state, one barrier (any nsplit; verify_kernel.cuh); 7 (a probe) = 4 with its blocks spread over the SMs
+// (verify_kernel.cu merge_spread_smem); 3 (the older grouped merge, slower than 4:
 // perf_history/kernel/merge2_b44f69a/, its source in the git history up to d403430) was retired;
 // pingpong (wide layouts only): 1 = the two row halves run softmax and P*V in opposite orders; 2 (wide2
 // only) = both halves run P*V in two column halves, one beside Q*K^T, one beside the softmax; 3 (wide2 only) =

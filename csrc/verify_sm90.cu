@@ -40,15 +40,15 @@ bool make_map(CUtensorMap* map, const __nv_bfloat16* data, long long rows, int b
                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// The kernel's shared memory, set once per schedule.
+// The kernel's shared memory, set once per schedule and device.
 template <int SCHEDULE>
 cudaError_t configure_sm90() {
-  static bool configured = false;
-  if (configured) return cudaSuccess;
+  static std::atomic<unsigned long long> configured{0};
+  if (configured_here(configured)) return cudaSuccess;
   const cudaError_t err = cudaFuncSetAttribute(sm90::kernel_of<SCHEDULE>(),
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                sm90::smem_of(SCHEDULE));
-  configured = err == cudaSuccess;
+  if (err == cudaSuccess) mark_here(configured);
   return err;
 }
 
