@@ -6,8 +6,9 @@
 //
 // Each translation unit holds its own buffer (no relocatable device code: a __device__ variable is per unit), and one
 // that marks a kernel exports it with KDENGINE_TIMELINE_EXPORT(name); the binding (verify_api.cpp) resets and reads
-// every unit's buffer. Marked so far: the sm90 split kernel (verify_sm90.cu) and the grouped merge, combine 4
-// (verify_kernel.cu); the mma.sync split kernels can use the SPLIT_* kinds the same way.
+// every unit's buffer. Marked so far: the sm90 split kernel (verify_sm90.cu), the grouped merge (combine 4 and 7) and
+// the mma.sync lean split kernel, the default layout's (verify_kernel.cu; its trigger in write_partials, which the
+// other wide layouts share: they record triggers only).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -16,7 +17,7 @@ namespace kdengine {
 namespace timeline {
 
 enum Kind : int {
-  SPLIT_START = 0,    // after the split block's first __syncthreads
+  SPLIT_START = 0,    // after the split block's first __syncthreads (the mma.sync lean kernel: after its split range)
   SPLIT_TRIGGER = 1,  // just before its griddepcontrol.launch_dependents ahead of the partial writes
   SPLIT_END = 2,      // after thread 0's partial writes (an empty split: after its lse writes, no other record)
   MERGE_START = 3,    // the merge block's start, before griddepcontrol.wait

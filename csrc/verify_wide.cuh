@@ -58,8 +58,8 @@ struct WideCfg {
   // the second P*V half inside it), 4 = the KV copy issued after the softmax's partial-score loads
   // instead of before the half barrier (its LDGSTS address registers no longer block those loads), 8 = the row max's
   // shuffles only when a lane's own max passes the lazy threshold (warp vote), 16 = exp2 as one ex2.approx.ftz; branch
-  // mma6: 32 / 64 Q staged through shared memory, 128 the page-table row pointer warp-uniform (branch mma8's 512 / 1024,
-  // a quarter / none of P*V's columns beside Q*K^T, were measured even with the default and dropped).
+  // mma6: 32 / 64 Q staged through shared memory, 128 the page-table row pointer warp-uniform (branch mma8's 512 /
+  // 1024, a quarter / none of P*V's columns beside Q*K^T, were measured even with the default and dropped).
   static constexpr int LV = LV_;
   // LEAN (SPLIT_PV only, "wide2pp2_lean", pingpong 3): the same schedule with less integer work per tile:
   // 32-bit shared addresses formed once per thread, the KV copy issued after Q*K^T, one "max moved" byte
@@ -418,6 +418,7 @@ template <class C>
 __device__ __forceinline__ void write_partials(const VerifyParams& p, const float (&o)[C::RG][C::V_PART / 8][4], float m_run,
                                                float l_run, float* row_s, int srow, int row0, size_t part_row0,
                                                int warp, int lane) {
+  if (threadIdx.x == 0) timeline::timeline_mark(timeline::SPLIT_TRIGGER);  // (-DKDENGINE_TIMELINE only)
   pdl_launch_dependents();  // the merge may launch (a no-op where p.merge_early let it at the start)
   const int R = p.R;
 #pragma unroll

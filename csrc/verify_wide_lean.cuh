@@ -424,7 +424,11 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
   const int prefix = p.prefix_len[b];
   int start, end;
   size_t part_row0;
-  if (!split_range<BN, BLOCK_M, C::THREADS>(p, b, split, row0, start, end, part_row0)) return;
+  if (!split_range<BN, BLOCK_M, C::THREADS>(p, b, split, row0, start, end, part_row0)) {
+    if (threadIdx.x == 0) timeline::timeline_mark(timeline::SPLIT_END);  // (-DKDENGINE_TIMELINE only; no start record)
+    return;
+  }
+  if (threadIdx.x == 0) timeline::timeline_mark(timeline::SPLIT_START);
 
   if (p.merge_early) pdl_launch_dependents();  // (else from write_partials)
   const int ntiles = (end - start + BN - 1) / BN;
@@ -514,6 +518,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) verify_split_kernel
     }
   }
   write_partials<C>(p, o, m_run, l_run, row_s, srow, row0, part_row0, warp, lane);
+  if (threadIdx.x == 0) timeline::timeline_mark(timeline::SPLIT_END);
 }
 
 }  // namespace kdengine

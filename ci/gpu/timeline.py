@@ -4,6 +4,7 @@ the merge blocks' dispatch, their loads, their tail). Builds nothing: the timeli
 
     python -m kdengine.ops.build --arch native --timeline && python ci/gpu/timeline.py
 
+With --path mma: the mma.sync default layout's call (its lean split kernel marks start, trigger and end too).
 For each size: inputs and the call from kdengine.bench.kernel (launcher "cuda_sm90_dispatched", auto NSPLIT), the
 warm-up and capture of kdengine.bench.timer, a few replays, then per repeat: L2 flushed (as the timing does), records
 reset, one replay, records read and summarised (kdengine.bench.timeline); --raw DIR also writes each repeat's records.
@@ -26,6 +27,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-flush", action="store_true", help="keep L2 warm before a recorded replay")
     p.add_argument("--brief", action="store_true", help="print only the figures over the repeats, not each repeat's")
     p.add_argument("--raw", default=None, help="a folder to write each repeat's records to (.csv)")
+    p.add_argument("--path", choices=("sm90", "mma"), default="sm90",
+                   help="the split kernel: the dispatched sm90 call (default) or the mma.sync default layout")
     p.add_argument("--combine", type=int, default=None,
                    help="the merge (kdengine.ops.cuda_backend.COMBINES; default: the call's own, DEFAULT_COMBINE)")
     return p.parse_args(argv)
@@ -48,8 +51,12 @@ def record_size(N: int, T: int, args) -> None:
     from kdengine.ops import cuda_backend
 
     inp, bits = verify_timing.make_inputs(N=N, T=T, H=kernel.H, seed=0, device="cuda")
-    layout = {} if args.combine is None else {"combine": args.combine}
-    call, splits, _ = kernel.launcher("cuda_sm90_dispatched", inp, bits, "auto", layout=layout)
+    if args.path == "mma":  # the mma.sync default layout, with --combine's merge if given
+        cw, rg, comb, pp = kernel.default_layout()
+        name, layout = "cuda", (cw, rg, comb if args.combine is None else args.combine, pp)
+    else:
+        name, layout = "cuda_sm90_dispatched", ({} if args.combine is None else {"combine": args.combine})
+    call, splits, _ = kernel.launcher(name, inp, bits, "auto", layout=layout)
     graph = timer._capture(lambda i: call(), 1, inp.q.device)  # the timer's own warm-up and capture
     if graph is None:
         raise RuntimeError("the call could not be captured in a CUDA graph")
@@ -64,14 +71,16 @@ def record_size(N: int, T: int, args) -> None:
         graph.replay()
         records = cuda_backend.timeline_read()
         if args.raw:
-            tag = "" if args.combine is None else f"_c{args.combine}"
+            tag = ("_mma" if args.path == "mma" else "") + ("" if args.combine is None else f"_c{args.combine}")
             out = Path(args.raw) / f"timeline_{N}_T{T}{tag}_{rep}.csv"
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text("kind,block,smid,t_ns\n" + "".join(",".join(map(str, r)) + "\n" for r in records.tolist()))
-        merge = "" if args.combine is None else f" combine={args.combine}"
+        merge = " mma.sync" if args.path == "mma" else ""
+        merge += "" if args.combine is None else f" combine={args.combine}"
         summaries.append(timeline.summarize(records.tolist()))
         if not args.brief:
-            print(timeline.format_summary(summaries[-1], f"ctx{N} T{T} nsplit={splits}{merge} repeat {rep}:"), flush=True)
+            title = f"ctx{N} T{T} nsplit={splits}{merge} repeat {rep}:"
+            print(timeline.format_summary(summaries[-1], title), flush=True)
     print(timeline.format_aggregate(summaries, f"ctx{N} T{T} nsplit={splits}{merge}"), flush=True)
     torch.cuda.synchronize()
 

@@ -16,28 +16,30 @@ from .ptx import kernel_bodies, unit_ptx
 from .test_sm90 import kernel_name
 
 SPLIT_ENTRY = kernel_name("seesaw2")  # the default schedule
-MERGE_ENTRY = "verify_combine_grouped2_kernel"
+MERGE_ENTRY = "verify_combine_grouped2_kernel"  # merge 4 and merge 7
+LEAN_ENTRY = "verify_split_kernel_lean"  # the mma.sync default layout's split kernel
 
 
 def compile_ptx(source: str, arch: str, timeline_build: bool) -> str:
     return unit_ptx(source, arch, (build.TIMELINE_MACRO,) if timeline_build else ())
 
 
-def entry(ptx_text: str, name: str) -> str:
+def entries(ptx_text: str, name: str) -> list[str]:
     bodies = [body for entry_name, body in kernel_bodies(ptx_text).items() if name in entry_name]
     assert bodies, f"no {name} entry in the PTX"
-    return "\n".join(bodies)
+    return bodies
 
 
 @pytest.mark.nvcc
 @pytest.mark.parametrize(("source", "arch", "name"), [("verify_sm90.cu", "90a", SPLIT_ENTRY),
-                                                      ("verify_kernel.cu", "90", MERGE_ENTRY)])
+                                                      ("verify_kernel.cu", "90", MERGE_ENTRY),
+                                                      ("verify_kernel.cu", "90", LEAN_ENTRY)])
 def test_only_the_timeline_build_reads_the_globaltimer(source, arch, name):
     assert "globaltimer" not in compile_ptx(source, arch, False)
-    marked = entry(compile_ptx(source, arch, True), name)
-    assert "%globaltimer" in marked and "%smid" in marked
-    # three marks per kernel (the split kernel's empty-split end: a fourth)
-    assert marked.count("%globaltimer") >= 3
+    # four marks in every kernel of that name, every instantiation (split kernels: the empty split's end, start,
+    # trigger, end; the merge: start, waited, and the end on each of its two exits)
+    for marked in entries(compile_ptx(source, arch, True), name):
+        assert "%smid" in marked and marked.count("%globaltimer") >= 4
 
 
 def test_the_timeline_flag_reaches_nvcc_the_binding_and_the_cache_key():
