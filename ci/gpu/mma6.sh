@@ -31,7 +31,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
 
 step build
-timeout $(cap 90) $PY -m kdengine.ops.build --arch native > "$LOGS/build.log" 2>&1 || { tail -30 "$LOGS/build.log"; exit 1; }
+timeout $(cap ${BUILD_CAP:-200}) $PY -m kdengine.ops.build --arch native > "$LOGS/build.log" 2>&1 || { tail -30 "$LOGS/build.log"; exit 1; }
 tail -1 "$LOGS/build.log"
 
 if want smoke; then

@@ -51,7 +51,7 @@ step build
 ( nvcc -std=c++17 -O3 -lineinfo -Xptxas -v -gencode=arch=compute_90a,code=sm_90a -c csrc/verify_sm90.cu \
     -o /tmp/verify_sm90.o > "$LOG/ptxas.txt" 2>&1 ) &
 ptxas_pid=$!
-timeout $(cap 120) $PY -m kdengine.ops.build --arch native 2>&1 | tail -5 | tee "$LOG/build.log" || { status=1; finish; }
+timeout $(cap ${BUILD_CAP:-200}) $PY -m kdengine.ops.build --arch native 2>&1 | tail -5 | tee "$LOG/build.log" || { status=1; finish; }
 
 step smoke
 i=0
