@@ -32,16 +32,21 @@ static auto kernel_of() {
   }
 }
 
+// A kernel's dynamic shared memory ceiling `smem` and, as its carveout, as much shared memory as the SM has (so two
+// blocks fit where the SM allows; sm_90: 227 KB); once per device (`done`: the attributes are per function and device).
+template <class Kernel>
+static cudaError_t configure_once(std::atomic<unsigned long long>& done, Kernel kernel, int smem) {
+  if (configured_here(done)) return cudaSuccess;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (err == cudaSuccess) err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+  if (err == cudaSuccess) mark_here(done);
+  return err;
+}
+
 template <class C>
 static cudaError_t configure() {
-  static std::atomic<unsigned long long> configured{0};  // the attributes are per function and device, set once
-  if (configured_here(configured)) return cudaSuccess;
-  cudaError_t err = cudaFuncSetAttribute(kernel_of<C>(), cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
-  if (err != cudaSuccess) return err;
-  // As much shared memory as the SM has, so two blocks fit where the SM allows (sm_90: 227 KB).
-  err = cudaFuncSetAttribute(kernel_of<C>(), cudaFuncAttributePreferredSharedMemoryCarveout, 100);
-  if (err == cudaSuccess) mark_here(configured);
-  return err;
+  static std::atomic<unsigned long long> configured{0};
+  return configure_once(configured, kernel_of<C>(), C::SMEM);
 }
 
 template <class C>
@@ -187,14 +192,9 @@ static cudaError_t launch_combine(const VerifyParams& p, int combine, cudaStream
   if (combine == 7) {  // its own instantiation: merge 4's attributes stay as they are
     const int groups = merge_groups(p.nsplit);
     const SmemLimits d = smem_limits();
-    static std::atomic<unsigned long long> configured{0};  // the ceiling at the opt-in maximum, once per device
-    if (!configured_here(configured)) {
-      const auto kernel = verify_combine_grouped2_kernel<true>;
-      cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, d.optin);
-      if (err == cudaSuccess) err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
-      if (err != cudaSuccess) return err;
-      mark_here(configured);
-    }
+    static std::atomic<unsigned long long> configured{0};  // the ceiling at the opt-in maximum
+    const cudaError_t err = configure_once(configured, verify_combine_grouped2_kernel<true>, d.optin);
+    if (err != cudaSuccess) return err;
     return launch_dependent(verify_combine_grouped2_kernel<true>, dim3(p.R, p.B, MERGE_COL_CHUNKS), dim3(32 * groups),
                             merge_spread_smem(d, (long long)p.R * p.B * MERGE_COL_CHUNKS, merge_smem_bytes(groups)),
                             p, stream);

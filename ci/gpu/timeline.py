@@ -52,11 +52,12 @@ def record_size(N: int, T: int, args) -> None:
 
     inp, bits = verify_timing.make_inputs(N=N, T=T, H=kernel.H, seed=0, device="cuda")
     if args.path == "mma":  # the mma.sync default layout, with --combine's merge if given
-        cw, rg, comb, pp = kernel.default_layout()
-        name, layout = "cuda", (cw, rg, comb if args.combine is None else args.combine, pp)
+        name, layout = "cuda", kernel.mma_layout(combine=args.combine)
     else:
         name, layout = "cuda_sm90_dispatched", ({} if args.combine is None else {"combine": args.combine})
     call, splits, _ = kernel.launcher(name, inp, bits, "auto", layout=layout)
+    merge = (" mma.sync" if args.path == "mma" else "") + ("" if args.combine is None else f" combine={args.combine}")
+    tag = ("_mma" if args.path == "mma" else "") + ("" if args.combine is None else f"_c{args.combine}")
     graph = timer._capture(lambda i: call(), 1, inp.q.device)  # the timer's own warm-up and capture
     if graph is None:
         raise RuntimeError("the call could not be captured in a CUDA graph")
@@ -71,12 +72,9 @@ def record_size(N: int, T: int, args) -> None:
         graph.replay()
         records = cuda_backend.timeline_read()
         if args.raw:
-            tag = ("_mma" if args.path == "mma" else "") + ("" if args.combine is None else f"_c{args.combine}")
             out = Path(args.raw) / f"timeline_{N}_T{T}{tag}_{rep}.csv"
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text("kind,block,smid,t_ns\n" + "".join(",".join(map(str, r)) + "\n" for r in records.tolist()))
-        merge = " mma.sync" if args.path == "mma" else ""
-        merge += "" if args.combine is None else f" combine={args.combine}"
         summaries.append(timeline.summarize(records.tolist()))
         if not args.brief:
             title = f"ctx{N} T{T} nsplit={splits}{merge} repeat {rep}:"

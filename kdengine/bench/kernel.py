@@ -136,6 +136,13 @@ def default_layout():
             cuda_backend.DEFAULT_PINGPONG)
 
 
+def mma_layout(name: str | None = None, combine: int | None = None) -> tuple:
+    """The mma.sync layout `name` (MMA_LAYOUTS; anything else, such as None or "mma": the default) with its merge
+    replaced by `combine` when given."""
+    cw, rg, comb, pp = MMA_LAYOUTS.get(name, default_layout())
+    return (cw, rg, comb if combine is None else combine, pp)
+
+
 def launcher(name: str, inp, bits, nsplit, *, scalar_loads: bool = False, layout=None):
     """(call, nsplit used, result) for one backend on one input set: call() launches, result() the output."""
     if name == "cuda_auto":  # the call verify/cuda times (verify_timing.suite_call): the backend's own path choice
@@ -303,14 +310,11 @@ def variants(N: int, T: int, which: str = "full"):
                 (f"{sched}/c0/splitonly/sauto", sched, "auto", False, {"combine": cuda_backend.SPLIT_ONLY})]
     if which == "spread":  # the grouped merge (4) against the probe 7 (its blocks spread over the SMs), A B B A on
         # each path (in the run at 591e4a6 the mma.sync rows were 4, 7 only)
-        from kdengine.ops import cuda_backend
-
-        sched = "cuda_sm90_dispatched"
+        sched, abba = "cuda_sm90_dispatched", ((4, ""), (7, ""), (7, "/aa"), (4, "/aa"))
         sm90 = [(f"{sched}/c{c}{tag}/sauto", sched, "auto", False, {"combine": c})
-                for c, tag in ((4, ""), (7, ""), (7, "/aa"), (4, "/aa"))] if hopper() else []
-        cw, rg, _, pp = default_layout()
-        mma = [(f"cuda/{layout_label(cw, rg, c, pp)}{tag}/sauto", "cuda", "auto", False, (cw, rg, c, pp))
-               for c, tag in ((4, ""), (7, ""), (7, "/aa"), (4, "/aa"))]
+                for c, tag in abba] if hopper() else []
+        mma = [(f"cuda/{layout_label(*lay)}{tag}/sauto", "cuda", "auto", False, lay)
+               for c, tag in abba for lay in (mma_layout(combine=c),)]
         return sm90 + mma + [(p, p, None, False, None) for p in peers.PEERS]
     if which == "pdl":  # when the split kernel lets the merge launch: the default, the other choice, the split kernel
         # alone (the merge's share; sm90), the default again (A/A); the sm90 kernel on Hopper, then the mma.sync default
@@ -563,10 +567,7 @@ def once(args) -> int:
                              device="cuda")
     if args.path is not None:  # the mma.sync default or a named mma layout, or the sm90 kernel (--combine)
         mma = args.path == "mma" or args.path in MMA_LAYOUTS
-        layout = {"combine": args.combine}
-        if mma:  # the layout's own merge unless --combine names one
-            cw, rg, comb, pp = MMA_LAYOUTS.get(args.path, default_layout())
-            layout = (cw, rg, comb if args.combine is None else args.combine, pp)
+        layout = mma_layout(args.path, args.combine) if mma else {"combine": args.combine}
         call, _, result = launcher("cuda" if mma else f"cuda_{args.path}",
                                    inp, pack_tree_mask(inp.tree_mask), args.nsplit, layout=layout)
         call()
