@@ -220,13 +220,8 @@ constexpr int CONSUMER_REGS = 232;
 constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6, BAR_MAX = 8, BAR_ISSUE = 10;
 enum Schedule {
   BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, STAGGERED_SMALL = 5, STAGGERED_TAIL = 6, SEESAW2 = 7,
-  SEESAW2_BAR = 8, SEESAW2_TB = 9
+  SEESAW2_BAR = 8
 };
-// SEESAW2_TB (a probe): SEESAW2 with the tail tile's visibility bits from tail_bits (STAGGERED_SMALL's: 6 loads issued
-// right after the tile's S issue, landing under S) in place of the rolled loop's load per score in series. The timeline
-// of the dispatched call at 65k (perf_history/kernel/timeline_e949c85/, spread_591e4a6/) had the split blocks of the
-// last split, the one holding the tree tail, end 1.5 us (T = 16) and 1.8-2.0 us (T = 64) after the median block in
-// every replay, and the merge waits for the last block.
 // SEESAW2_BAR (SEESAW2's hand-offs on named barriers; SEESAW2 has them on mbarriers): 11 = warpgroup 0's running max after its tile published, 12 =
 // warpgroup 1's (the step's) published, 13 = P of the even tile (over its rope chunk) written, 14 = P of
 // the odd tile (over Q's rope chunk) written.
@@ -247,12 +242,13 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // us slower at T=64) in late_14c0a94/; g2 (two chunks per full barrier: 5.5% slower at 65k T=64) in g2_e0dfbe9/; la (the
 // page lookups in every thread: 0.3-0.6 us slower at 65k T=64) in la_ab24c16/; h (warpgroup 0's P V in m64n128 halves,
 // each half's chunks reloaded once done: 2% slower at 65k T=64) in h_6fa1005/; s4 (each reload from two warps: 0.7-1.4%
-// slower at 65k T=64) in s4_ece8aff/. Folded in on 2026-12-01: d32 (the
+// slower at 65k T=64) in s4_ece8aff/; tb (the tail tile's mask bits from tail_bits under its S: 0.5 / 0.6-0.9 us slower
+// at 65k T=16 / T=64, a larger loop) in tb_0117714/. Folded in on 2026-12-01: d32 (the
 // descriptors as 32-bit adds, d32_905c234/), unr (the TMA issue loop unrolled, g2_e0dfbe9/), spread (the stage-1
 // reloads from warp 1, la_ab24c16/).
-constexpr int NUM_SCHEDULES = SEESAW2_TB + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
+constexpr int NUM_SCHEDULES = SEESAW2_BAR + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
 __host__ __device__ constexpr bool is_seesaw2(int schedule) {
-  return schedule == SEESAW2 || schedule == SEESAW2_BAR || schedule == SEESAW2_TB;
+  return schedule == SEESAW2 || schedule == SEESAW2_BAR;
 }
 __host__ __device__ constexpr int threads_of(int schedule) { return is_seesaw2(schedule) ? 128 * CONSUMERS : THREADS; }
 __host__ __device__ constexpr int smem_of(int schedule) { return is_seesaw2(schedule) ? S2_SMEM : SMEM; }
@@ -1243,27 +1239,18 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
         bar_sync(BAR_WG + w, 128);
       }
     };
-    // SEESAW2_TB: a tail tile's visibility bits (tail_bits), loaded right after its S issue (under S); else the rolled
-    // loop inside mask_rowmax
-    constexpr int TAIL = SCHEDULE == SEESAW2_TB ? TAIL_BITS : TAIL_ROLLED;
-    uint32_t bits = 0;
-    auto tail_ahead = [&](int t) {
-      const int tile_start = start + t * BN;
-      if (TAIL == TAIL_BITS && tile_start + BN > prefix) bits = tail_bits(p, rows, tile_start, prefix, end);
-    };
     if (w == 0) {
       zero_tail(0, 0, fb0);
       issue_qk_chunks<0, NCHUNK, true>(s, qd, kd0, q8, fb0, 0);
       wgmma_commit();
       look_ahead(2);
-      tail_ahead(0);
       wgmma_wait<0>();
       reg_fence(s);
       for (int i = 0; i < steps; ++i) {
         const int ta = 2 * i, slot = (i & 1) * BM;
         const bool has_b = ta + 1 < ntiles, next_a = ta + 2 < ntiles, next_b = ta + 3 < ntiles;
         float mx[2], m_use[2], sc[2], sum[2];
-        mask_rowmax<32, TAIL, true>(p, rows, s, start + ta * BN, prefix, end, mx, bits);
+        mask_rowmax<32, TAIL_ROLLED, true>(p, rows, s, start + ta * BN, prefix, end, mx);
         move_max<true>(m, mx, m_use, sc);
         if (wtid % 4 == 0)
 #pragma unroll
@@ -1318,7 +1305,6 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
           issue_qk_chunks<4, NCHUNK, false>(s, qd, kd0, q8, fb0, (i + 1) & 1);
           wgmma_commit();
           look_ahead(ta + 4);
-          tail_ahead(ta + 2);
         }
         wgmma_wait<0>();
         reg_fence(s);
@@ -1331,7 +1317,6 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
         issue_qk_chunks<0, 4, false>(s, qd, kd1, q8, fb1, 0);
         wgmma_commit();
         look_ahead(2);
-        tail_ahead(1);
         wgmma_wait<0>();
         reg_fence(s);
       }
@@ -1339,7 +1324,7 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
         const int ta = 2 * i, tb = ta + 1, slot = (i & 1) * BM;
         const bool has_b = tb < ntiles, next_a = ta + 2 < ntiles, next_b = tb + 2 < ntiles;
         float mx[2] = {-INFINITY, -INFINITY}, m_use[2], sc[2], sc0[2], sum[2] = {0.f, 0.f};
-        if (has_b) mask_rowmax<32, TAIL, true>(p, rows, s, start + tb * BN, prefix, end, mx, bits);
+        if (has_b) mask_rowmax<32, TAIL_ROLLED, true>(p, rows, s, start + tb * BN, prefix, end, mx);
         handoff_wait(0, i);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -1389,7 +1374,6 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
           issue_qk_chunks<0, 4, false>(s, qd, kd1, q8, fb1, (i + 1) & 1);
           wgmma_commit();
           look_ahead(ta + 4);
-          tail_ahead(tb + 2);
           wgmma_wait<0>();
           reg_fence(s);
         }
@@ -1673,9 +1657,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
 // registers) beside a running split block, but that did not shorten the merge (res_8ce7d1a/). __maxnreg__ and
 // __launch_bounds__ cannot be combined, not even on a specialization, and the 384-thread schedules keep their launch
 // bounds (under __maxnreg__(168) in their place ptxas gave three of them a 536-byte stack), hence a second wrapper.
-__host__ __device__ constexpr int maxnreg_of(int schedule) {
-  return schedule == SEESAW2 || schedule == SEESAW2_TB ? 240 : 0;
-}
+__host__ __device__ constexpr int maxnreg_of(int schedule) { return schedule == SEESAW2 ? 240 : 0; }
 template <int SCHEDULE>
 __global__ void __maxnreg__(maxnreg_of(SCHEDULE))
     verify_sm90_kernel_capped(const VerifyParams p, const __grid_constant__ CUtensorMap kv_map,

@@ -35,7 +35,7 @@ CONTEXTS = (4096, 16384, 65536)
 TREE_SIZES = (16, 64)
 NSPLITS = (16, 32, 64, 128, 256, "auto")
 SETS = ("full", "peers", "mma", "mma2", "mma4", "mma6", "sm90", "paths", "pair", "half", "icache", "seesaw2",
-        "nsplit", "merge", "pdl", "spread", "tb")
+        "nsplit", "merge", "pdl", "spread")
 # (the sets s2tune, s2t64, s2t64r, s2ab, s2mid, ring4, stsm, late, d32, g2, la, h, s4, res and res2 timed seesaw2's
 # probes, gone since: their records stay in perf_history/kernel/verify_kernel_{s2tune,s2t64,s2t64r65k,s2t6465k,s2ab,
 # s2ab2,s2mid,ring4,stsm0,stsm1,late0,late1,d32_0,d32_1,g2_0,g2_1,la_0,la_1,h_0,h_1,s4_0,s4_1,res_0,res_1,res2_0,
@@ -91,15 +91,13 @@ MMA2_LAYOUTS = ("mma_wide2pp2_lean",)
 SM90_BACKENDS = {"cuda_sm90_both": "both", "cuda_sm90_staggered": "staggered", "cuda_sm90_seesaw": "seesaw",
                  "cuda_sm90_pair": "pair", "cuda_sm90_half": "half", "cuda_sm90_staggered_small": "staggered_small",
                  "cuda_sm90_staggered_tail": "staggered_tail", "cuda_sm90_seesaw2": "seesaw2",
-                 "cuda_sm90_seesaw2_bar": "seesaw2_bar", "cuda_sm90_seesaw2_tb": "seesaw2_tb",
+                 "cuda_sm90_seesaw2_bar": "seesaw2_bar",
                  "cuda_sm90_dispatched": None}  # launch_sm90's own pick (cuda_backend.pick_schedule)
 # Short device-run sets of sm90 schedules: (the schedules timed, the baseline first; whether the baseline is
 # timed again after them as the run's A/A control).
 SM90_SETS = {"pair": (("staggered", "pair"), False), "half": (("staggered", "half"), True),
              "icache": (("staggered", "staggered_small", "staggered_tail"), True),
-             "seesaw2": (("staggered_small", "seesaw2", "seesaw2_bar"), True),
-             # the probe seesaw2_tb (the tail tile's mask bits loaded under its S) beside seesaw2, seesaw2 again
-             "tb": (("seesaw2", "seesaw2_tb"), True)}
+             "seesaw2": (("staggered_small", "seesaw2", "seesaw2_bar"), True)}
 H = 8
 SAMPLES = 50  # = kdengine.bench.workloads.GPU_VERIFY_SAMPLES
 SCHEMA = 2

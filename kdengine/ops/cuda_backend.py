@@ -177,12 +177,10 @@ SM90_MIN_TOKENS_PER_SPLIT = 128
 # score, trees for the row max and sums): 0.4-0.8% faster at T=64 (perf_history/kernel/s2soft_f222390/). The default
 # from SEESAW2_MIN_ROWS query rows and SEESAW2_MIN_TILES KV tiles per split (below).
 SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4, "staggered_small": 5, "staggered_tail": 6,
-             "seesaw2": 7, "seesaw2_bar": 8, "seesaw2_tb": 9}
-# seesaw2_tb (a probe, not yet measured): seesaw2 with the tail tile's mask bits loaded under its S (tail_bits, as
-# staggered_small) in place of a load per score in series (csrc/verify_sm90.cuh SEESAW2_TB).
+             "seesaw2": 7, "seesaw2_bar": 8}
 # Schedules compiled under a register cap (csrc/verify_sm90.cuh maxnreg_of; their kernel is verify_sm90_kernel_capped):
 # seesaw2 at 240, faster than at its launch bounds' 255 (perf_history/kernel/res_8ce7d1a/, res2_7053082/).
-REGISTER_CAPS = {"seesaw2": 240, "seesaw2_tb": 240}
+REGISTER_CAPS = {"seesaw2": 240}
 # seesaw2's probes (swap, early, se, qc, seq, eno, mid; 2-CTA multicast clusters; earlier v0, ahead, alate, apro, aolp;
 # ring4 and late of 2026-12-01), each measured on the H200 slower than seesaw2 or within the spread, are gone
 # (csrc/verify_sm90.cuh says where each one's evidence is; their code: the csrc history up to dd10800, and the

@@ -257,8 +257,7 @@ def test_sm90_matches_reference(tp, schedule):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("schedule", ["pair", "half", "staggered_small", "staggered_tail", "seesaw2", "seesaw2_bar",
-                                      "seesaw2_tb"])
+@pytest.mark.parametrize("schedule", ["pair", "half", "staggered_small", "staggered_tail", "seesaw2", "seesaw2_bar"])
 @pytest.mark.parametrize("L", [40, 64, 100, 128, 150, 192, 250, 1000])
 def test_sm90_pair_every_tile_count_and_tail(L, schedule):
     """pair and seesaw2 split a block's tiles into (even, odd) steps, half peels the last tile's P V: one split
@@ -271,11 +270,11 @@ def test_sm90_pair_every_tile_count_and_tail(L, schedule):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("schedule", ["staggered", "staggered_small", "seesaw2", "seesaw2_tb"])
+@pytest.mark.parametrize("schedule", ["staggered", "staggered_small", "seesaw2"])
 @pytest.mark.parametrize("T", [33, 64, 65, 100, 256])
 def test_sm90_tail_mask_words(T, schedule):
-    """staggered_small and seesaw2_tb find a tail tile's mask from the <= 3 packed words each row's scores reach (csrc
-    tail_bits; seesaw2 with its rolled loop beside them): trees across word boundaries, the tree starting at every offset class of a word and a tile,
+    """staggered_small finds a tail tile's mask from the <= 3 packed words each row's scores reach (csrc
+    tail_bits; seesaw2 with its rolled loop beside it): trees across word boundaries, the tree starting at every offset class of a word and a tile,
     tail tiles that hold prefix tokens, splits that end inside the tree (nsplit 3), 16-token pages, a chain."""
     _needs_sm90()
     for prefix in (0, 1, 31, 32, 33, 63, 64, 95, 130, 1000 + T % 7):
