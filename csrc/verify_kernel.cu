@@ -1,6 +1,8 @@
 // Host launchers of the verify kernels (no torch here: this translation unit also compiles alone
 // to PTX for the CI check in tests/ops/test_ptx.py).
 #include <algorithm>
+#include <atomic>
+#include <mutex>
 
 #include "static_switch.h"
 #include "verify_kernel.cuh"
@@ -147,27 +149,41 @@ static cudaError_t launch_dependent(Kernel kernel, dim3 grid, dim3 block, size_t
   return cudaLaunchKernelEx(&cfg, kernel, p);
 }
 
-// Probe (combine 7; 5 and 6 were merges since removed): the grouped merge with its dynamic shared memory raised so
-// that at most k = ceil(blocks / SMs) blocks fit on an SM. Launched as a dependent of the split kernel, the merge's
-// blocks otherwise fill the first SMs the split grid frees (up to 4 blocks of 256 threads at T = 16, by registers)
-// and the rest of the SMs take none: the timeline of the dispatched call at 65k (perf_history/kernel/
+// Merge 7 (the mma.sync path's; 5 and 6 were merges since removed): the grouped merge with its dynamic shared memory
+// raised so that at most k = ceil(blocks / SMs) blocks fit on an SM. Launched as a dependent of the split kernel, the
+// merge's blocks otherwise fill the first SMs the split grid frees (up to 4 blocks of 256 threads at T = 16, by
+// registers) and the rest of the SMs take none: the timeline of the dispatched call at 65k (perf_history/kernel/
 // timeline_e949c85/) had its 256 / 1024 blocks on 66-128 / 92-124 SMs, and the work after the wait release took
 // longer the fewer SMs held it (2.6 us on 128 SMs, 3.8-4.1 on 66-74 at T = 16). Measured (perf_history/kernel/
-// spread_591e4a6/): on 128-130 SMs every time, faster after the mma.sync split kernel at T = 16 below 65k, 1.4-1.7 us
-// slower after seesaw2 at 65k T = 64: a probe, not a default. (That run's merge 7 shared merge 4's kernel, so its
+// spread_591e4a6/, spread2_0117714/): on 128-130 SMs every time; after the mma.sync split kernel 1.2-1.4 us faster at
+// 4k and 16k T = 16, 0.4 us at T = 64 there, equal at 65k: that path's merge since. 2.1-2.6 us slower after seesaw2 at
+// 65k T = 64 (unexplained): the sm90 path keeps merge 4. (The first run's merge 7 shared merge 4's kernel, so its
 // carveout preference carried over to the merge 4 rows timed after it; their figures equal the first rows'.)
 // Returns `own` where no padding is needed (the merge's own bytes already cap it at k).
 struct SmemLimits {
   int sms = 0, per_sm = 0, optin = 0, reserved = 0;
 };
-static SmemLimits smem_limits() {  // of the current device (a few attribute reads: the probe's launches only)
-  SmemLimits d;
+// The current device's limits, read once per device (merge 7 asks at every launch; devices past 63 read every time).
+static SmemLimits smem_limits() {
+  static SmemLimits cache[64];
+  static std::atomic<unsigned long long> read{0};
+  static std::mutex write;
   int dev = 0;
   cudaGetDevice(&dev);
+  const unsigned long long bit = dev >= 0 && dev < 64 ? 1ull << dev : 0ull;
+  if (bit != 0 && (read.load(std::memory_order_acquire) & bit) != 0) return cache[dev];
+  SmemLimits d;
   cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev);
   cudaDeviceGetAttribute(&d.per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
   cudaDeviceGetAttribute(&d.optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
   cudaDeviceGetAttribute(&d.reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev);
+  if (bit != 0) {
+    const std::lock_guard<std::mutex> lock(write);
+    if ((read.load(std::memory_order_relaxed) & bit) == 0) {  // one writer, and never beside a reader of the entry
+      cache[dev] = d;
+      read.fetch_or(bit, std::memory_order_release);
+    }
+  }
   return d;
 }
 static size_t merge_spread_smem(const SmemLimits& d, long long blocks, size_t own) {
@@ -179,7 +195,8 @@ static size_t merge_spread_smem(const SmemLimits& d, long long blocks, size_t ow
   return static_cast<size_t>(std::max<long long>(std::min<long long>(smem, d.optin), static_cast<long long>(own)));
 }
 
-// The log-sum-exp merge of the split partials (either split kernel): 4 = grouped (the default, any nsplit), 2 =
+// The log-sum-exp merge of the split partials (either split kernel): 4 = grouped (the sm90 path's, any nsplit), 7 = 4
+// spread over the SMs (the mma.sync path's, above), 2 =
 // chunked (both PDL on sm_90+), 1 = splits weighted in parallel, 0 = one loop per thread (also past
 // COMBINE_MAX_NSPLIT for 1 and 2). 3 (the older grouped merge, slower than 4: perf_history/kernel/merge2_b44f69a/)
 // was retired; the binding refuses it.

@@ -41,7 +41,7 @@ def one(case: str) -> int:
     _, entry, message = CASES[case]
     ext = build.load_extension()
 
-    def call(inp, *, nsplit=4, part_dtype=torch.bfloat16, extra_split=0, combine=cuda_backend.DEFAULT_COMBINE, q=None,
+    def call(inp, *, nsplit=4, part_dtype=torch.bfloat16, extra_split=0, combine=None, q=None,
              col_warps=cuda_backend.DEFAULT_COL_WARPS, pingpong=cuda_backend.DEFAULT_PINGPONG):
         B, T, H, _ = inp.q.shape
         bits = pack_tree_mask(inp.tree_mask)
@@ -52,6 +52,8 @@ def one(case: str) -> int:
         part_lse = torch.empty(B, splits, T * H, dtype=torch.float32, device="cuda")
         args = (inp.q if q is None else q, inp.kv_cache, inp.page_table, inp.prefix_len, bits, out, lse, part_out,
                 part_lse, float(inp.sm_scale), nsplit)
+        if combine is None:  # each path's own merge
+            combine = cuda_backend.SM90_COMBINE if entry == "launch_sm90" else cuda_backend.DEFAULT_COMBINE
         if entry == "launch_sm90":
             ext.launch_sm90(*args, cuda_backend.SCHEDULES["seesaw2"], combine, False)
         else:

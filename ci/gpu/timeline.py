@@ -30,7 +30,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--path", choices=("sm90", "mma"), default="sm90",
                    help="the split kernel: the dispatched sm90 call (default) or the mma.sync default layout")
     p.add_argument("--combine", type=int, default=None,
-                   help="the merge (kdengine.ops.cuda_backend.COMBINES; default: the call's own, DEFAULT_COMBINE)")
+                   help="the merge (kdengine.ops.cuda_backend.COMBINES; default: the path's own: SM90_COMBINE, DEFAULT_COMBINE on mma)")
     return p.parse_args(argv)
 
 

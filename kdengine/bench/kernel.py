@@ -55,8 +55,8 @@ SETS = ("full", "peers", "mma", "mma2", "mma4", "mma6", "sm90", "paths", "pair",
 # schedule with less integer work per tile (pingpong 3, csrc/verify_wide_lean.cuh); mma_lean_*: the lean probes of branch
 # mma4 (pingpong 4-11, kdengine.ops.cuda_backend.PINGPONGS), mma_lean_v5 (all of them, pingpong 8) the default from
 # then to branch mma6, whose probes are mma_lean_qs .. mma_lean_qsup (pingpong 12-15; mma_lean_qs the default since).
-# Every layout here runs the default merge (cuda_backend.DEFAULT_COMBINE, 4 since b44f69a; the records before it
-# were timed with merge 3, since retired: their labels say comb3).
+# Every layout here runs the mma.sync path's merge (cuda_backend.DEFAULT_COMBINE: 7 since the spread2 run at 0117714,
+# 4 from b44f69a, and merge 3, since retired, before it: the records' labels say comb7 / comb4 / comb3).
 MMA_LAYOUTS = {name: (col_warps, 4, DEFAULT_COMBINE, pingpong) for name, (col_warps, pingpong) in {
     "mma_wide2pp": (16, True), "mma_wide2pp2": (16, 2), "mma_wide2pp2_lean": (16, 3), "mma_x16pp": (32, True),
     "mma_x16": (32, False),
@@ -306,8 +306,8 @@ def variants(N: int, T: int, which: str = "full"):
         sched = "cuda_sm90_dispatched"  # the schedule launch_sm90 picks for the call (rows and tiles per split)
         return [(f"{sched}/c0/sauto", sched, "auto", False, {}),
                 (f"{sched}/c0/splitonly/sauto", sched, "auto", False, {"combine": cuda_backend.SPLIT_ONLY})]
-    if which == "spread":  # the grouped merge (4) against the probe 7 (its blocks spread over the SMs), A B B A on
-        # each path (in the run at 591e4a6 the mma.sync rows were 4, 7 only)
+    if which == "spread":  # the grouped merge (4, the sm90 path's) against 7 (its blocks spread over the SMs, the
+        # mma.sync path's since the run at 0117714), A B B A on each path (in the run at 591e4a6 the mma.sync rows were 4, 7)
         sched, abba = "cuda_sm90_dispatched", ((4, ""), (7, ""), (7, "/aa"), (4, "/aa"))
         sm90 = [(f"{sched}/c{c}{tag}/sauto", sched, "auto", False, {"combine": c})
                 for c, tag in abba] if hopper() else []

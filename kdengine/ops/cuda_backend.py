@@ -114,13 +114,19 @@ DEFAULT_PINGPONG = 12
 # 65k T64 118.9 / 118.6 / 118.8 and 118.7 / 118.4 / 118.7 (4k T16 13.4 / 13.2 / 13.4 and 13.0 / 13.2 / 13.4: its first
 # row reads low, position in the process); after the mma.sync default 0.2-0.7 us faster at four sizes, equal at 65k;
 # ncu of the merge alone with warm partials at 65k T64: 5.34-6.05 -> 4.77-4.83 us, 1.52M -> 1.29M warp instructions.
-# 7 (probe; 5 and 6 were merges since removed): 4 with its blocks spread over the SMs (at most ceil(blocks / SMs) per
-# SM, by padding its dynamic shared memory; csrc/verify_kernel.cu merge_spread_smem). H200, three sets of the sweep set
-# `spread` (perf_history/kernel/spread_591e4a6/): after the mma.sync default 1.1-1.2 us faster at 4k and 16k T16 (no
-# A/A pair on that path yet), equal at 65k; after the sm90 call 1.4-1.7 us slower at 65k T64, within 0.3 elsewhere.
-# Not the default on either path.
+# 7 (5 and 6 were merges since removed): 4 with its blocks spread over the SMs (at most ceil(blocks / SMs) per SM, by
+# padding its dynamic shared memory; csrc/verify_kernel.cu merge_spread_smem). H200, the sweep set `spread` (merge 4,
+# 7, 7 again, 4 again after each path's default split kernel), two sets in one run at 0117714
+# (perf_history/kernel/spread2_0117714/): after the mma.sync default 1.2-1.4 us faster at 4k and 16k T16 (18.0 ->
+# 16.7, 31.5-31.6 -> 30.1-30.2), 0.4 us at 4k and 16k T64, equal at 65k (82.2-82.4 against 82.3-82.6, 286.3-287.4
+# against 286.7-286.9); the mma.sync A/A pairs within 0.1 us but one (0.5 us, 65k T64); its blocks on 128-130 SMs and 3.0 us from the last split
+# block's end to the last merge block's end at 65k T64, against 3.3-4.9 us for 4 (20 timeline replays each). The
+# mma.sync path's merge since. After the sm90 call it was 2.1-2.6 us slower at 65k T64 (114.5-115.0 against
+# 112.2-112.5) in both sets, as in the first run (spread_591e4a6/), though its timeline tail there was shorter too
+# (3.0 against 3.5 us; unexplained), and within 0.3 us elsewhere: the sm90 path keeps merge 4 (SM90_COMBINE).
 COMBINES = (0, 1, 2, 4, 7)  # (3 retired: above)
-DEFAULT_COMBINE = 4
+DEFAULT_COMBINE = 7  # the mma.sync path's merge
+SM90_COMBINE = 4  # the sm90 path's merge
 # Shortest split for `auto`: four 16-token tiles of the wide layout. At ctx 4096, T 16 one wave of 64
 # splits of 64 tokens ran faster than 32 splits of 128 on the H200
 # (perf_history/records/verify_kernel_cudagraph.txt).
@@ -242,7 +248,7 @@ SEESAW2_MIN_ROWS: int | None = 128
 SEESAW2_MIN_TILES = 4
 
 
-# The merge of the sm90 kernel is the merge kernel DEFAULT_COMBINE (a programmatic dependent launch). Its
+# The merge of the sm90 kernel is the merge kernel SM90_COMBINE (a programmatic dependent launch). Its
 # own share of a call, timed as the split kernel alone (combine SPLIT_ONLY) against split + merge in the
 # same CUDA graph and flush: 3.0-3.1 / 3.6-3.9 / 5.2-5.6 / 3.8-4.3 / 4.8-5.3 us at 4k T16 / 4k T64 / 16k T16 /
 # 16k T64 / 65k T16 in three runs on the H200 (65k T64: within its run-to-run spread; kernel sweep set
@@ -397,13 +403,13 @@ def resolve_path(kv_cache: torch.Tensor, path: str | None = None) -> str:
 def launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_scale, nsplit,
                 schedule=None, combine=None, merge_early=None):
     """The Hopper kernel + merge into caller-given out/lse (schedule None: pick_schedule; combine None:
-    DEFAULT_COMBINE; SPLIT_ONLY: the split kernel alone, out/lse left unwritten; merge_early None:
+    SM90_COMBINE; SPLIT_ONLY: the split kernel alone, out/lse left unwritten; merge_early None:
     DEFAULT_MERGE_EARLY)."""
     check_scale(sm_scale)  # > 0: seesaw2 scales the row max of unscaled scores
     if schedule is None:
         schedule = pick_schedule(q.shape[1], q.shape[2], split_tiles(page_table.shape[1] * kv_cache.shape[1], nsplit))
     if combine is None:
-        combine = DEFAULT_COMBINE
+        combine = SM90_COMBINE
     check_combine(combine, (SPLIT_ONLY, *COMBINES))
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule: expected one of {tuple(SCHEDULES)}, got {schedule!r}")

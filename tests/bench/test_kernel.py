@@ -176,7 +176,7 @@ def test_spread_set_times_the_merges_4_and_7_in_abba_order_beside_the_peer(monke
             assert "/aa/" in labels[2] and "/aa/" in labels[3]
         mma = rows[-4 - len(peers.PEERS):len(rows) - len(peers.PEERS)]
         cw, rg, comb, pp = kernel.default_layout()
-        assert [r[4] for r in mma] == [(cw, rg, c, pp) for c in (4, 7, 7, 4)] and comb == 4
+        assert [r[4] for r in mma] == [(cw, rg, c, pp) for c in (4, 7, 7, 4)] and comb == 7
         assert "/aa/" in mma[2][0] and "/aa/" in mma[3][0]
         assert all(r[2] == "auto" for r in rows[:-len(peers.PEERS)])
     assert "spread" in kernel.SETS

@@ -83,7 +83,8 @@ def test_the_retired_merge_3_is_refused():
     # combine 3 (the older grouped merge, slower than 4: perf_history/kernel/merge2_b44f69a/) was removed; the other
     # merges keep their numbers. Both launchers refuse 3 before any CUDA call, naming the argument and the retirement
     # (the binding's own check: ci/gpu/binding_errors.py mma_retired_combine_3 / sm90_retired_combine_3).
-    assert cuda_backend.COMBINES == (0, 1, 2, 4, 7) and cuda_backend.DEFAULT_COMBINE == 4
+    assert cuda_backend.COMBINES == (0, 1, 2, 4, 7)
+    assert (cuda_backend.DEFAULT_COMBINE, cuda_backend.SM90_COMBINE) == (7, 4)  # the mma.sync path's, the sm90 path's
     with pytest.raises(ValueError, match=r"^combine: expected one of \(0, 1, 2, 4, 7\), got 3 \(3, .* was retired"):
         cuda_backend.launch(*[None] * 7, sm_scale=1.0, nsplit=1, combine=3)
     q = torch.zeros(1, 16, 8, 576, dtype=torch.bfloat16)
