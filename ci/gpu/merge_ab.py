@@ -1,0 +1,89 @@
+"""Merge 4 against merge 7 after the dispatched sm90 call, timed two ways, then in the decode engine.
+
+In the sweep (kdengine.bench.verify_timing: K = 8 calls per CUDA-graph replay, back to back) merge 7 was 2.1-2.6 us
+slower than 4 after the sm90 call at 65k T=64 (perf_history/kernel/spread2_0117714/), while the merge timeline (one
+call per replay after the L2 flush) had its tail 0.4 us shorter. This times both merges A B B A with their samples
+interleaved, at K = 8 (the sweep's form) and K = 1 (one call per replay), and then runs the decode engine (the cuda
+backend, 8 layers, CUDA graphs) with each merge as the sm90 path's (A B A), where each verify call is followed by
+other kernels, not by the next split kernel. Prints one line per row and writes a JSON (--out).
+
+    python3 ci/gpu/merge_ab.py --out merge_ab.json [--sizes 65536:64 65536:16] [--samples 40] [--decode 65536]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+from kdengine.bench import fingerprint, kernel, timer, verify_timing
+from kdengine.ops import cuda_backend
+
+ABBA = ((4, ""), (7, ""), (7, "/aa"), (4, "/aa"))
+
+
+def time_size(N: int, T: int, samples: int) -> dict:
+    sets = verify_timing.input_sets(N=N, T=T, H=kernel.H, device="cuda")
+    calls = [kernel.rotating_call("cuda_sm90_dispatched", "auto", layout={"combine": c})[0] for c, _ in ABBA]
+    out = {}
+    for k in (verify_timing.MIN_LAUNCHES, 1):
+        launches = max(k, len(sets)) if k > 1 else 1
+        rows = timer.time_gpu_interleaved([lambda i, c=c: c(*sets[i % len(sets)]) for c in calls], samples=samples,
+                                          warmup=3, launches=launches, l2_flush=True, gap_s=verify_timing.GAP_S)
+        for (c, tag), m in zip(ABBA, rows, strict=True):
+            label = f"K{launches}/c{c}{tag}"
+            out[label] = {"median_us": m.median * 1e6, "samples_s": m.samples}
+            print(f"ctx{N} T{T} {label:12s} {m.median * 1e6:8.2f} us", flush=True)
+    return out
+
+
+def decode(ctx: int, merges: tuple[int, ...]) -> dict:
+    from kdengine.engine.run import DecodeSettings, run_decode
+
+    out = {}
+    for i, c in enumerate(merges):
+        cuda_backend.SM90_COMBINE = c  # launch_sm90's merge when the caller names none (the engine's calls)
+        s = DecodeSettings(config="kimi-k2-tp8-rank", layers=8, context=ctx, budget=63, backend="cuda", steps=32,
+                           device="cuda", routing="random")
+        d = run_decode(s).to_dict()
+        label = f"decode{ctx}/c{c}" + ("/aa" if c in merges[:i] else "")
+        out[label] = {"tok_per_s": d["tok_per_s"], "mean_step_ms": d["mean_step_ms"], "phase_ms": d["phase_ms"]}
+        print(f"{label:20s} {d['tok_per_s']:8.1f} tok/s  step {d['mean_step_ms']:.3f} ms  verify-attention "
+              f"{d['phase_ms'].get('verify-attention', float('nan')):.3f} ms", flush=True)
+        torch.cuda.empty_cache()
+    cuda_backend.SM90_COMBINE = 4
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True, help="the JSON written (rewritten after each size)")
+    p.add_argument("--sizes", nargs="+", default=["65536:64", "65536:16"], help="CTX:T pairs")
+    p.add_argument("--samples", type=int, default=40)
+    p.add_argument("--decode", type=int, nargs="*", default=[65536], help="contexts of the engine A B A (none: skip)")
+    a = p.parse_args()
+    if not kernel.hopper():
+        raise SystemExit("merge_ab: needs an sm_90 GPU (the sm90 path)")
+    info = fingerprint.collect()
+    report = {"fingerprint": {**info, "machine": fingerprint.machine_name(info)}, "sizes": {}, "decode": {}}
+    t0 = time.time()
+
+    def save():
+        with open(a.out, "w") as f:
+            json.dump(report, f, indent=1, default=str)
+
+    for size in a.sizes:
+        N, T = (int(x) for x in size.split(":"))
+        report["sizes"][size] = time_size(N, T, a.samples)
+        save()
+        print(f"  ({time.time() - t0:.0f} s)", flush=True)
+    for ctx in a.decode:
+        report["decode"].update(decode(ctx, (4, 7, 4)))
+        save()
+        print(f"  ({time.time() - t0:.0f} s)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
