@@ -351,16 +351,18 @@ def alloc_partials(q: torch.Tensor, nsplit: int) -> tuple[torch.Tensor, torch.Te
 
 
 def launch(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_scale, nsplit, scalar_loads=False,
-           col_warps=DEFAULT_COL_WARPS, row_groups=DEFAULT_ROW_GROUPS, combine=DEFAULT_COMBINE,
+           col_warps=DEFAULT_COL_WARPS, row_groups=DEFAULT_ROW_GROUPS, combine=None,
            pingpong=DEFAULT_PINGPONG, merge_early=None):
-    """Run the kernels into caller-given out/lse (tests poison them first; merge_early None:
-    DEFAULT_MMA_MERGE_EARLY)."""
+    """Run the kernels into caller-given out/lse (tests poison them first; combine None: DEFAULT_COMBINE, read at
+    the call, as launch_sm90 reads SM90_COMBINE; merge_early None: DEFAULT_MMA_MERGE_EARLY)."""
     check_scale(sm_scale)  # (verify_attention checked it already; direct callers too)
     merge_early = check_merge_early(merge_early, DEFAULT_MMA_MERGE_EARLY)
     if col_warps not in COL_WARPS:
         raise ValueError(f"col_warps: expected one of {COL_WARPS}, got {col_warps!r}")
     if row_groups not in ROW_GROUPS:
         raise ValueError(f"row_groups: expected one of {ROW_GROUPS}, got {row_groups!r}")
+    if combine is None:
+        combine = DEFAULT_COMBINE
     check_combine(combine)
     if int(pingpong) not in PINGPONGS or (int(pingpong) in SPLIT_PV_PINGPONGS and col_warps != WIDE2):
         raise ValueError(f"pingpong: expected one of {PINGPONGS} ({SPLIT_PV_PINGPONGS} with col_warps {WIDE2} only), "

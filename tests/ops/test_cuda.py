@@ -92,6 +92,33 @@ def test_the_retired_merge_3_is_refused():
         cuda_backend.launch_sm90(q, *[None] * 6, sm_scale=0.1, nsplit=12, schedule="seesaw2", combine=3)
 
 
+def test_each_launcher_hands_its_paths_merge_to_the_binding(monkeypatch):
+    # combine None: the mma.sync launcher passes DEFAULT_COMBINE (7), the sm90 one SM90_COMBINE (4), both read at the
+    # call (a caller that sets either module value is obeyed); a named merge passes through
+    seen = []
+
+    class Module:
+        def launch(self, *args):
+            seen.append(("mma", args[-2]))
+
+        def launch_sm90(self, *args):
+            seen.append(("sm90", args[-2]))
+
+    monkeypatch.setattr(build, "load_extension", lambda *a, **k: Module())
+    q = torch.zeros(1, 16, 8, 576, dtype=torch.bfloat16)
+    args = (q, torch.zeros(4, 64, 576, dtype=torch.bfloat16), torch.zeros(1, 4, dtype=torch.int32), None, None, None,
+            None)
+    cuda_backend.launch(*args, sm_scale=0.1, nsplit=2)
+    cuda_backend.launch(*args, sm_scale=0.1, nsplit=2, combine=4)
+    cuda_backend.launch_sm90(*args, sm_scale=0.1, nsplit=2, schedule="seesaw2")
+    cuda_backend.launch_sm90(*args, sm_scale=0.1, nsplit=2, schedule="seesaw2", combine=7)
+    monkeypatch.setattr(cuda_backend, "DEFAULT_COMBINE", 2)
+    monkeypatch.setattr(cuda_backend, "SM90_COMBINE", 0)
+    cuda_backend.launch(*args, sm_scale=0.1, nsplit=2)
+    cuda_backend.launch_sm90(*args, sm_scale=0.1, nsplit=2, schedule="seesaw2")
+    assert seen == [("mma", 7), ("mma", 4), ("sm90", 4), ("sm90", 7), ("mma", 2), ("sm90", 0)]
+
+
 def test_auto_nsplit_fills_one_wave_without_empty_splits():
     from kdengine.ops.schedule import auto_nsplit
 
