@@ -4,16 +4,18 @@ In the sweep (kdengine.bench.verify_timing: K = 8 calls per CUDA-graph replay, b
 slower than 4 after the sm90 call at 65k T=64 (perf_history/kernel/spread2_0117714/), while the merge timeline (one
 call per replay after the L2 flush) had its tail 0.4 us shorter. This times both merges A B B A with their samples
 interleaved, at K = 8 (the sweep's form) and K = 1 (one call per replay), and then runs the decode engine (the cuda
-backend, 8 layers, CUDA graphs) with each merge as the sm90 path's (A B A), where each verify call is followed by
+backend, 8 layers, CUDA graphs) with each merge as the sm90 (or the mma.sync) path's, where each verify call is followed by
 other kernels, not by the next split kernel. Prints one line per row and writes a JSON (--out).
 
     python3 ci/gpu/merge_ab.py --out merge_ab.json [--sizes 65536:64 65536:16] [--samples 40] [--decode 65536]
+        [--decode-merges 4 7 7 4] [--paths sm90 mma]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 
 import torch
@@ -39,30 +41,39 @@ def time_size(N: int, T: int, samples: int) -> dict:
     return out
 
 
-def decode(ctx: int, merges: tuple[int, ...]) -> dict:
+def decode(ctx: int, merges: tuple[int, ...], path: str) -> dict:
+    """The decode engine at `ctx` once per merge in `merges` (in that order), each as `path`'s merge (its module value,
+    read at every launch), the cuda backend on that path (KDENGINE_CUDA_PATH)."""
     from kdengine.engine.run import DecodeSettings, run_decode
 
+    name = "SM90_COMBINE" if path == "sm90" else "DEFAULT_COMBINE"
+    saved, os.environ["KDENGINE_CUDA_PATH"] = getattr(cuda_backend, name), path
     out = {}
-    for i, c in enumerate(merges):
-        cuda_backend.SM90_COMBINE = c  # launch_sm90's merge when the caller names none (the engine's calls)
-        s = DecodeSettings(config="kimi-k2-tp8-rank", layers=8, context=ctx, budget=63, backend="cuda", steps=32,
-                           device="cuda", routing="random")
-        d = run_decode(s).to_dict()
-        label = f"decode{ctx}/c{c}" + ("/aa" if c in merges[:i] else "")
-        out[label] = {"tok_per_s": d["tok_per_s"], "mean_step_ms": d["mean_step_ms"], "phase_ms": d["phase_ms"]}
-        print(f"{label:20s} {d['tok_per_s']:8.1f} tok/s  step {d['mean_step_ms']:.3f} ms  verify-attention "
-              f"{d['phase_ms'].get('verify-attention', float('nan')):.3f} ms", flush=True)
-        torch.cuda.empty_cache()
-    cuda_backend.SM90_COMBINE = 4
+    try:
+        for i, c in enumerate(merges):
+            setattr(cuda_backend, name, c)
+            s = DecodeSettings(config="kimi-k2-tp8-rank", layers=8, context=ctx, budget=63, backend="cuda", steps=32,
+                               device="cuda", routing="random")
+            d = run_decode(s).to_dict()
+            label = f"decode{ctx}/{path}/c{c}/{merges[:i].count(c)}"
+            out[label] = {"tok_per_s": d["tok_per_s"], "mean_step_ms": d["mean_step_ms"], "phase_ms": d["phase_ms"]}
+            print(f"{label:24s} {d['tok_per_s']:8.1f} tok/s  step {d['mean_step_ms']:.3f} ms  verify-attention "
+                  f"{d['phase_ms'].get('verify-attention', float('nan')):.3f} ms", flush=True)
+            torch.cuda.empty_cache()
+    finally:
+        setattr(cuda_backend, name, saved)
+        del os.environ["KDENGINE_CUDA_PATH"]
     return out
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="the JSON written (rewritten after each size)")
-    p.add_argument("--sizes", nargs="+", default=["65536:64", "65536:16"], help="CTX:T pairs")
+    p.add_argument("--sizes", nargs="*", default=["65536:64", "65536:16"], help="CTX:T pairs (none: skip)")
     p.add_argument("--samples", type=int, default=40)
-    p.add_argument("--decode", type=int, nargs="*", default=[65536], help="contexts of the engine A B A (none: skip)")
+    p.add_argument("--decode", type=int, nargs="*", default=[65536], help="contexts of the engine runs (none: skip)")
+    p.add_argument("--decode-merges", type=int, nargs="+", default=[4, 7, 4], help="the merge of each engine run, in order")
+    p.add_argument("--paths", nargs="+", choices=("sm90", "mma"), default=["sm90"], help="the split kernels of the engine runs")
     a = p.parse_args()
     if not kernel.hopper():
         raise SystemExit("merge_ab: needs an sm_90 GPU (the sm90 path)")
@@ -79,8 +90,9 @@ def main() -> None:
         report["sizes"][size] = time_size(N, T, a.samples)
         save()
         print(f"  ({time.time() - t0:.0f} s)", flush=True)
-    for ctx in a.decode:
-        report["decode"].update(decode(ctx, (4, 7, 4)))
+    for path in a.paths:
+        for ctx in a.decode:
+            report["decode"].update(decode(ctx, tuple(a.decode_merges), path))
         save()
         print(f"  ({time.time() - t0:.0f} s)", flush=True)
 
