@@ -156,8 +156,10 @@ static cudaError_t launch_dependent(Kernel kernel, dim3 grid, dim3 block, size_t
 // timeline_e949c85/) had its 256 / 1024 blocks on 66-128 / 92-124 SMs, and the work after the wait release took
 // longer the fewer SMs held it (2.6 us on 128 SMs, 3.8-4.1 on 66-74 at T = 16). Measured (perf_history/kernel/
 // spread_591e4a6/, spread2_0117714/): on 128-130 SMs every time; after the mma.sync split kernel 1.2-1.4 us faster at
-// 4k and 16k T = 16, 0.4 us at T = 64 there, equal at 65k: that path's merge since. 2.1-2.6 us slower after seesaw2 at
-// 65k T = 64 (unexplained): the sm90 path keeps merge 4. (The first run's merge 7 shared merge 4's kernel, so its
+// 4k and 16k T = 16, 0.4 us at T = 64 there, equal at 65k: that path's merge since. After seesaw2 2.1-2.6 us slower at
+// 65k T = 64 in the sweep's form (8 calls back to back per graph replay), but faster at one call per replay and in the
+// decode engine at every context on both paths (perf_history/kernel/merge_ab_999594e/): the sm90 path's merge too
+// since. (The first run's merge 7 shared merge 4's kernel, so its
 // carveout preference carried over to the merge 4 rows timed after it; their figures equal the first rows'.)
 // Returns `own` where no padding is needed (the merge's own bytes already cap it at k).
 struct SmemLimits {
@@ -195,8 +197,8 @@ static size_t merge_spread_smem(const SmemLimits& d, long long blocks, size_t ow
   return static_cast<size_t>(std::max<long long>(std::min<long long>(smem, d.optin), static_cast<long long>(own)));
 }
 
-// The log-sum-exp merge of the split partials (either split kernel): 4 = grouped (the sm90 path's, any nsplit), 7 = 4
-// spread over the SMs (the mma.sync path's, above), 2 =
+// The log-sum-exp merge of the split partials (either split kernel): 7 = 4 spread over the SMs (both paths', above), 4 =
+// grouped (any nsplit), 2 =
 // chunked (both PDL on sm_90+), 1 = splits weighted in parallel, 0 = one loop per thread (also past
 // COMBINE_MAX_NSPLIT for 1 and 2). 3 (the older grouped merge, slower than 4: perf_history/kernel/merge2_b44f69a/)
 // was retired; the binding refuses it.

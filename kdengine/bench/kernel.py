@@ -306,8 +306,9 @@ def variants(N: int, T: int, which: str = "full"):
         sched = "cuda_sm90_dispatched"  # the schedule launch_sm90 picks for the call (rows and tiles per split)
         return [(f"{sched}/c0/sauto", sched, "auto", False, {}),
                 (f"{sched}/c0/splitonly/sauto", sched, "auto", False, {"combine": cuda_backend.SPLIT_ONLY})]
-    if which == "spread":  # the grouped merge (4, the sm90 path's) against 7 (its blocks spread over the SMs, the
-        # mma.sync path's since the run at 0117714), A B B A on each path (in the run at 591e4a6 the mma.sync rows were 4, 7)
+    if which == "spread":  # the grouped merge (4) against 7 (its blocks spread over the SMs: the mma.sync path's since the
+        # run at 0117714, the sm90 path's since ci/gpu/merge_ab.py's), A B B A on each path (at 591e4a6 the mma.sync rows
+        # were 4, 7)
         sched, abba = "cuda_sm90_dispatched", ((4, ""), (7, ""), (7, "/aa"), (4, "/aa"))
         sm90 = [(f"{sched}/c{c}{tag}/sauto", sched, "auto", False, {"combine": c})
                 for c, tag in abba] if hopper() else []

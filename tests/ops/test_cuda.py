@@ -84,7 +84,7 @@ def test_the_retired_merge_3_is_refused():
     # merges keep their numbers. Both launchers refuse 3 before any CUDA call, naming the argument and the retirement
     # (the binding's own check: ci/gpu/binding_errors.py mma_retired_combine_3 / sm90_retired_combine_3).
     assert cuda_backend.COMBINES == (0, 1, 2, 4, 7)
-    assert (cuda_backend.DEFAULT_COMBINE, cuda_backend.SM90_COMBINE) == (7, 4)  # the mma.sync path's, the sm90 path's
+    assert (cuda_backend.DEFAULT_COMBINE, cuda_backend.SM90_COMBINE) == (7, 7)  # the mma.sync path's, the sm90 path's
     with pytest.raises(ValueError, match=r"^combine: expected one of \(0, 1, 2, 4, 7\), got 3 \(3, .* was retired"):
         cuda_backend.launch(*[None] * 7, sm_scale=1.0, nsplit=1, combine=3)
     q = torch.zeros(1, 16, 8, 576, dtype=torch.bfloat16)
@@ -93,8 +93,8 @@ def test_the_retired_merge_3_is_refused():
 
 
 def test_each_launcher_hands_its_paths_merge_to_the_binding(monkeypatch):
-    # combine None: the mma.sync launcher passes DEFAULT_COMBINE (7), the sm90 one SM90_COMBINE (4), both read at the
-    # call (a caller that sets either module value is obeyed); a named merge passes through
+    # combine None: the mma.sync launcher passes DEFAULT_COMBINE, the sm90 one SM90_COMBINE (7 both), read at the call
+    # (a caller that sets either module value is obeyed); a named merge passes through
     seen = []
 
     class Module:
@@ -111,12 +111,12 @@ def test_each_launcher_hands_its_paths_merge_to_the_binding(monkeypatch):
     cuda_backend.launch(*args, sm_scale=0.1, nsplit=2)
     cuda_backend.launch(*args, sm_scale=0.1, nsplit=2, combine=4)
     cuda_backend.launch_sm90(*args, sm_scale=0.1, nsplit=2, schedule="seesaw2")
-    cuda_backend.launch_sm90(*args, sm_scale=0.1, nsplit=2, schedule="seesaw2", combine=7)
+    cuda_backend.launch_sm90(*args, sm_scale=0.1, nsplit=2, schedule="seesaw2", combine=4)
     monkeypatch.setattr(cuda_backend, "DEFAULT_COMBINE", 2)
     monkeypatch.setattr(cuda_backend, "SM90_COMBINE", 0)
     cuda_backend.launch(*args, sm_scale=0.1, nsplit=2)
     cuda_backend.launch_sm90(*args, sm_scale=0.1, nsplit=2, schedule="seesaw2")
-    assert seen == [("mma", 7), ("mma", 4), ("sm90", 4), ("sm90", 7), ("mma", 2), ("sm90", 0)]
+    assert seen == [("mma", 7), ("mma", 4), ("sm90", 7), ("sm90", 4), ("mma", 2), ("sm90", 0)]
 
 
 def test_auto_nsplit_fills_one_wave_without_empty_splits():
