@@ -4,6 +4,7 @@
 #include <atomic>
 #include <mutex>
 
+#include "merge_spread.h"
 #include "static_switch.h"
 #include "verify_kernel.cuh"
 #include "verify_launch.h"
@@ -156,29 +157,35 @@ static cudaError_t launch_dependent(Kernel kernel, dim3 grid, dim3 block, size_t
 // timeline_e949c85/) had its 256 / 1024 blocks on 66-128 / 92-124 SMs, and the work after the wait release took
 // longer the fewer SMs held it (2.6 us on 128 SMs, 3.8-4.1 on 66-74 at T = 16). Measured (perf_history/kernel/
 // spread_591e4a6/, spread2_0117714/): on 128-130 SMs every time; after the mma.sync split kernel 1.2-1.4 us faster at
-// 4k and 16k T = 16, 0.4 us at T = 64 there, equal at 65k: that path's merge since. After seesaw2 2.1-2.6 us slower at
-// 65k T = 64 in the sweep's form (8 calls back to back per graph replay), but faster at one call per replay and in the
-// decode engine at every context on both paths (perf_history/kernel/merge_ab_999594e/): the sm90 path's merge too
-// since. (The first run's merge 7 shared merge 4's kernel, so its
+// 4k and 16k T = 16, 0.4 us at T = 64 there, equal at 65k: that path's merge since. After seesaw2 1.6-2.6 us slower at
+// 65k T = 64 in the sweep's form (8 calls back to back per graph replay), but equal there at one call per replay and
+// faster in the decode engine at every context measured, on both paths (perf_history/kernel/merge_ab_999594e/): the sm90
+// path's merge too since. Measured on the H200 only (as merge 4 was). (The first run's merge 7 shared merge 4's kernel, so its
 // carveout preference carried over to the merge 4 rows timed after it; their figures equal the first rows'.)
-// Returns `own` where no padding is needed (the merge's own bytes already cap it at k).
-struct SmemLimits {
-  int sms = 0, per_sm = 0, optin = 0, reserved = 0;
-};
+// The padding: merge_spread.h (host arithmetic, tested on its own).
 // The current device's limits, read once per device (merge 7 asks at every launch; devices past 63 read every time).
+// A failed read is not kept: the limits come back zero (merge 7 then runs unpadded) and the error is cleared, so that
+// the next launch's cudaGetLastError does not report it as its own.
 static SmemLimits smem_limits() {
   static SmemLimits cache[64];
   static std::atomic<unsigned long long> read{0};
   static std::mutex write;
   int dev = 0;
-  cudaGetDevice(&dev);
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    cudaGetLastError();
+    return SmemLimits{};
+  }
   const unsigned long long bit = dev >= 0 && dev < 64 ? 1ull << dev : 0ull;
   if (bit != 0 && (read.load(std::memory_order_acquire) & bit) != 0) return cache[dev];
   SmemLimits d;
-  cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev);
-  cudaDeviceGetAttribute(&d.per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
-  cudaDeviceGetAttribute(&d.optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-  cudaDeviceGetAttribute(&d.reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev);
+  const bool ok = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
+                  cudaDeviceGetAttribute(&d.per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) == cudaSuccess &&
+                  cudaDeviceGetAttribute(&d.optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
+                  cudaDeviceGetAttribute(&d.reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) == cudaSuccess;
+  if (!ok) {
+    cudaGetLastError();
+    return SmemLimits{};
+  }
   if (bit != 0) {
     const std::lock_guard<std::mutex> lock(write);
     if ((read.load(std::memory_order_relaxed) & bit) == 0) {  // one writer, and never beside a reader of the entry
@@ -187,14 +194,6 @@ static SmemLimits smem_limits() {
     }
   }
   return d;
-}
-static size_t merge_spread_smem(const SmemLimits& d, long long blocks, size_t own) {
-  if (d.sms <= 0 || d.per_sm <= 0) return own;
-  const long long k = (blocks + d.sms - 1) / d.sms;
-  // k + 1 blocks must not fit: (k + 1) * (smem + reserved) > per_sm
-  long long smem = d.per_sm / (k + 1) - d.reserved + 128;
-  smem = (smem + 127) / 128 * 128;
-  return static_cast<size_t>(std::max<long long>(std::min<long long>(smem, d.optin), static_cast<long long>(own)));
 }
 
 // The log-sum-exp merge of the split partials (either split kernel): 7 = 4 spread over the SMs (both paths', above), 4 =
@@ -212,8 +211,10 @@ static cudaError_t launch_combine(const VerifyParams& p, int combine, cudaStream
     const int groups = merge_groups(p.nsplit);
     const SmemLimits d = smem_limits();
     static std::atomic<unsigned long long> configured{0};  // the ceiling at the opt-in maximum
-    const cudaError_t err = configure_once(configured, verify_combine_grouped2_kernel<true>, d.optin);
-    if (err != cudaSuccess) return err;
+    if (d.optin > 0) {  // (limits unread: unpadded, within the default ceiling)
+      const cudaError_t err = configure_once(configured, verify_combine_grouped2_kernel<true>, d.optin);
+      if (err != cudaSuccess) return err;
+    }
     return launch_dependent(verify_combine_grouped2_kernel<true>, dim3(p.R, p.B, MERGE_COL_CHUNKS), dim3(32 * groups),
                             merge_spread_smem(d, (long long)p.R * p.B * MERGE_COL_CHUNKS, merge_smem_bytes(groups)),
                             p, stream);

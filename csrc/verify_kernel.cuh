@@ -493,7 +493,8 @@ __global__ void __launch_bounds__(COMBINE_CHUNK_THREADS) verify_combine_chunked_
 }
 
 
-// The grouped merge (combine 4, the default; verify_combine_grouped2_kernel below). MERGE_COL_CHUNKS blocks per
+// The grouped merge (combine 4; and 7, the default of both paths, the same code with padded shared memory:
+// verify_combine_grouped2_kernel below). MERGE_COL_CHUNKS blocks per
 // (row, sequence), each MERGE_CHUNK_COLS columns: one 16-byte load (8 bf16) per lane and partial row. Warp g of the
 // block's `groups` takes splits g, g + groups, ... and keeps its own running max, sum and weighted sum (log-sum-exp
 // over its splits, rescaled per batch of MERGE_BATCH), so every load of a batch (lse and partial rows) is issued at

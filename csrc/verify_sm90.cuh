@@ -243,7 +243,7 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // page lookups in every thread: 0.3-0.6 us slower at 65k T=64) in la_ab24c16/; h (warpgroup 0's P V in m64n128 halves,
 // each half's chunks reloaded once done: 2% slower at 65k T=64) in h_6fa1005/; s4 (each reload from two warps: 0.7-1.4%
 // slower at 65k T=64) in s4_ece8aff/; tb (the tail tile's mask bits from tail_bits under its S: 0.5 / 0.6-0.9 us slower
-// at 65k T=16 / T=64, a larger loop) in tb_0117714/. Folded in on 2026-12-01: d32 (the
+// at 65k T=16 / T=64, 0.2-0.5 us faster at 16k T=64, a larger kernel) in tb_0117714/. Folded in on 2026-12-01: d32 (the
 // descriptors as 32-bit adds, d32_905c234/), unr (the TMA issue loop unrolled, g2_e0dfbe9/), spread (the stage-1
 // reloads from warp 1, la_ab24c16/).
 constexpr int NUM_SCHEDULES = SEESAW2_BAR + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)

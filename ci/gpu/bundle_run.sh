@@ -1,4 +1,5 @@
-# The common start of a one-call device run from a git bundle, sourced by merged.sh, pdl.sh and binding.sh with NAME
+# The common start of a one-call device run from a git bundle, sourced by merged.sh, pdl.sh, binding.sh, spread.sh and
+# merge_ab.sh with NAME
 # set (the run's folder out/$NAME, carried to the device with the bundle kd.bundle and any wheels): logs under $LOGS, packed
 # into $OUT/logs.tgz at every `step` and on exit; the wheels installed into /tmp/site; the bundle cloned into
 # /tmp/kd-$NAME and entered; sha / full the commit measured; `now` seconds since the start, `room NEED` true while a

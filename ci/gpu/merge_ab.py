@@ -47,7 +47,8 @@ def decode(ctx: int, merges: tuple[int, ...], path: str) -> dict:
     from kdengine.engine.run import DecodeSettings, run_decode
 
     name = "SM90_COMBINE" if path == "sm90" else "DEFAULT_COMBINE"
-    saved, os.environ["KDENGINE_CUDA_PATH"] = getattr(cuda_backend, name), path
+    saved, saved_path = getattr(cuda_backend, name), os.environ.get("KDENGINE_CUDA_PATH")
+    os.environ["KDENGINE_CUDA_PATH"] = path
     out = {}
     try:
         for i, c in enumerate(merges):
@@ -62,7 +63,10 @@ def decode(ctx: int, merges: tuple[int, ...], path: str) -> dict:
             torch.cuda.empty_cache()
     finally:
         setattr(cuda_backend, name, saved)
-        del os.environ["KDENGINE_CUDA_PATH"]
+        if saved_path is None:
+            os.environ.pop("KDENGINE_CUDA_PATH", None)
+        else:
+            os.environ["KDENGINE_CUDA_PATH"] = saved_path
     return out
 
 
@@ -75,8 +79,12 @@ def main() -> None:
     p.add_argument("--decode-merges", type=int, nargs="+", default=[4, 7, 4], help="the merge of each engine run, in order")
     p.add_argument("--paths", nargs="+", choices=("sm90", "mma"), default=["sm90"], help="the split kernels of the engine runs")
     a = p.parse_args()
-    if not kernel.hopper():
-        raise SystemExit("merge_ab: needs an sm_90 GPU (the sm90 path)")
+    a.paths = list(dict.fromkeys(a.paths))  # (a path named twice would overwrite its own rows)
+    if not torch.cuda.is_available():
+        raise SystemExit("merge_ab: needs a CUDA GPU")
+    if not kernel.hopper() and (a.sizes or "sm90" in a.paths):
+        raise SystemExit("merge_ab: the kernel timing (--sizes) and --paths sm90 need an sm_90 GPU; elsewhere run "
+                         "`--sizes --paths mma`")
     info = fingerprint.collect()
     report = {"fingerprint": {**info, "machine": fingerprint.machine_name(info)}, "sizes": {}, "decode": {}}
     t0 = time.time()

@@ -39,7 +39,8 @@ SETS = ("full", "peers", "mma", "mma2", "mma4", "mma6", "sm90", "paths", "pair",
 # (the sets s2tune, s2t64, s2t64r, s2ab, s2mid, ring4, stsm, late, d32, g2, la, h, s4, res and res2 timed seesaw2's
 # probes, gone since: their records stay in perf_history/kernel/verify_kernel_{s2tune,s2t64,s2t64r65k,s2t6465k,s2ab,
 # s2ab2,s2mid,ring4,stsm0,stsm1,late0,late1,d32_0,d32_1,g2_0,g2_1,la_0,la_1,h_0,h_1,s4_0,s4_1,res_0,res_1,res2_0,
-# res2_1}_*.json; the set merge2 timed the grouped merges 3
+# res2_1}_*.json; tb timed seesaw2_tb, dropped: perf_history/kernel/verify_kernel_tb_{0,1}_*_0117714.json, tb_0117714/;
+# the set merge2 timed the grouped merges 3
 # and 4 against each other, gone with merge 3: its records are perf_history/kernel/verify_kernel_merge2{0,1}_*_b44f69a.json
 # and merge2_b44f69a/)
 # The `merge` set: the sm90 schedule the dispatched call picks (cuda_backend.pick_schedule) with the merge

@@ -107,7 +107,7 @@ DEFAULT_PINGPONG = 12
 # on the same bf16 partials in one H200 run 0.5-1.8 us faster on the mma.sync path and 0.2-15.3 us on the sm90 path at
 # the six sizes: perf_history/kernel/verify_kernel_gpu-nvidia-h200-sm90_75d088d_paths.json) until 4 replaced it; its
 # source is in the git history up to d403430, and 3 is refused here and in the binding. The numbers of 0, 1, 2 and 4
-# stay (records' labels such as comb4 name them). Default 4: against 3 in two sets of one H200
+# stay (records' labels such as comb4 name them). 4 (the default from b44f69a until 7): against 3 in two sets of one H200
 # run (perf_history/kernel/verify_kernel_merge2{0,1}_gpu-nvidia-h200-sm90_b44f69a.json, merge2_b44f69a/), us, 3 / 4 /
 # 3 again, set 1 then 2: after the sm90 kernel 4k T64 20.2 / 19.9 / 20.2 both, 16k T16 20.9 / 20.4 / 21.0 and 21.0 /
 # 20.4 / 21.0, 16k T64 40.3 / 39.9 / 40.3 and 40.3 / 39.9 / 40.2, 65k T16 44.8 / 44.5 / 44.9 and 44.9 / 44.4 / 44.8,
@@ -121,12 +121,12 @@ DEFAULT_PINGPONG = 12
 # 16.7, 31.5-31.6 -> 30.1-30.2), 0.4 us at 4k and 16k T64, equal at 65k (82.2-82.4 against 82.3-82.6, 286.3-287.4
 # against 286.7-286.9); the mma.sync A/A pairs within 0.1 us but one (0.5 us, 65k T64); its blocks on 128-130 SMs and 3.0 us from the last split
 # block's end to the last merge block's end at 65k T64, against 3.3-4.9 us for 4 (20 timeline replays each). The
-# mma.sync path's merge since. After the sm90 call it was 2.1-2.6 us slower at 65k T64 (114.5-115.0 against
+# mma.sync path's merge since. After the sm90 call it was 2.2-2.6 us slower at 65k T64 (114.5-115.0 against
 # 112.2-112.5) in both sets, as in the first run (spread_591e4a6/), though its timeline tail there was shorter too
 # (3.0 against 3.5 us), and within 0.3 us elsewhere. That loss belongs to the sweep's form, K = 8 calls back to back
 # per graph replay (ci/gpu/merge_ab.py, perf_history/kernel/merge_ab_999594e/, A B B A): at one call per replay merge 7
-# was 0.3 us faster at 65k T64 (and 1.1 at 65k T16), and in the decode engine, where other kernels run between the
-# verify calls, it was faster at every context on both paths, in all 8 runs of 4 7 7 4 4 7 7 4 each: the sm90 path's
+# was equal at 65k T64 (1.1 us faster at 65k T16), and in the decode engine, where other kernels run between the
+# verify calls, it was faster at every context measured on both paths, in all 8 runs of 4 7 7 4 4 7 7 4 each: the sm90 path's
 # verify attention 0.948 / 0.336 / 0.192 -> 0.933 / 0.324 / 0.180 ms per step of 8 layers at 65k / 16k / 4k (T=64),
 # 1276 -> 1282 and 1629 -> 1637 tok/s at 65k / 16k (means of 4 runs). The sm90 path's merge since, although the sweep
 # (and so the suite's verify/cuda, which times that form) reads 65k T64 1.6 us slower with it.
