@@ -107,3 +107,10 @@ def test_without_flock_the_load_goes_ahead_as_before(tmp_path, monkeypatch, caps
     with build.build_lock(tmp_path):
         entered = True
     assert entered and (tmp_path / build.TORCH_LOCK).exists() and capsys.readouterr().err == ""
+
+
+def test_every_csrc_file_is_in_the_build_digest():
+    # extension_name hashes SOURCES and HEADERS: a csrc file left out of them could change without a rebuild (the
+    # loaded extension then runs the old code under the new name's promise)
+    on_disk = {f.name for f in build.CSRC.iterdir() if f.suffix in (".cu", ".cuh", ".cpp", ".h")}
+    assert on_disk == set(build.SOURCES) | set(build.HEADERS), on_disk ^ (set(build.SOURCES) | set(build.HEADERS))
