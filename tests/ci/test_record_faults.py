@@ -105,6 +105,10 @@ def clone(bare: Path, path: Path, name: str) -> Path:
     sh("git", "clone", "-q", str(bare), str(path), cwd=bare.parent)
     sh("git", "config", "user.email", f"{name}@example.invalid", cwd=path)
     sh("git", "config", "user.name", name, cwd=path)
+    # the remote's side of a push (git-receive-pack, which takes the remote's ref locks) runs in a session of its own,
+    # as a server's does: the fuzz's kill -9 of a runner's process group then ends the runner, not the remote (killed
+    # with it, a receive-pack holding refs/heads/main.lock left that lock behind and every later push was refused)
+    sh("git", "config", "remote.origin.receivepack", "setsid --wait git-receive-pack", cwd=path)
     return path
 
 
