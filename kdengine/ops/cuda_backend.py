@@ -119,8 +119,9 @@ DEFAULT_PINGPONG = 12
 # 7, 7 again, 4 again after each path's default split kernel), two sets in one run at 0117714
 # (perf_history/kernel/spread2_0117714/): after the mma.sync default 1.2-1.4 us faster at 4k and 16k T16 (18.0 ->
 # 16.7, 31.5-31.6 -> 30.1-30.2), 0.4 us at 4k and 16k T64, equal at 65k (82.2-82.4 against 82.3-82.6, 286.3-287.4
-# against 286.7-286.9); the mma.sync A/A pairs within 0.1 us but one (0.5 us, 65k T64); its blocks on 128-130 SMs and 3.0 us from the last split
-# block's end to the last merge block's end at 65k T64, against 3.3-4.9 us for 4 (20 timeline replays each). The
+# against 286.7-286.9); the mma.sync A/A pairs within 0.1 us but one (0.5 us, 65k T64); its blocks on 128-130 SMs
+# and 3.0 us from the last split block's end to the last merge block's end at 65k T64, against 3.3-4.9 us for 4 (20
+# timeline replays each). The
 # mma.sync path's merge since. After the sm90 call it was 2.2-2.6 us slower at 65k T64 (114.5-115.0 against
 # 112.2-112.5) in both sets, as in the first run (spread_591e4a6/), though its timeline tail there was shorter too
 # (3.0 against 3.5 us), and within 0.3 us elsewhere. That loss belongs to the sweep's form, K = 8 calls back to back
@@ -129,10 +130,10 @@ DEFAULT_PINGPONG = 12
 # verify calls, it was faster at every context measured on both paths, in all 8 runs of 4 7 7 4 4 7 7 4 each: the sm90 path's
 # verify attention 0.948 / 0.336 / 0.192 -> 0.933 / 0.324 / 0.180 ms per step of 8 layers at 65k / 16k / 4k (T=64),
 # 1276 -> 1282 and 1629 -> 1637 tok/s at 65k / 16k (means of 4 runs). The sm90 path's merge since, although the sweep
-# (and so the suite's verify/cuda, which times that form) reads 65k T64 1.6 us slower with it.
+# (and so the suite's verify/cuda, which times that form) reads 65k T64 1.6-2.6 us slower with it.
 COMBINES = (0, 1, 2, 4, 7)  # (3 retired: above)
 DEFAULT_COMBINE = 7  # the mma.sync path's merge
-SM90_COMBINE = 7  # the sm90 path's merge (4 until the merge_ab run: its rows in the records say c4 / comb4)
+SM90_COMBINE = 7  # the sm90 path's merge (4 before 32f7b9b)
 # Shortest split for `auto`: four 16-token tiles of the wide layout. At ctx 4096, T 16 one wave of 64
 # splits of 64 tokens ran faster than 32 splits of 128 on the H200
 # (perf_history/records/verify_kernel_cudagraph.txt).
