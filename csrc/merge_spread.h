@@ -2,7 +2,6 @@
 // tests/ops/test_merge_spread.py compiles it with the host C++ compiler and checks it on every device's limits.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 
 namespace kdengine {

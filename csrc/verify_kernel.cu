@@ -1,8 +1,6 @@
 // Host launchers of the verify kernels (no torch here: this translation unit also compiles alone
 // to PTX for the CI check in tests/ops/test_ptx.py).
-#include <algorithm>
 #include <atomic>
-#include <mutex>
 
 #include "merge_spread.h"
 #include "static_switch.h"
@@ -150,7 +148,7 @@ static cudaError_t launch_dependent(Kernel kernel, dim3 grid, dim3 block, size_t
   return cudaLaunchKernelEx(&cfg, kernel, p);
 }
 
-// Merge 7 (the mma.sync path's; 5 and 6 were merges since removed): the grouped merge with its dynamic shared memory
+// Merge 7 (both paths' default; 5 and 6 were merges since removed): the grouped merge with its dynamic shared memory
 // raised so that at most k = ceil(blocks / SMs) blocks fit on an SM. Launched as a dependent of the split kernel, the
 // merge's blocks otherwise fill the first SMs the split grid frees (up to 4 blocks of 256 threads at T = 16, by
 // registers) and the rest of the SMs take none: the timeline of the dispatched call at 65k (perf_history/kernel/
@@ -163,37 +161,20 @@ static cudaError_t launch_dependent(Kernel kernel, dim3 grid, dim3 block, size_t
 // path's merge too since. Measured on the H200 only (as merge 4 was). (The first run's merge 7 shared merge 4's kernel, so its
 // carveout preference carried over to the merge 4 rows timed after it; their figures equal the first rows'.)
 // The padding: merge_spread.h (host arithmetic, tested on its own).
-// The current device's limits, read once per device (merge 7 asks at every launch; devices past 63 read every time).
-// A failed read is not kept: the limits come back zero (merge 7 then runs unpadded) and the error is cleared, so that
-// the next launch's cudaGetLastError does not report it as its own.
+// The current device's limits (a few attribute reads: host lookups, and no host code runs in a graph replay). A failed
+// read comes back zero (merge 7 then runs unpadded) with its error cleared, so that the next launch's
+// cudaGetLastError does not report it as its own.
 static SmemLimits smem_limits() {
-  static SmemLimits cache[64];
-  static std::atomic<unsigned long long> read{0};
-  static std::mutex write;
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) {
-    cudaGetLastError();
-    return SmemLimits{};
-  }
-  const unsigned long long bit = dev >= 0 && dev < 64 ? 1ull << dev : 0ull;
-  if (bit != 0 && (read.load(std::memory_order_acquire) & bit) != 0) return cache[dev];
   SmemLimits d;
-  const bool ok = cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
+  int dev = 0;
+  const bool ok = cudaGetDevice(&dev) == cudaSuccess &&
+                  cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
                   cudaDeviceGetAttribute(&d.per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) == cudaSuccess &&
                   cudaDeviceGetAttribute(&d.optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
                   cudaDeviceGetAttribute(&d.reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) == cudaSuccess;
-  if (!ok) {
-    cudaGetLastError();
-    return SmemLimits{};
-  }
-  if (bit != 0) {
-    const std::lock_guard<std::mutex> lock(write);
-    if ((read.load(std::memory_order_relaxed) & bit) == 0) {  // one writer, and never beside a reader of the entry
-      cache[dev] = d;
-      read.fetch_or(bit, std::memory_order_release);
-    }
-  }
-  return d;
+  if (ok) return d;
+  cudaGetLastError();
+  return SmemLimits{};
 }
 
 // The log-sum-exp merge of the split partials (either split kernel): 7 = 4 spread over the SMs (both paths', above), 4 =

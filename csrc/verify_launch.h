@@ -66,8 +66,8 @@ int blocks_per_sm(int R, int col_warps, int max_row_groups, int pingpong);
 // thread, 1 = splits weighted in parallel first, then batched loads in 4 thread groups, 2 = the same
 // in COMBINE_COL_CHUNKS blocks per row of 128 columns each, 8 thread groups over the splits (1 and 2
 // need nsplit <= 1024, else 0 is used), 4 = "grouped": one warp per split group keeps its own
-// log-sum-exp state, one barrier (any nsplit; verify_kernel.cuh); 7 (a probe) = 4 with its blocks spread over the SMs
-// (verify_kernel.cu merge_spread_smem); 3 (the older grouped merge, slower than 4:
+// log-sum-exp state, one barrier (any nsplit; verify_kernel.cuh); 7 (both paths' default) = 4 with its blocks spread over the
+// SMs (merge_spread.h); 3 (the older grouped merge, slower than 4:
 // perf_history/kernel/merge2_b44f69a/, its source in the git history up to d403430) was retired;
 // pingpong (wide layouts only): 1 = the two row halves run softmax and P*V in opposite orders; 2 (wide2
 // only) = both halves run P*V in two column halves, one beside Q*K^T, one beside the softmax; 3 (wide2 only) =

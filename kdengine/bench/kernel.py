@@ -99,6 +99,8 @@ SM90_BACKENDS = {"cuda_sm90_both": "both", "cuda_sm90_staggered": "staggered", "
 SM90_SETS = {"pair": (("staggered", "pair"), False), "half": (("staggered", "half"), True),
              "icache": (("staggered", "staggered_small", "staggered_tail"), True),
              "seesaw2": (("staggered_small", "seesaw2", "seesaw2_bar"), True)}
+# merge 4, 7, 7 again, 4 again (the second pair the A/A rows): the `spread` set's order, and ci/gpu/merge_ab.py's
+MERGE_ABBA = ((4, ""), (7, ""), (7, "/aa"), (4, "/aa"))
 H = 8
 SAMPLES = 50  # = kdengine.bench.workloads.GPU_VERIFY_SAMPLES
 SCHEMA = 2
@@ -310,11 +312,11 @@ def variants(N: int, T: int, which: str = "full"):
     if which == "spread":  # the grouped merge (4) against 7 (its blocks spread over the SMs: the mma.sync path's since the
         # run at 0117714, the sm90 path's since ci/gpu/merge_ab.py's), A B B A on each path (at 591e4a6 the mma.sync rows
         # were 4, 7)
-        sched, abba = "cuda_sm90_dispatched", ((4, ""), (7, ""), (7, "/aa"), (4, "/aa"))
+        sched = "cuda_sm90_dispatched"
         sm90 = [(f"{sched}/c{c}{tag}/sauto", sched, "auto", False, {"combine": c})
-                for c, tag in abba] if hopper() else []
+                for c, tag in MERGE_ABBA] if hopper() else []
         mma = [(f"cuda/{layout_label(*lay)}{tag}/sauto", "cuda", "auto", False, lay)
-               for c, tag in abba for lay in (mma_layout(combine=c),)]
+               for c, tag in MERGE_ABBA for lay in (mma_layout(combine=c),)]
         return sm90 + mma + [(p, p, None, False, None) for p in peers.PEERS]
     if which == "pdl":  # when the split kernel lets the merge launch: the default, the other choice, the split kernel
         # alone (the merge's share; sm90), the default again (A/A); the sm90 kernel on Hopper, then the mma.sync default
