@@ -27,10 +27,12 @@ from kdengine.ops.inputs import rel_l2
 from kdengine.ops.reference import verify_attention_reference
 
 
-def rows_of(costs: list[int]) -> list[tuple[str, str, dict]]:
-    """(label, backend, layout) of each timed row, in order: seesaw2, stream at each cost, seesaw2 again."""
+def rows_of(costs: list[int], blocks: list[int]) -> list[tuple[str, str, dict]]:
+    """(label, backend, layout) of each timed row, in order: seesaw2, stream at each cost (over the SMs), stream over
+    each of `blocks` at cost 0, seesaw2 again."""
     return ([("seesaw2", "cuda_sm90_seesaw2", {})]
             + [(f"stream/c{c}", "cuda_sm90_seesaw2_stream", {"stream_cost": c}) for c in costs]
+            + [(f"stream/g{g}", "cuda_sm90_seesaw2_stream", {"stream_cost": 0, "stream_blocks": g}) for g in blocks]
             + [("seesaw2/aa", "cuda_sm90_seesaw2", {})])
 
 
@@ -45,9 +47,9 @@ def check(backend: str, layout: dict, inp, bits) -> float:
     return rel_l2(result(), ref)
 
 
-def time_size(N: int, T: int, costs: list[int], samples: int) -> dict:
+def time_size(N: int, T: int, costs: list[int], blocks: list[int], samples: int) -> dict:
     sets = verify_timing.input_sets(N=N, T=T, H=kernel.H, device="cuda")
-    rows = rows_of(costs)
+    rows = rows_of(costs, blocks)
     out = {}
     for label, backend, layout in rows:
         err = check(backend, layout, *sets[0])
@@ -94,6 +96,8 @@ def main() -> None:
     p.add_argument("--out", required=True, help="the JSON written (rewritten after each size)")
     p.add_argument("--sizes", nargs="*", default=["65536:64", "65536:16"], help="CTX:T pairs (none: skip)")
     p.add_argument("--costs", type=int, nargs="+", default=[0, 1, 2, 3], help="stream costs timed")
+    p.add_argument("--blocks", type=int, nargs="*", default=[], help="stream grids timed at cost 0 (e.g. 128: the uniform "
+                   "grid's 8 x 16 at 65k T=64, the same cut without a crossing)")
     p.add_argument("--samples", type=int, default=40)
     p.add_argument("--decode", type=int, nargs="*", default=[65536], help="contexts of the engine runs (none: skip)")
     p.add_argument("--min-tiles", type=int, default=8, help="SM90_STREAM_MIN_TILES of the engine runs with stream mode")
@@ -111,7 +115,7 @@ def main() -> None:
 
     for size in a.sizes:
         N, T = (int(x) for x in size.split(":"))
-        report["sizes"][size] = time_size(N, T, a.costs, a.samples)
+        report["sizes"][size] = time_size(N, T, a.costs, a.blocks, a.samples)
         save()
         print(f"  ({time.time() - t0:.0f} s)", flush=True)
     for ctx in a.decode:
