@@ -955,7 +955,7 @@ struct StreamCut {
   long long VL, U;  // virtual units per row tile, per sequence
   int G, C;
   __device__ __forceinline__ StreamCut(const VerifyParams& p, int L, int row_tiles)
-      : VL((L + BN - 1) / BN + p.stream_cost), U(row_tiles * VL), G(p.stream_blocks), C(p.stream_cost) {}
+      : VL((L + BN - 1) / BN + p.stream_cost % 32), U(row_tiles * VL), G(p.stream_blocks), C(p.stream_cost % 32) {}
   __device__ __forceinline__ long long start_of(int g) const { return g * U / G; }
   __device__ __forceinline__ int block_of(long long x) const { return static_cast<int>(((x + 1) * G - 1) / U); }
 };
@@ -995,12 +995,17 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
   size_t part_row0;
   if constexpr (STREAM) {
     const StreamCut cut(p, L, (p.R + BM - 1) / BM);
-    const long long v0 = cut.start_of(blockIdx.x), v_end = cut.start_of(blockIdx.x + 1);
+    // probe: stream_cost >= 32 = cost - 32 with the block index interleaved over the row tiles (consecutive blocks on
+    // one KV range, as in the uniform grid) where they divide the grid
+    const int rt = (p.R + BM - 1) / BM;
+    const int g = p.stream_cost >= 32 && cut.G % rt == 0 ? blockIdx.x % rt * (cut.G / rt) + blockIdx.x / rt
+                                                          : static_cast<int>(blockIdx.x);
+    const long long v0 = cut.start_of(g), v_end = cut.start_of(g + 1);
     const long long v = seg == 0 ? v0 : (v0 / cut.VL + seg) * cut.VL;  // a later segment starts a row tile
     const int r = static_cast<int>(v / cut.VL);
     const long long rs = r * cut.VL, re = min(v_end, rs + cut.VL);
     more = re < v_end;
-    const int slot = static_cast<int>(blockIdx.x) - cut.block_of(rs);
+    const int slot = g - cut.block_of(rs);
     row0 = r * BM;
     start = static_cast<int>(max(v - rs - cut.C, 0ll)) * BN;
     end = min(L, static_cast<int>(max(re - rs - cut.C, 0ll)) * BN);

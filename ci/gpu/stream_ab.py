@@ -33,6 +33,7 @@ def rows_of(costs: list[int], blocks: list[int]) -> list[tuple[str, str, dict]]:
     return ([("seesaw2", "cuda_sm90_seesaw2", {})]
             + [(f"stream/c{c}", "cuda_sm90_seesaw2_stream", {"stream_cost": c}) for c in costs]
             + [(f"stream/g{g}", "cuda_sm90_seesaw2_stream", {"stream_cost": 0, "stream_blocks": g}) for g in blocks]
+            + [(f"stream/g{g}i", "cuda_sm90_seesaw2_stream", {"stream_cost": 32, "stream_blocks": g}) for g in blocks]
             + [("seesaw2/aa", "cuda_sm90_seesaw2", {})])
 
 
