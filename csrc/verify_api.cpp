@@ -99,28 +99,15 @@ void launch(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& page_ta
 void launch_sm90(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& page_table,
                  const at::Tensor& prefix_len, const at::Tensor& mask_bits, at::Tensor& out, at::Tensor& lse,
                  at::Tensor& part_out, at::Tensor& part_lse, double sm_scale, int64_t nsplit, int64_t schedule,
-                 int64_t combine, bool merge_early, int64_t stream_blocks, int64_t stream_cost) {
+                 int64_t combine, bool merge_early) {
   TORCH_CHECK((combine >= -1 && combine <= 4 && combine != 3) || combine == 7,
               "combine must be -1, 0, 1, 2, 4 or 7 (3 was retired), got " + num(combine));
-  // stream mode: the grid's x is stream_blocks and each row tile's partials take up to sm90_stream_slots of nsplit
-  const bool stream = schedule == kdengine::SM90_STREAM_SCHEDULE;
-  TORCH_CHECK(stream == (stream_blocks > 0), "stream_blocks must be >= 1 with schedule 9 (seesaw2_stream) and 0 with any "
-              "other, got " + num(stream_blocks) + " with schedule " + num(schedule));
-  TORCH_CHECK(stream_blocks <= 65535 && stream_cost >= 0 && stream_cost <= 64,
-              "stream_blocks must be <= 65535 and stream_cost in 0..64, got " + num(stream_blocks) + " and " + num(stream_cost));
-  const int64_t tiles = kdengine::sm90_row_tiles(static_cast<int>(q.size(1) * q.size(2)));
-  TORCH_CHECK(!stream || nsplit >= kdengine::sm90_stream_slots(static_cast<int>(stream_blocks), static_cast<int>(tiles)),
-              "nsplit must be at least the stream slots ceil(stream_blocks / row tiles) + 1 = " +
-                  num(stream ? kdengine::sm90_stream_slots(static_cast<int>(stream_blocks), static_cast<int>(tiles)) : 0) +
-                  ", got " + num(nsplit));
   const c10::cuda::CUDAGuard guard(q.device());
   kdengine::VerifyParams p =
       make_params(q, kv, page_table, prefix_len, mask_bits, out, lse, part_out, part_lse, sm_scale, nsplit);
   const char* reason = kdengine::sm90_unsupported(p);
   TORCH_CHECK(reason == nullptr, "kdengine verify sm90 path: ", reason ? reason : "");
   p.merge_early = merge_early ? 1 : 0;
-  p.stream_blocks = static_cast<int>(stream_blocks);
-  p.stream_cost = static_cast<int>(stream_cost);
   const cudaError_t err = kdengine::launch_verify_sm90(p, kv.size(0) * kv.size(1), static_cast<int>(schedule), static_cast<int>(combine),
                                                         c10::cuda::getCurrentCUDAStream());
   TORCH_CHECK(err == cudaSuccess, "kdengine verify sm90 launch failed: ", cudaGetErrorString(err));
@@ -182,8 +169,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("launch_sm90", &launch_sm90, "Hopper wgmma split kernel + log-sum-exp merge into out/lse");
   m.def("sm90_unsupported", &sm90_unsupported, "why the sm90 path cannot run here ('' when it can)");
   m.def("sm90_row_tiles", &kdengine::sm90_row_tiles, "64-row tiles per (sequence, split) of the sm90 kernel");
-  m.def("sm90_stream_slots", &kdengine::sm90_stream_slots,
-        "partial slots per row tile that seesaw2_stream needs for (blocks per sequence, row tiles)");
 #ifdef KDENGINE_TIMELINE
   m.def("timeline_reset", &timeline_reset, "zero the in-kernel timeline records (the -DKDENGINE_TIMELINE build)");
   m.def("timeline_read", &timeline_read, "the timeline records since the reset: CPU int64 [n, 4] kind, block, smid, t_ns");

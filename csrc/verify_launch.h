@@ -51,10 +51,6 @@ struct VerifyParams {
   // merge's blocks then wait on the SMs the split grid leaves idle or frees); 0 = only before its partial writes
   // (sm90 kernel; wide2 / lean mma.sync kernels; the other mma.sync layouts never trigger early)
   int merge_early;
-  // sm90 SEESAW2_STREAM only (verify_sm90.cuh StreamCut): blocks per sequence (the grid's x) and the virtual KV tiles
-  // a segment's set-up counts as; p.nsplit is then the partial slots per row tile, at least ceil(stream_blocks /
-  // row tiles) + 1. 0 and 0 everywhere else.
-  int stream_blocks, stream_cost;
 };
 
 // Query rows per block follow R = T * H: 16, 32 or 64 rows (1, 2 or 4 groups of 16), at most
@@ -92,13 +88,8 @@ const char* sm90_unsupported(const VerifyParams& p);
 // 4 = half (each computes S of half of every tile's tokens, the row max and P cross, both run P V of all),
 // 5 = staggered_small (2 with a smaller consumer loop: the default), 6 = staggered_tail, 7 = seesaw2 (FlashMLA's
 // order: each warpgroup computes S of every other tile, 256 threads, no producer warpgroup; its hand-offs between
-// the warpgroups on mbarriers), 8 = seesaw2_bar (seesaw2 with those hand-offs on named barriers: a probe), 9 =
-// seesaw2_stream (seesaw2 over p.stream_blocks blocks per sequence, stream-K: StreamCut in verify_sm90.cuh).
+// the warpgroups on mbarriers), 8 = seesaw2_bar (seesaw2 with those hand-offs on named barriers: a probe).
 cudaError_t launch_split_sm90(const VerifyParams& p, long long pool_tokens, int schedule, cudaStream_t stream);
-// The schedule value of seesaw2_stream (sm90::SEESAW2_STREAM; the binding checks stream_blocks against it).
-constexpr int SM90_STREAM_SCHEDULE = 9;
-// The partial slots per row tile that seesaw2_stream needs with `blocks` blocks per sequence over `row_tiles` row tiles.
-int sm90_stream_slots(int blocks, int row_tiles);
 // The sm90 split kernel then the merge (the same merge kernels as launch_verify, combine as there;
 // combine -1: the split kernel alone, out / lse not written: for timing the merge's share only).
 cudaError_t launch_verify_sm90(const VerifyParams& p, long long pool_tokens, int schedule, int combine,

@@ -57,8 +57,7 @@ cudaError_t launch_sm90_kernel(const VerifyParams& p, const CUtensorMap& kv_map,
                                cudaStream_t stream) {
   const cudaError_t err = configure_sm90<SCHEDULE>();
   if (err != cudaSuccess) return err;
-  const dim3 grid = SCHEDULE == sm90::SEESAW2_STREAM ? dim3(p.stream_blocks, 1, p.B)
-                                                      : dim3((p.R + sm90::BM - 1) / sm90::BM, p.nsplit, p.B);
+  const dim3 grid((p.R + sm90::BM - 1) / sm90::BM, p.nsplit, p.B);
   sm90::kernel_of<SCHEDULE>()<<<grid, sm90::threads_of(SCHEDULE), sm90::smem_of(SCHEDULE), stream>>>(p, kv_map, q_map);
   return cudaGetLastError();
 }
@@ -75,8 +74,6 @@ cudaError_t launch_schedule(int schedule, const VerifyParams& p, const CUtensorM
 }  // namespace
 
 int sm90_row_tiles(int R) { return (R + sm90::BM - 1) / sm90::BM; }
-
-int sm90_stream_slots(int blocks, int row_tiles) { return (blocks + row_tiles - 1) / row_tiles + 1; }
 
 const char* sm90_unsupported(const VerifyParams& p) {
   if (p.page_size < 8) return "page_size below 8 (a TMA box row group of the 128-byte swizzle)";

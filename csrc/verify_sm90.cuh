@@ -220,7 +220,7 @@ constexpr int CONSUMER_REGS = 232;
 constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6, BAR_MAX = 8, BAR_ISSUE = 10;
 enum Schedule {
   BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, STAGGERED_SMALL = 5, STAGGERED_TAIL = 6, SEESAW2 = 7,
-  SEESAW2_BAR = 8, SEESAW2_STREAM = 9
+  SEESAW2_BAR = 8
 };
 // SEESAW2_BAR (SEESAW2's hand-offs on named barriers; SEESAW2 has them on mbarriers): 11 = warpgroup 0's running max after its tile published, 12 =
 // warpgroup 1's (the step's) published, 13 = P of the even tile (over its rope chunk) written, 14 = P of
@@ -243,13 +243,15 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // page lookups in every thread: 0.3-0.6 us slower at 65k T=64) in la_ab24c16/; h (warpgroup 0's P V in m64n128 halves,
 // each half's chunks reloaded once done: 2% slower at 65k T=64) in h_6fa1005/; s4 (each reload from two warps: 0.7-1.4%
 // slower at 65k T=64) in s4_ece8aff/; tb (the tail tile's mask bits from tail_bits under its S: 0.5 / 0.6-0.9 us slower
-// at 65k T=16 / T=64, 0.2-0.5 us faster at 16k T=64, a larger kernel) in tb_0117714/. Folded in on 2026-12-01: d32 (the
+// at 65k T=16 / T=64, 0.2-0.5 us faster at 16k T=64, a larger kernel) in tb_0117714/; stream (stream-K: each sequence's
+// row tiles x KV tiles cut evenly over the SMs, a block crossing a row tile running a second segment: 14-18% slower at
+// 65k T=64, slower at every size; the blocks sharing a KV range must stay adjacent in launch order, and whole KV tiles
+// cap its gain at 1.6% there) in stream_d70f087/. Folded in on 2026-12-01: d32 (the
 // descriptors as 32-bit adds, d32_905c234/), unr (the TMA issue loop unrolled, g2_e0dfbe9/), spread (the stage-1
 // reloads from warp 1, la_ab24c16/).
-static_assert(SEESAW2_STREAM == SM90_STREAM_SCHEDULE, "verify_launch.h names the stream schedule");
-constexpr int NUM_SCHEDULES = SEESAW2_STREAM + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
+constexpr int NUM_SCHEDULES = SEESAW2_BAR + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
 __host__ __device__ constexpr bool is_seesaw2(int schedule) {
-  return schedule == SEESAW2 || schedule == SEESAW2_BAR || schedule == SEESAW2_STREAM;
+  return schedule == SEESAW2 || schedule == SEESAW2_BAR;
 }
 __host__ __device__ constexpr int threads_of(int schedule) { return is_seesaw2(schedule) ? 128 * CONSUMERS : THREADS; }
 __host__ __device__ constexpr int smem_of(int schedule) { return is_seesaw2(schedule) ? S2_SMEM : SMEM; }
@@ -940,26 +942,6 @@ __device__ __forceinline__ void load_q8(const unsigned char* q_tile, const Rows&
     }
 }
 
-// --- stream mode (SEESAW2_STREAM) -------------------------------------------------------------------------
-
-// SEESAW2_STREAM cuts a sequence's work evenly over G = p.stream_blocks blocks (stream-K) instead of into p.nsplit equal
-// splits per row tile: with one block per SM a grid of row tiles x splits leaves SMs idle (65k T=64 on the H200: 8 x 16 =
-// 128 blocks on 132 SMs). Row tile r is C = p.stream_cost virtual units of set-up (its Q and first loads: the cost of a
-// segment's start, in KV tiles) followed by its NT = ceil(L / BN) KV tiles; block g takes the virtual units
-// [g U / G, (g + 1) U / G) of U = RT (NT + C), one segment per row tile it reaches, each run as a split of its own whose
-// partial goes to slot g - (the block holding r's first unit) of row tile r. A row tile is reached by at most
-// stream_slots(G, RT) = ceil(G / RT) + 1 blocks: p.nsplit is at least that, and the slots no block fills get lse -inf
-// (an empty segment's own slot; the slots after the last one, by the block that closes the row tile). The arithmetic is
-// mirrored in kdengine/ops/schedule.py (stream_segments) and checked there on every slot of small grids.
-struct StreamCut {
-  long long VL, U;  // virtual units per row tile, per sequence
-  int G, C;
-  __device__ __forceinline__ StreamCut(const VerifyParams& p, int L, int row_tiles)
-      : VL((L + BN - 1) / BN + p.stream_cost % 32), U(row_tiles * VL), G(p.stream_blocks), C(p.stream_cost % 32) {}
-  __device__ __forceinline__ long long start_of(int g) const { return g * U / G; }
-  __device__ __forceinline__ int block_of(long long x) const { return static_cast<int>(((x + 1) * G - 1) / U); }
-};
-
 // --- the kernel -------------------------------------------------------------------------------------
 
 // The kernel's body; the two wrappers below launch it (launch bounds, or SEESAW2's register cap). The maps
@@ -982,70 +964,24 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
   float* l_tab = m_tab + 2 * BM;
   float* sc_tab = l_tab + 2 * BM;
 
-  const int b = blockIdx.z;
+  const int b = blockIdx.z, split = blockIdx.y, row0 = blockIdx.x * BM;
   const int tid = threadIdx.x, wg = tid / 128, wtid = tid % 128;
   const int prefix = p.prefix_len[b];
   const int L = prefix + p.T;
-  constexpr bool STREAM = SCHEDULE == SEESAW2_STREAM;
-  // STREAM: this block's segments, one per pass (seg: its index; StreamCut above); otherwise one pass
-  int seg = 0;
-  bool more = false;
-  do {
-  int row0, start, end;
-  size_t part_row0;
-  if constexpr (STREAM) {
-    const StreamCut cut(p, L, (p.R + BM - 1) / BM);
-    // probe: stream_cost >= 32 = cost - 32 with the block index interleaved over the row tiles (consecutive blocks on
-    // one KV range, as in the uniform grid) where they divide the grid
-    const int rt = (p.R + BM - 1) / BM;
-    const int g = p.stream_cost >= 32 && cut.G % rt == 0 ? blockIdx.x % rt * (cut.G / rt) + blockIdx.x / rt
-                                                          : static_cast<int>(blockIdx.x);
-    const long long v0 = cut.start_of(g), v_end = cut.start_of(g + 1);
-    const long long v = seg == 0 ? v0 : (v0 / cut.VL + seg) * cut.VL;  // a later segment starts a row tile
-    const int r = static_cast<int>(v / cut.VL);
-    const long long rs = r * cut.VL, re = min(v_end, rs + cut.VL);
-    more = re < v_end;
-    const int slot = g - cut.block_of(rs);
-    row0 = r * BM;
-    start = static_cast<int>(max(v - rs - cut.C, 0ll)) * BN;
-    end = min(L, static_cast<int>(max(re - rs - cut.C, 0ll)) * BN);
-    part_row0 = ((size_t)b * p.nsplit + max(slot, 0)) * p.R;
-    // lse -inf in the slots of row tile r that no segment fills: this one's if it is empty, those after it if it
-    // closes the row tile (a slot < 0: an empty block before the row tile's first, its slots filled by the previous)
-    const int lo = slot + (start < end), hi = re == rs + cut.VL ? p.nsplit : slot + 1;
-    if (r < (p.R + BM - 1) / BM && slot >= 0)
-      for (int i = tid; i < (hi - lo) * BM; i += threads_of(SCHEDULE)) {
-        const int row = row0 + i % BM;
-        if (row < p.R) p.part_lse[((size_t)b * p.nsplit + lo + i / BM) * p.R + row] = -INFINITY;
-      }
-    ++seg;
-    if (start >= end) continue;
-  } else {
-    const int split = blockIdx.y;
-    row0 = blockIdx.x * BM;
-    int chunk = (L + p.nsplit - 1) / p.nsplit;
-    chunk = (chunk + BN - 1) / BN * BN;
-    start = split * chunk;
-    end = min(L, start + chunk);
-    part_row0 = ((size_t)b * p.nsplit + split) * p.R;
-    if (start >= end) {  // an empty split: weight 0 in the merge
-      for (int r = tid; r < BM; r += THREADS)
-        if (row0 + r < p.R) p.part_lse[part_row0 + row0 + r] = -INFINITY;
-      if (tid == 0) timeline::timeline_mark(timeline::SPLIT_END);  // (-DKDENGINE_TIMELINE only; no start record)
-      return;
-    }
+  int chunk = (L + p.nsplit - 1) / p.nsplit;
+  chunk = (chunk + BN - 1) / BN * BN;
+  const int start = split * chunk, end = min(L, start + chunk);
+  const size_t part_row0 = ((size_t)b * p.nsplit + split) * p.R;
+  if (start >= end) {  // an empty split: weight 0 in the merge
+    for (int r = tid; r < BM; r += THREADS)
+      if (row0 + r < p.R) p.part_lse[part_row0 + row0 + r] = -INFINITY;
+    if (tid == 0) timeline::timeline_mark(timeline::SPLIT_END);  // (-DKDENGINE_TIMELINE only; no start record)
+    return;
   }
   const int ntiles = (end - start + BN - 1) / BN;
 
   const bool producer = wg == CONSUMERS && wtid == 0;
   if constexpr (is_seesaw2(SCHEDULE)) {
-    if (STREAM && seg > 1) {  // a later segment: the last one's generic writes before the TMA, its barriers renewed
-      fence_async_smem();
-      __syncthreads();
-      if (tid == 0)
-        for (int i = 0; i < STAGES * NCHUNK + 1 + S2_HANDOFFS; ++i)
-          asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(full_bar + 8 * i) : "memory");
-    }
     if (tid == 0) {
       for (int i = 0; i < STAGES * NCHUNK; ++i) mbar_init(full_bar + 8 * i, 1);
       mbar_init(q_bar, 1);
@@ -1063,7 +999,7 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
-  if (tid == 0 && seg <= 1) timeline::timeline_mark(timeline::SPLIT_START);
+  if (tid == 0) timeline::timeline_mark(timeline::SPLIT_START);
   // p.merge_early: the merge may launch now (it waits for this grid to complete before any read); else below
   if (p.merge_early) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 
@@ -1703,8 +1639,7 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
     if (rows.valid[h] && w == 0 && lane % 4 == 0)
       p.part_lse[row] = l[h] > 0.f ? (m[h] + log2f(l[h])) * 0.69314718056f : -INFINITY;
   }
-  if (tid == 0 && !more) timeline::timeline_mark(timeline::SPLIT_END);
-  } while (STREAM && more);
+  if (tid == 0) timeline::timeline_mark(timeline::SPLIT_END);
 #else
   __trap();  // built without sm_90a: the launcher never selects this kernel there
 #endif
@@ -1725,9 +1660,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
 // registers) beside a running split block, but that did not shorten the merge (res_8ce7d1a/). __maxnreg__ and
 // __launch_bounds__ cannot be combined, not even on a specialization, and the 384-thread schedules keep their launch
 // bounds (under __maxnreg__(168) in their place ptxas gave three of them a 536-byte stack), hence a second wrapper.
-__host__ __device__ constexpr int maxnreg_of(int schedule) {
-  return schedule == SEESAW2 || schedule == SEESAW2_STREAM ? 240 : 0;
-}
+__host__ __device__ constexpr int maxnreg_of(int schedule) { return schedule == SEESAW2 ? 240 : 0; }
 template <int SCHEDULE>
 __global__ void __maxnreg__(maxnreg_of(SCHEDULE))
     verify_sm90_kernel_capped(const VerifyParams p, const __grid_constant__ CUtensorMap kv_map,

@@ -27,9 +27,6 @@ CASES = {
     "sm90_nsplit_mismatch": ("partials of nsplit + 1", "launch_sm90", "partials must hold nsplit"),
     "sm90_page_size_4": ("page_size 4 (sm90_unsupported)", "launch_sm90", "page_size below 8"),
     "mma_nsplit_2_20": ("nsplit 2^20 at T * H 128 (partials of 4 splits)", "launch", "nsplit * T * H must be below"),
-    "sm90_stream_few_slots": ("stream over 132 blocks in 4 slots", "launch_sm90", "nsplit must be at least the stream slots"),
-    "sm90_stream_blocks_off_schedule": ("stream_blocks 8 with seesaw2", "launch_sm90", "stream_blocks must be >= 1 with"),
-    "sm90_stream_cost": ("stream_cost 65", "launch_sm90", "stream_cost in 0..64"),
 }
 
 
@@ -45,8 +42,7 @@ def one(case: str) -> int:
     ext = build.load_extension()
 
     def call(inp, *, nsplit=4, part_dtype=torch.bfloat16, extra_split=0, combine=None, q=None,
-             col_warps=cuda_backend.DEFAULT_COL_WARPS, pingpong=cuda_backend.DEFAULT_PINGPONG,
-             schedule="seesaw2", stream=(0, 0)):
+             col_warps=cuda_backend.DEFAULT_COL_WARPS, pingpong=cuda_backend.DEFAULT_PINGPONG):
         B, T, H, _ = inp.q.shape
         bits = pack_tree_mask(inp.tree_mask)
         out = torch.full((B, T, H, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
@@ -59,7 +55,7 @@ def one(case: str) -> int:
         if combine is None:  # each path's own merge
             combine = cuda_backend.SM90_COMBINE if entry == "launch_sm90" else cuda_backend.DEFAULT_COMBINE
         if entry == "launch_sm90":
-            ext.launch_sm90(*args, cuda_backend.SCHEDULES[schedule], combine, False, *stream)
+            ext.launch_sm90(*args, cuda_backend.SCHEDULES["seesaw2"], combine, False)
         else:
             ext.launch(*args, col_warps, cuda_backend.DEFAULT_ROW_GROUPS, pingpong, combine, True)
         torch.cuda.synchronize()
@@ -73,10 +69,7 @@ def one(case: str) -> int:
            "mma_bad_pingpong": dict(pingpong=99),
            "sm90_nsplit_mismatch": dict(extra_split=1),
            "sm90_noncontiguous": dict(q=inp.q.transpose(1, 2).contiguous().transpose(1, 2)),
-           "sm90_page_size_4": {}, "mma_nsplit_2_20": dict(nsplit=1 << 20),
-           "sm90_stream_few_slots": dict(schedule="seesaw2_stream", stream=(132, 2)),
-           "sm90_stream_blocks_off_schedule": dict(stream=(8, 2)),
-           "sm90_stream_cost": dict(schedule="seesaw2_stream", stream=(2, 65))}[case]
+           "sm90_page_size_4": {}, "mma_nsplit_2_20": dict(nsplit=1 << 20)}[case]
     try:
         call(inp, **bad)
     except RuntimeError as exc:

@@ -92,7 +92,7 @@ MMA2_LAYOUTS = ("mma_wide2pp2_lean",)
 SM90_BACKENDS = {"cuda_sm90_both": "both", "cuda_sm90_staggered": "staggered", "cuda_sm90_seesaw": "seesaw",
                  "cuda_sm90_pair": "pair", "cuda_sm90_half": "half", "cuda_sm90_staggered_small": "staggered_small",
                  "cuda_sm90_staggered_tail": "staggered_tail", "cuda_sm90_seesaw2": "seesaw2",
-                 "cuda_sm90_seesaw2_bar": "seesaw2_bar", "cuda_sm90_seesaw2_stream": "seesaw2_stream",
+                 "cuda_sm90_seesaw2_bar": "seesaw2_bar",
                  "cuda_sm90_dispatched": None}  # launch_sm90's own pick (cuda_backend.pick_schedule)
 # Short device-run sets of sm90 schedules: (the schedules timed, the baseline first; whether the baseline is
 # timed again after them as the run's A/A control).
@@ -171,21 +171,12 @@ def launcher(name: str, inp, bits, nsplit, *, scalar_loads: bool = False, layout
         # layout: a dict {"combine": c} (launch_sm90's), or an mma layout of which only the merge applies
         opts = layout if isinstance(layout, dict) else {"combine": layout[2] if layout else None}
         combine = opts.get("combine")
-        schedule = SM90_BACKENDS[name]
-        if schedule is None:  # the dispatched call: uniform splits or stream mode (cuda_backend.plan_sm90)
-            splits, blocks = cuda_backend.plan_sm90(inp.q, inp.kv_cache, inp.page_table, nsplit)
-        elif schedule == cuda_backend.STREAM_SCHEDULE:  # stream mode over opts' blocks (default: the SMs)
-            from kdengine.ops.schedule import sm_count, stream_slots
-
-            blocks = opts.get("stream_blocks") or sm_count(inp.q.device.index) // inp.q.shape[0]
-            splits = stream_slots(blocks, -(-(inp.q.shape[1] * inp.q.shape[2]) // cuda_backend.SM90_ROWS))
-        else:
-            splits, blocks = cuda_backend.plan_nsplit_sm90(inp.q, inp.kv_cache, inp.page_table, nsplit), 0
+        splits = cuda_backend.plan_nsplit_sm90(inp.q, inp.kv_cache, inp.page_table, nsplit)
         out, lse = cuda_backend.alloc_outputs(inp.q)
         args = (inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, bits, out, lse)
-        call = lambda: cuda_backend.launch_sm90(*args, sm_scale=inp.sm_scale, nsplit=splits, schedule=schedule,
-                                                combine=combine, merge_early=opts.get("merge_early"),
-                                                stream_blocks=blocks or None, stream_cost=opts.get("stream_cost"))
+        call = lambda: cuda_backend.launch_sm90(*args, sm_scale=inp.sm_scale, nsplit=splits,
+                                                schedule=SM90_BACKENDS[name], combine=combine,
+                                                merge_early=opts.get("merge_early"))
         return call, splits, lambda: out
     result = {}
     if name == "torch":

@@ -12,7 +12,7 @@ import torch
 
 from kdengine import env
 from kdengine.ops import build, shapes
-from kdengine.ops.schedule import nsplit_is_auto, resolve_nsplit, sm_count, stream_slots
+from kdengine.ops.schedule import resolve_nsplit
 from kdengine.ops.validate import check_scale
 
 DV = shapes.DV
@@ -190,24 +190,12 @@ SM90_MIN_TOKENS_PER_SPLIT = 128
 # score, trees for the row max and sums): 0.4-0.8% faster at T=64 (perf_history/kernel/s2soft_f222390/). The default
 # from SEESAW2_MIN_ROWS query rows and SEESAW2_MIN_TILES KV tiles per split (below).
 SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4, "staggered_small": 5, "staggered_tail": 6,
-             "seesaw2": 7, "seesaw2_bar": 8, "seesaw2_stream": 9}
-# seesaw2_stream = seesaw2 over a grid of stream_blocks blocks per sequence (stream-K) instead of row tiles x nsplit
-# splits: the row tiles' KV tiles cut evenly over the blocks, each block running one segment per row tile it reaches
-# (a row tile's partials then take up to stream_slots(blocks, row tiles) slots: the call's nsplit). With one block per
-# SM the split grid leaves SMs idle where row tiles x splits falls short of the SM count (65k T=64 on the H200: 8 x 16
-# = 128 blocks on 132 SMs). csrc/verify_sm90.cuh StreamCut; kdengine/ops/schedule.py stream_segments mirrors it.
-STREAM_SCHEDULE = "seesaw2_stream"
+             "seesaw2": 7, "seesaw2_bar": 8}
 # Schedules compiled under a register cap (csrc/verify_sm90.cuh maxnreg_of; their kernel is verify_sm90_kernel_capped):
 # seesaw2 at 240, faster than at its launch bounds' 255 (perf_history/kernel/res_8ce7d1a/, res2_7053082/).
-REGISTER_CAPS = {"seesaw2": 240, "seesaw2_stream": 240}
-# Stream mode's virtual KV tiles per segment (a row tile's set-up: its Q and first loads, counted in KV tiles): a block
-# that crosses into a row tile gets that much less of its KV.
-SM90_STREAM_COST = 2
-# The dispatched call runs stream mode when the uniform split grid leaves SMs idle and each block would hold at least
-# this many KV tiles at the page table's capacity; None: never by default (until measured: ci/gpu/stream_ab.py).
-SM90_STREAM_MIN_TILES: int | None = None
+REGISTER_CAPS = {"seesaw2": 240}
 # seesaw2's probes (swap, early, se, qc, seq, eno, mid; 2-CTA multicast clusters; earlier v0, ahead, alate, apro, aolp;
-# ring4 and late of 2026-12-01), each measured on the H200 slower than seesaw2 or within the spread, are gone
+# ring4 and late of 2026-12-01; stream, stream-K over the SMs, of 2026-12-02), each measured on the H200 slower than seesaw2 or within the spread, are gone
 # (csrc/verify_sm90.cuh says where each one's evidence is; their code: the csrc history up to dd10800, and the
 # patches under perf_history/kernel/{ring4_1d11a74,late_14c0a94}/). The probe stsm (P written by stmatrix) became
 # seesaw2 (perf_history/kernel/stsm_8449746/), and so did d32 (its descriptors as 32-bit adds; d32_905c234/) and
@@ -421,52 +409,23 @@ def resolve_path(kv_cache: torch.Tensor, path: str | None = None) -> str:
     return "mma"
 
 
-def check_stream(schedule: str, stream_blocks, stream_cost, nsplit: int, R: int) -> tuple[int, int]:
-    """(stream_blocks, stream_cost) of a launch_sm90 call: both 0 unless `schedule` is the stream schedule, where
-    stream_blocks >= 1 and nsplit must hold stream_slots of it."""
-    if schedule != STREAM_SCHEDULE:
-        if stream_blocks not in (None, 0):
-            raise ValueError(f"stream_blocks: only with schedule {STREAM_SCHEDULE!r}, got {stream_blocks!r} with "
-                             f"{schedule!r}")
-        return 0, 0
-    for name, value, least in (("stream_blocks", stream_blocks, 1), ("stream_cost", stream_cost, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ValueError(f"{name}: expected an integer >= {least}, got {value!r}")
-    if stream_blocks > 65535 or stream_cost > 64:
-        raise ValueError(f"stream_blocks <= 65535 and stream_cost <= 64 expected, got {stream_blocks} and {stream_cost}")
-    slots = stream_slots(stream_blocks, -(-R // SM90_ROWS))
-    if nsplit < slots:
-        raise ValueError(f"nsplit: stream mode over {stream_blocks} blocks needs {slots} partial slots per row tile, got "
-                         f"{nsplit}")
-    return stream_blocks, stream_cost
-
-
 def launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_scale, nsplit,
-                schedule=None, combine=None, merge_early=None, stream_blocks=None, stream_cost=None):
-    """The Hopper kernel + merge into caller-given out/lse (schedule None: pick_schedule, or the stream schedule when
-    stream_blocks is given; combine None: SM90_COMBINE; SPLIT_ONLY: the split kernel alone, out/lse left unwritten;
-    merge_early None: DEFAULT_MERGE_EARLY). The stream schedule: stream_blocks blocks per sequence (None: the SMs
-    shared by the batch), stream_cost (None: SM90_STREAM_COST), nsplit its partial slots (>= stream_slots)."""
+                schedule=None, combine=None, merge_early=None):
+    """The Hopper kernel + merge into caller-given out/lse (schedule None: pick_schedule; combine None:
+    SM90_COMBINE; SPLIT_ONLY: the split kernel alone, out/lse left unwritten; merge_early None:
+    DEFAULT_MERGE_EARLY)."""
     check_scale(sm_scale)  # > 0: seesaw2 scales the row max of unscaled scores
     if schedule is None:
-        schedule = STREAM_SCHEDULE if stream_blocks else pick_schedule(
-            q.shape[1], q.shape[2], split_tiles(page_table.shape[1] * kv_cache.shape[1], nsplit))
+        schedule = pick_schedule(q.shape[1], q.shape[2], split_tiles(page_table.shape[1] * kv_cache.shape[1], nsplit))
     if combine is None:
         combine = SM90_COMBINE
     check_combine(combine, (SPLIT_ONLY, *COMBINES))
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule: expected one of {tuple(SCHEDULES)}, got {schedule!r}")
     merge_early = check_merge_early(merge_early, DEFAULT_MERGE_EARLY)
-    if schedule == STREAM_SCHEDULE:
-        if stream_blocks is None:
-            stream_blocks = max(1, sm_count(q.device.index) // q.shape[0])
-        if stream_cost is None:
-            stream_cost = SM90_STREAM_COST
-    stream_blocks, stream_cost = check_stream(schedule, stream_blocks, stream_cost, nsplit, q.shape[1] * q.shape[2])
     part_out, part_lse = alloc_partials(q, nsplit)
     build.load_extension().launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, part_out, part_lse,
-                                       sm_scale, nsplit, SCHEDULES[schedule], combine, merge_early, stream_blocks,
-                                       stream_cost)
+                                       sm_scale, nsplit, SCHEDULES[schedule], combine, merge_early)
 
 
 # --- the in-kernel timeline (the -DKDENGINE_TIMELINE build: csrc/verify_timeline.cuh, kdengine.bench.timeline) ------
@@ -488,30 +447,6 @@ def timeline_reset() -> None:
 def timeline_read() -> torch.Tensor:
     """The records written since the last reset: CPU int64 [n, 4] (kind, block, smid, t_ns); waits for the stream."""
     return _timeline_module().timeline_read()
-
-
-def plan_stream_sm90(q, kv_cache, page_table, nsplit) -> int:
-    """The blocks per sequence of the dispatched sm90 call in stream mode, 0 for uniform splits: stream mode where
-    nsplit is automatic, seesaw2 is the schedule, the uniform grid (plan_nsplit_sm90) leaves SMs idle and each block
-    holds at least SM90_STREAM_MIN_TILES KV tiles at the page table's capacity."""
-    if SM90_STREAM_MIN_TILES is None or q.device.type != "cuda" or not nsplit_is_auto(nsplit, "cuda"):
-        return 0
-    B, T, H, _ = q.shape
-    capacity = page_table.shape[1] * kv_cache.shape[1]
-    uniform = plan_nsplit_sm90(q, kv_cache, page_table, nsplit)
-    if pick_schedule(T, H, split_tiles(capacity, uniform)) != "seesaw2":
-        return 0
-    return stream_blocks_for(batch=B, row_tiles=-(-(T * H) // SM90_ROWS), capacity=capacity, nsplit=uniform,
-                             num_sms=sm_count(q.device.index), min_tiles=SM90_STREAM_MIN_TILES)
-
-
-def stream_blocks_for(*, batch: int, row_tiles: int, capacity: int, nsplit: int, num_sms: int, min_tiles: int) -> int:
-    """Blocks per sequence of stream mode (the SMs shared by the batch), or 0 where the uniform grid of `nsplit` splits
-    per row tile fills them or a block would hold fewer than `min_tiles` KV tiles at `capacity` tokens."""
-    blocks = num_sms // batch
-    if blocks < 1 or row_tiles * nsplit >= blocks or row_tiles * -(-capacity // SM90_TILE_TOKENS) < min_tiles * blocks:
-        return 0
-    return blocks
 
 
 def plan_nsplit_sm90(q, kv_cache, page_table, nsplit) -> int:
@@ -545,11 +480,9 @@ def verify_cuda_sm90(
     mask_bits: torch.Tensor,
     sm_scale: float,
     nsplit: int,
-    stream_blocks: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     out, lse = alloc_outputs(q)
-    launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, sm_scale=sm_scale, nsplit=nsplit,
-                stream_blocks=stream_blocks or None)
+    launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, sm_scale=sm_scale, nsplit=nsplit)
     return out, lse
 
 
@@ -568,7 +501,7 @@ def verify_cuda(
     return out, lse
 
 
-def _verify_fake(q, kv_cache, page_table, prefix_len, mask_bits, sm_scale, nsplit, stream_blocks=0):
+def _verify_fake(q, kv_cache, page_table, prefix_len, mask_bits, sm_scale, nsplit):
     """Both ops' shapes for tracing (torch.compile, meta tensors): no launch."""
     B, T, H, _ = q.shape
     return q.new_empty(B, T, H, DV), q.new_empty(B, T, H, dtype=torch.float32)
@@ -608,29 +541,14 @@ def plan_nsplit(q, kv_cache, page_table, nsplit, row_groups: int = DEFAULT_ROW_G
 
 
 def plan(q, kv_cache, page_table, nsplit, path=None) -> tuple[str, int]:
-    """The kernel path of a call ('mma' or 'sm90', resolve_path) and its split count (that path's planner; in the sm90
-    path's stream mode the partial slots per row tile: plan_sm90)."""
+    """The kernel path of a call ('mma' or 'sm90', resolve_path) and its split count (that path's planner)."""
     chosen = resolve_path(kv_cache, path)
-    if chosen == "sm90":
-        return chosen, plan_sm90(q, kv_cache, page_table, nsplit)[0]
-    return chosen, plan_nsplit(q, kv_cache, page_table, nsplit)
-
-
-def plan_sm90(q, kv_cache, page_table, nsplit) -> tuple[int, int]:
-    """(nsplit, stream_blocks) of the dispatched sm90 call: the stream mode's slots and blocks per sequence
-    (plan_stream_sm90), else the split count and 0."""
-    blocks = plan_stream_sm90(q, kv_cache, page_table, nsplit)
-    if blocks:
-        return stream_slots(blocks, -(-(q.shape[1] * q.shape[2]) // SM90_ROWS)), blocks
-    return plan_nsplit_sm90(q, kv_cache, page_table, nsplit), 0
+    planner = plan_nsplit_sm90 if chosen == "sm90" else plan_nsplit
+    return chosen, planner(q, kv_cache, page_table, nsplit)
 
 
 def run(q, kv_cache, page_table, prefix_len, mask_bits, *, sm_scale, nsplit, return_lse, path=None):
-    chosen = resolve_path(kv_cache, path)
-    if chosen == "sm90":
-        splits, blocks = plan_sm90(q, kv_cache, page_table, nsplit)
-        out, lse = verify_cuda_sm90(q, kv_cache, page_table, prefix_len, mask_bits, float(sm_scale), splits, blocks)
-    else:
-        splits = plan_nsplit(q, kv_cache, page_table, nsplit)
-        out, lse = verify_cuda(q, kv_cache, page_table, prefix_len, mask_bits, float(sm_scale), splits)
+    chosen, splits = plan(q, kv_cache, page_table, nsplit, path)
+    op = verify_cuda_sm90 if chosen == "sm90" else verify_cuda
+    out, lse = op(q, kv_cache, page_table, prefix_len, mask_bits, float(sm_scale), splits)
     return out, (lse if return_lse else None)

@@ -66,39 +66,6 @@ def auto_nsplit(
     return n
 
 
-def stream_slots(blocks: int, row_tiles: int) -> int:
-    """Partial slots per row tile of a stream-K cut (stream_segments) of a sequence over `blocks` blocks: the most blocks
-    that can reach one row tile, at any length (csrc/verify_sm90.cu sm90_stream_slots)."""
-    if blocks < 1 or row_tiles < 1:
-        raise ValueError(f"blocks and row_tiles: expected >= 1, got {blocks} and {row_tiles}")
-    return -(-blocks // row_tiles) + 1
-
-
-def stream_segments(block: int, *, blocks: int, row_tiles: int, tiles: int, cost: int) -> list[tuple[int, int, int, int, bool]]:
-    """The segments block `block` of `blocks` runs in the sm90 kernel's stream mode (csrc/verify_sm90.cuh StreamCut, the
-    same integer arithmetic): row tile r is `cost` virtual units of set-up followed by its `tiles` KV tiles, and block g
-    takes the virtual units [g U / blocks, (g + 1) U / blocks) of U = row_tiles (tiles + cost). One tuple per row tile
-    the block reaches: (row tile, partial slot, first KV tile, end KV tile, whether it closes the row tile). A slot < 0
-    belongs to an empty block before the row tile's first; an empty range writes lse -inf to its slot, and the block that
-    closes a row tile writes -inf to the slots after its own."""
-    vl = tiles + cost
-    u = row_tiles * vl
-    v, v_end = block * u // blocks, (block + 1) * u // blocks
-    out: list[tuple[int, int, int, int, bool]] = []
-    while True:
-        r = v // vl
-        if r >= row_tiles:
-            break
-        rs = r * vl
-        re = min(v_end, rs + vl)
-        first = ((rs + 1) * blocks - 1) // u
-        out.append((r, block - first, max(v - rs - cost, 0), max(re - rs - cost, 0), re == rs + vl))
-        if re >= v_end:
-            break
-        v = re  # a later segment starts at its row tile's start
-    return out
-
-
 def check_nsplit(nsplit, name: str = "nsplit") -> int | str | None:
     """Validate an nsplit value: None, 'auto', or an int >= 1 (bool rejected)."""
     if nsplit is None:
@@ -112,17 +79,6 @@ def check_nsplit(nsplit, name: str = "nsplit") -> int | str | None:
     if nsplit < 1:
         raise ValueError(f"{name}: expected an integer >= 1, got {nsplit}")
     return nsplit
-
-
-def nsplit_is_auto(nsplit, backend: str) -> bool:
-    """Whether resolve_nsplit would choose the count itself: the argument, else KDENGINE_NSPLIT, else the backend's
-    default is "auto"."""
-    choice = check_nsplit(nsplit)
-    if choice is None:
-        choice = env.nsplit_override()
-    if choice is None:
-        choice = DEFAULT_NSPLIT.get(backend, SEED_NSPLIT)
-    return choice == "auto"
 
 
 def resolve_nsplit(

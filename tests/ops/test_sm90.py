@@ -226,67 +226,6 @@ def test_sm90_launch_arguments_are_checked():
             cuda_backend.launch(*args, sm_scale=bad, nsplit=12)
 
 
-def test_stream_segments_cover_every_tile_and_slot_once():
-    """Stream mode's cut (schedule.stream_segments, the kernel's StreamCut arithmetic): over every block of a grid each
-    row tile's KV tiles are covered exactly once, in order, and each of its stream_slots partial slots is written
-    exactly once (a segment's partial, or lse -inf), at grids smaller and larger than the row tiles, lengths shorter
-    than the grid, and every cost."""
-    from kdengine.ops.schedule import stream_segments, stream_slots
-
-    for blocks in (*range(1, 20), 64, 131, 132, 188):
-        for row_tiles in (1, 2, 3, 8, 16):
-            for tiles in (1, 2, 5, 16, 63, 1024):
-                for cost in range(4):
-                    slots = stream_slots(blocks, row_tiles)
-                    written: dict[tuple[int, int], str] = {}
-                    covered: dict[int, list[tuple[int, int]]] = {r: [] for r in range(row_tiles)}
-                    for g in range(blocks):
-                        for r, slot, t0, t1, closes in stream_segments(g, blocks=blocks, row_tiles=row_tiles,
-                                                                       tiles=tiles, cost=cost):
-                            case = (blocks, row_tiles, tiles, cost, g, r, slot)
-                            if slot < 0:
-                                assert t0 == t1, case
-                                continue
-                            assert slot < slots, case
-                            if t0 < t1:
-                                covered[r].append((t0, t1))
-                                assert (r, slot) not in written, case
-                                written[(r, slot)] = "partial"
-                            for s in range(slot + (t0 < t1), slots if closes else slot + 1):
-                                assert (r, s) not in written, case
-                                written[(r, s)] = "-inf"
-                    assert sorted(written) == [(r, s) for r in range(row_tiles) for s in range(slots)]
-                    for r, spans in covered.items():
-                        ends = [0]
-                        for t0, t1 in sorted(spans):
-                            assert t0 == ends[-1], (blocks, row_tiles, tiles, cost, r, spans)
-                            ends.append(t1)
-                        assert ends[-1] == tiles, (blocks, row_tiles, tiles, cost, r, spans)
-
-
-def test_stream_mode_rule_and_arguments():
-    """Stream mode runs where the uniform grid leaves SMs idle and blocks hold enough KV; its arguments are checked."""
-    rule = cuda_backend.stream_blocks_for
-    # 65k T=64 on 132 SMs: 8 row tiles x 16 splits = 128 blocks, 62 tiles a block -> 132 blocks
-    assert rule(batch=1, row_tiles=8, capacity=65536, nsplit=16, num_sms=132, min_tiles=16) == 132
-    assert rule(batch=1, row_tiles=2, capacity=65536, nsplit=64, num_sms=132, min_tiles=15) == 132  # 15.5 a block
-    assert rule(batch=1, row_tiles=2, capacity=65536, nsplit=64, num_sms=132, min_tiles=16) == 0
-    assert rule(batch=1, row_tiles=8, capacity=4096, nsplit=16, num_sms=132, min_tiles=16) == 0  # 4 tiles a block
-    assert rule(batch=2, row_tiles=2, capacity=65536, nsplit=33, num_sms=132, min_tiles=16) == 0  # the grid is full
-    assert rule(batch=3, row_tiles=8, capacity=65536, nsplit=5, num_sms=132, min_tiles=16) == 44
-    q = torch.zeros(1, 64, 8, 576, dtype=torch.bfloat16)
-    args = (q, None, None, None, None, None, None)
-    with pytest.raises(ValueError, match="^stream_blocks: only with schedule 'seesaw2_stream'"):
-        cuda_backend.launch_sm90(*args, sm_scale=0.1, nsplit=18, schedule="seesaw2", stream_blocks=132)
-    for bad in (0, -1, True, 2.0):
-        with pytest.raises(ValueError, match="^stream_blocks: expected an integer >= 1"):
-            cuda_backend.launch_sm90(*args, sm_scale=0.1, nsplit=18, schedule="seesaw2_stream", stream_blocks=bad)
-    with pytest.raises(ValueError, match="^stream_cost: expected an integer >= 0"):
-        cuda_backend.launch_sm90(*args, sm_scale=0.1, nsplit=18, stream_blocks=132, stream_cost=-1)
-    with pytest.raises(ValueError, match="^nsplit: stream mode over 132 blocks needs 18 partial slots per row tile, got 17"):
-        cuda_backend.launch_sm90(*args, sm_scale=0.1, nsplit=17, stream_blocks=132, stream_cost=2)
-
-
 # --- GPU (sm_90) ------------------------------------------------------------------------------------
 
 
@@ -299,9 +238,6 @@ def _run_sm90(inp, nsplit, schedule, combine=None):
     B, T, H, _ = inp.q.shape
     bits = pack_tree_mask(inp.tree_mask)
     splits = cuda_backend.plan_nsplit_sm90(inp.q, inp.kv_cache, inp.page_table, nsplit)
-    if schedule == cuda_backend.STREAM_SCHEDULE:  # over the SMs (launch_sm90's default), whatever nsplit says
-        splits = cuda_backend.stream_slots(torch.cuda.get_device_properties(0).multi_processor_count // B,
-                                           -(-(T * H) // cuda_backend.SM90_ROWS))
     out = torch.full((B, T, H, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
     lse = torch.full((B, T, H), float("nan"), dtype=torch.float32, device="cuda")
     cuda_backend.launch_sm90(inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, bits, out, lse,
@@ -318,63 +254,6 @@ def test_sm90_matches_reference(tp, schedule):
     inp = _problem(tp, seed=31)
     out, lse = _run_sm90(inp, tp.nsplit, schedule)
     _check(inp, out, lse)
-
-
-STREAM_CASES = [TestParam(16, 3000), TestParam(64, 1000), TestParam(1, 0), TestParam(17, 700, H=4),
-                TestParam(16, [5000, 1, 777], B=3), TestParam(33, 100, page_size=16, chain=True),
-                TestParam(64, [0, 300, 4000], B=3, H=16), TestParam(255, 63, H=1), TestParam(16, 3000, page_size=256)]
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("blocks, cost", [(1, 0), (3, 2), (7, 1), (13, 3), (40, 0), (132, 2), (300, 2)])
-@pytest.mark.parametrize("tp", STREAM_CASES, ids=lambda tp: f"T{tp.T}-p{tp.prefix}-H{tp.H}-B{tp.B}-ps{tp.page_size}")
-def test_sm90_stream_matches_reference(monkeypatch, tp, blocks, cost):
-    """seesaw2_stream at grids below the row tiles (a block runs several row tiles), with blocks that cross row tiles
-    and blocks left empty (more blocks than KV tiles), every cost; the partials poisoned (NaN rows and lse), so a slot
-    that no segment fills shows."""
-    _needs_sm90()
-    alloc = cuda_backend.alloc_partials
-    monkeypatch.setattr(cuda_backend, "alloc_partials", lambda q, n: tuple(t.fill_(float("nan")) for t in alloc(q, n)))
-    inp = _problem(tp, seed=blocks + cost)
-    B, T, H, _ = inp.q.shape
-    bits = pack_tree_mask(inp.tree_mask)
-    out = torch.full((B, T, H, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
-    lse = torch.full((B, T, H), float("nan"), dtype=torch.float32, device="cuda")
-    slots = cuda_backend.stream_slots(blocks, -(-(T * H) // cuda_backend.SM90_ROWS))
-    cuda_backend.launch_sm90(inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, bits, out, lse,
-                             sm_scale=inp.sm_scale, nsplit=slots, stream_blocks=blocks, stream_cost=cost)
-    _check(inp, out, lse)
-
-
-@pytest.mark.gpu
-def test_sm90_stream_dispatched_and_replayed(monkeypatch):
-    """At 65k T=64 the dispatched call runs stream mode (8 row tiles x 16 splits leave SMs idle); captured once and
-    replayed at lengths from a few tokens to the capacity, outputs poisoned."""
-    _needs_sm90()
-    if cuda_backend.SM90_STREAM_MIN_TILES is None:
-        monkeypatch.setattr(cuda_backend, "SM90_STREAM_MIN_TILES", 8)
-    inp = _problem(TestParam(64, 65536 - 64), seed=5)
-    splits, blocks = cuda_backend.plan_sm90(inp.q, inp.kv_cache, inp.page_table, None)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    if 8 * 16 >= sms:
-        pytest.skip("the uniform grid fills this GPU's SMs")
-    assert blocks == sms and splits == cuda_backend.stream_slots(sms, 8)
-    bits = pack_tree_mask(inp.tree_mask)
-    prefix_len = inp.prefix_len.clone()
-    run = lambda: cuda_backend.run(inp.q, inp.kv_cache, inp.page_table, prefix_len, bits,
-                                   sm_scale=inp.sm_scale, nsplit=None, return_lse=True)
-    run()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out, lse = run()
-    for length in (65536 - 64, 0, 1, 64 * 132 + 5, 20000):
-        prefix_len.fill_(length)
-        out.fill_(float("nan"))
-        lse.fill_(float("nan"))
-        graph.replay()
-        inp.prefix_len = prefix_len
-        _check(inp, out, lse)
 
 
 @pytest.mark.gpu
