@@ -194,11 +194,6 @@ SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4, "stag
 # Schedules compiled under a register cap (csrc/verify_sm90.cuh maxnreg_of; their kernel is verify_sm90_kernel_capped):
 # seesaw2 at 240, faster than at its launch bounds' 255 (perf_history/kernel/res_8ce7d1a/, res2_7053082/).
 REGISTER_CAPS = {"seesaw2": 240}
-# Probe: the split kernel's row tiles launched in clusters of this many blocks (placement only: a cluster's blocks share
-# a GPC; the kernel uses nothing of the cluster), where they divide the row tiles; 1 = no clusters. CLUSTER_PROBES: named
-# schedules with a cluster size of their own (the kernel sweep's rows).
-SM90_CLUSTER = 1
-CLUSTER_PROBES = {"seesaw2_c2": ("seesaw2", 2), "seesaw2_c4": ("seesaw2", 4)}
 # seesaw2's probes (swap, early, se, qc, seq, eno, mid; 2-CTA multicast clusters; earlier v0, ahead, alate, apro, aolp;
 # ring4 and late of 2026-12-01; stream, stream-K over the SMs, of 2026-12-02), each measured on the H200 slower than
 # seesaw2 or within the spread, are gone (csrc/verify_sm90.cuh says where each one's evidence is; their code: the csrc
@@ -425,16 +420,12 @@ def launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_
     if combine is None:
         combine = SM90_COMBINE
     check_combine(combine, (SPLIT_ONLY, *COMBINES))
-    if schedule in CLUSTER_PROBES:
-        schedule, cluster = CLUSTER_PROBES[schedule]
-    else:
-        cluster = SM90_CLUSTER
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule: expected one of {tuple(SCHEDULES)}, got {schedule!r}")
     merge_early = check_merge_early(merge_early, DEFAULT_MERGE_EARLY)
     part_out, part_lse = alloc_partials(q, nsplit)
     build.load_extension().launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, part_out, part_lse,
-                                       sm_scale, nsplit, SCHEDULES[schedule] | cluster << 4, combine, merge_early)
+                                       sm_scale, nsplit, SCHEDULES[schedule], combine, merge_early)
 
 
 # --- the in-kernel timeline (the -DKDENGINE_TIMELINE build: csrc/verify_timeline.cuh, kdengine.bench.timeline) ------
