@@ -54,23 +54,10 @@ cudaError_t configure_sm90() {
 
 template <int SCHEDULE>
 cudaError_t launch_sm90_kernel(const VerifyParams& p, const CUtensorMap& kv_map, const CUtensorMap& q_map,
-                               cudaStream_t stream, bool pdl) {
+                               cudaStream_t stream) {
   const cudaError_t err = configure_sm90<SCHEDULE>();
   if (err != cudaSuccess) return err;
   const dim3 grid((p.R + sm90::BM - 1) / sm90::BM, p.nsplit, p.B);
-  if (pdl) {  // probe: a programmatic dependent of the previous kernel on the stream
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(sm90::threads_of(SCHEDULE));
-    cfg.dynamicSmemBytes = sm90::smem_of(SCHEDULE);
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, sm90::kernel_of<SCHEDULE>(), p, kv_map, q_map);
-  }
   sm90::kernel_of<SCHEDULE>()<<<grid, sm90::threads_of(SCHEDULE), sm90::smem_of(SCHEDULE), stream>>>(p, kv_map, q_map);
   return cudaGetLastError();
 }
@@ -80,10 +67,8 @@ template <int... S>
 cudaError_t launch_schedule(int schedule, const VerifyParams& p, const CUtensorMap& kv_map, const CUtensorMap& q_map,
                             cudaStream_t stream, std::integer_sequence<int, S...>) {
   cudaError_t err = cudaSuccess;
-  const bool pdl = (schedule >> 8) & 1;  // probe: schedule | pdl << 8
-  schedule &= 255;
-  const bool known = ((schedule == S && ((err = launch_sm90_kernel<S>(p, kv_map, q_map, stream, pdl)), true)) || ...);
-  return known ? err : launch_sm90_kernel<sm90::BOTH>(p, kv_map, q_map, stream, pdl);
+  const bool known = ((schedule == S && ((err = launch_sm90_kernel<S>(p, kv_map, q_map, stream)), true)) || ...);
+  return known ? err : launch_sm90_kernel<sm90::BOTH>(p, kv_map, q_map, stream);
 }
 
 }  // namespace

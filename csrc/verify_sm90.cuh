@@ -954,9 +954,6 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
   const uint32_t raw = smem_u32(smem_raw);
   unsigned char* sm = smem_raw + (((raw + 1023) & ~1023u) - raw);  // 1024-byte aligned (swizzle atoms)
   const uint32_t base = smem_u32(sm);
-  // probe: launched as a programmatic dependent of the previous kernel, wait for it to complete before any global
-  // access (a no-op in a plain launch)
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
   const uint32_t q_s = base + Q_OFF, kv_s = base + KV_OFF;
   // full[stage][group] at full_bar + 8 (NGROUP stage + group); empty[stage]; q; PAIR's empty[stage][group]
   const uint32_t full_bar = base + BAR_OFF, empty_bar = full_bar + 8 * STAGES * NGROUP;

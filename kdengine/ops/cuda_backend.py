@@ -8,8 +8,6 @@ implementation so torch.compile and CUDA graphs see it.
 
 from __future__ import annotations
 
-import os
-
 import torch
 
 from kdengine import env
@@ -196,10 +194,6 @@ SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4, "stag
 # Schedules compiled under a register cap (csrc/verify_sm90.cuh maxnreg_of; their kernel is verify_sm90_kernel_capped):
 # seesaw2 at 240, faster than at its launch bounds' 255 (perf_history/kernel/res_8ce7d1a/, res2_7053082/).
 REGISTER_CAPS = {"seesaw2": 240}
-# Probe: the sm90 split kernel launched as a programmatic dependent of the kernel before it on the stream (its blocks
-# placed while that one drains; griddepcontrol.wait before any global access). PDL_PROBES: named schedules with it.
-SM90_SPLIT_PDL = os.environ.get("KDENGINE_SM90_SPLIT_PDL") == "1"  # (probe: the env var for the GPU tests)
-PDL_PROBES = {"seesaw2_pdl": "seesaw2", "staggered_small_pdl": "staggered_small"}
 # seesaw2's probes (swap, early, se, qc, seq, eno, mid; 2-CTA multicast clusters; earlier v0, ahead, alate, apro, aolp;
 # ring4 and late of 2026-12-01; stream, stream-K over the SMs, of 2026-12-02), each measured on the H200 slower than
 # seesaw2 or within the spread, are gone (csrc/verify_sm90.cuh says where each one's evidence is; their code: the csrc
@@ -426,15 +420,12 @@ def launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_
     if combine is None:
         combine = SM90_COMBINE
     check_combine(combine, (SPLIT_ONLY, *COMBINES))
-    pdl = SM90_SPLIT_PDL
-    if schedule in PDL_PROBES:
-        schedule, pdl = PDL_PROBES[schedule], True
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule: expected one of {tuple(SCHEDULES)}, got {schedule!r}")
     merge_early = check_merge_early(merge_early, DEFAULT_MERGE_EARLY)
     part_out, part_lse = alloc_partials(q, nsplit)
     build.load_extension().launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, part_out, part_lse,
-                                       sm_scale, nsplit, SCHEDULES[schedule] | int(pdl) << 8, combine, merge_early)
+                                       sm_scale, nsplit, SCHEDULES[schedule], combine, merge_early)
 
 
 # --- the in-kernel timeline (the -DKDENGINE_TIMELINE build: csrc/verify_timeline.cuh, kdengine.bench.timeline) ------
