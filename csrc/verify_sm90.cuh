@@ -244,7 +244,7 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // each half's chunks reloaded once done: 2% slower at 65k T=64) in h_6fa1005/; s4 (each reload from two warps: 0.7-1.4%
 // slower at 65k T=64) in s4_ece8aff/; tb (the tail tile's mask bits from tail_bits under its S: 0.5 / 0.6-0.9 us slower
 // at 65k T=16 / T=64, 0.2-0.5 us faster at 16k T=64, a larger kernel) in tb_0117714/; stream (stream-K: each sequence's
-// row tiles x KV tiles cut evenly over the SMs, a block crossing a row tile running a second segment: 14-18% slower at
+// row tiles x KV tiles cut evenly over the SMs, a block crossing a row tile running a second segment: 13-18% slower at
 // 65k T=64, slower at every size; the blocks sharing a KV range must stay adjacent in launch order, and whole KV tiles
 // cap its gain at 1.6% there) in stream_d70f087/. Folded in on 2026-12-01: d32 (the
 // descriptors as 32-bit adds, d32_905c234/), unr (the TMA issue loop unrolled, g2_e0dfbe9/), spread (the stage-1
