@@ -1,0 +1,49 @@
+"""A/A rows: one call timed as several identical rows with their samples interleaved (kdengine.bench.timer.
+time_gpu_interleaved), at K = 8 launches per replay (the sweep's form) and K = 1. Every row should read the same; a row
+that reads differently by its place in the list (its capture order, its predecessor in each round) is a bias of the form.
+
+    python3 ci/gpu/aa_rows.py --out aa_rows.json [--sizes 4096:64 16384:16] [--rows 6] [--samples 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+
+from kdengine.bench import fingerprint, kernel, timer, verify_timing
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--sizes", nargs="+", default=["4096:64", "16384:16", "65536:16"])
+    p.add_argument("--rows", type=int, default=6)
+    p.add_argument("--samples", type=int, default=40)
+    p.add_argument("--backend", default="cuda_sm90_dispatched")
+    a = p.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("aa_rows: needs a CUDA GPU")
+    info = fingerprint.collect()
+    report = {"fingerprint": {**info, "machine": fingerprint.machine_name(info)}, "sizes": {}}
+    for size in a.sizes:
+        N, T = (int(x) for x in size.split(":"))
+        sets = verify_timing.input_sets(N=N, T=T, H=kernel.H, device="cuda")
+        calls = [kernel.rotating_call(a.backend, "auto")[0] for _ in range(a.rows)]
+        out = {}
+        for k in (verify_timing.MIN_LAUNCHES, 1):
+            launches = max(k, len(sets)) if k > 1 else 1
+            got = timer.time_gpu_interleaved([lambda i, c=c, s=sets: c(*s[i % len(s)]) for c in calls], samples=a.samples,
+                                             warmup=3, launches=launches, l2_flush=True, gap_s=verify_timing.GAP_S)
+            med = [m.median * 1e6 for m in got]
+            out[f"K{launches}"] = {"median_us": med, "samples_s": [m.samples for m in got]}
+            print(f"ctx{N} T{T} K{launches:<3d} " + " ".join(f"{x:7.2f}" for x in med)
+                  + f"   spread {max(med) - min(med):.2f} us", flush=True)
+        report["sizes"][size] = out
+        with open(a.out, "w") as f:
+            json.dump(report, f, indent=1, default=str)
+
+
+if __name__ == "__main__":
+    main()
