@@ -1,5 +1,5 @@
-"""A/A rows: one call timed as several identical rows with their samples interleaved (kdengine.bench.timer.
-time_gpu_interleaved), at K = 8 launches per replay (the sweep's form) and K = 1. Every row should read the same; a row
+"""A/A rows: one call timed as several identical rows with their samples interleaved (kdengine.bench.
+verify_timing.time_verify_many), at K = 8 launches per replay (the sweep's form) and K = 1. Every row should read the same; a row
 that reads differently by its place in the list (its capture order, its predecessor in each round) is a bias of the form.
 
     python3 ci/gpu/aa_rows.py --out aa_rows.json [--sizes 4096:64 16384:16] [--rows 6] [--samples 40]
@@ -12,7 +12,7 @@ import json
 
 import torch
 
-from kdengine.bench import fingerprint, kernel, timer, verify_timing
+from kdengine.bench import fingerprint, kernel, verify_timing
 
 
 def main() -> None:
@@ -32,10 +32,9 @@ def main() -> None:
         sets = verify_timing.input_sets(N=N, T=T, H=kernel.H, device="cuda")
         calls = [kernel.rotating_call(a.backend, "auto")[0] for _ in range(a.rows)]
         out = {}
-        for k in (verify_timing.MIN_LAUNCHES, 1):
-            launches = max(k, len(sets)) if k > 1 else 1
-            got = timer.time_gpu_interleaved([lambda i, c=c, s=sets: c(*s[i % len(s)]) for c in calls], samples=a.samples,
-                                             warmup=3, launches=launches, l2_flush=True, gap_s=verify_timing.GAP_S)
+        for form in (None, 1):  # the sweep's K, then one call per replay
+            got = verify_timing.time_verify_many([(c, sets) for c in calls], samples=a.samples, launches=form)
+            launches = got[0].launches_per_sample
             med = [m.median * 1e6 for m in got]
             out[f"K{launches}"] = {"median_us": med, "samples_s": [m.samples for m in got]}
             print(f"ctx{N} T{T} K{launches:<3d} " + " ".join(f"{x:7.2f}" for x in med)

@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from kdengine.bench import fingerprint, kernel, timer, verify_timing
+from kdengine.bench import fingerprint, kernel, verify_timing
 from kdengine.ops import cuda_backend
 
 
@@ -29,12 +29,10 @@ def time_size(N: int, T: int, samples: int) -> dict:
     calls = [kernel.rotating_call("cuda_sm90_dispatched", "auto", layout={"combine": c})[0]
              for c, _ in kernel.MERGE_ABBA]
     out = {}
-    for k in (verify_timing.MIN_LAUNCHES, 1):
-        launches = max(k, len(sets)) if k > 1 else 1
-        rows = timer.time_gpu_interleaved([lambda i, c=c: c(*sets[i % len(sets)]) for c in calls], samples=samples,
-                                          warmup=3, launches=launches, l2_flush=True, gap_s=verify_timing.GAP_S)
+    for form in (None, 1):  # the sweep's K, then one call per replay
+        rows = verify_timing.time_verify_many([(c, sets) for c in calls], samples=samples, launches=form)
         for (c, tag), m in zip(kernel.MERGE_ABBA, rows, strict=True):
-            label = f"K{launches}/c{c}{tag}"
+            label = f"K{m.launches_per_sample}/c{c}{tag}"
             out[label] = {"median_us": m.median * 1e6, "samples_s": m.samples}
             print(f"ctx{N} T{T} {label:12s} {m.median * 1e6:8.2f} us", flush=True)
     return out

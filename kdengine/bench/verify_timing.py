@@ -81,15 +81,17 @@ def time_verify(call: VerifyCall, sets: list, *, samples: int, capturable: bool 
 
 
 def time_verify_many(calls: list[tuple[VerifyCall, list]], *, samples: int, capturable: bool = True,
-                     gap_s: float = GAP_S) -> list[timer.Measurement]:
+                     gap_s: float = GAP_S, launches: int | None = None) -> list[timer.Measurement]:
     """`time_verify` of each (call, sets), on the GPU with their samples interleaved round by round
     (kdengine.bench.timer.time_gpu_interleaved): the figures of calls compared with each other come from
-    samples taken side by side (gap_s: timer.time_gpu_interleaved's). On the CPU one after another."""
+    samples taken side by side (gap_s: timer.time_gpu_interleaved's). On the CPU one after another.
+    launches: per graph replay (None: the module's K = max(MIN_LAUNCHES, sets); 1: one call per replay, a probe's
+    second form)."""
     if not calls:
         raise ValueError("calls: expected at least one (call, sets)")
     if calls[0][1][0][0].q.device.type != "cuda":
         return [timer.time_cpu(lambda c=call, s=sets: c(*s[0]), samples=samples, warmup=1) for call, sets in calls]
-    launches = max(MIN_LAUNCHES, *(len(sets) for _, sets in calls))
+    launches = launches or max(MIN_LAUNCHES, *(len(sets) for _, sets in calls))
     return timer.time_gpu_interleaved([_rotating(call, sets) for call, sets in calls], samples=samples, warmup=3,
                                       launches=launches, l2_flush=True, use_graph=capturable, gap_s=gap_s)
 

@@ -115,7 +115,7 @@ DEFAULT_PINGPONG = 12
 # row reads low, position in the process); after the mma.sync default 0.2-0.7 us faster at four sizes, equal at 65k;
 # ncu of the merge alone with warm partials at 65k T64: 5.34-6.05 -> 4.77-4.83 us, 1.52M -> 1.29M warp instructions.
 # 7 (5 and 6 were merges since removed): 4 with its blocks spread over the SMs (at most ceil(blocks / SMs) per SM, by
-# padding its dynamic shared memory; csrc/verify_kernel.cu merge_spread_smem). H200, the sweep set `spread` (merge 4,
+# padding its dynamic shared memory; csrc/merge_spread.h merge_spread_smem). H200, the sweep set `spread` (merge 4,
 # 7, 7 again, 4 again after each path's default split kernel), two sets in one run at 0117714
 # (perf_history/kernel/spread2_0117714/): after the mma.sync default 1.2-1.4 us faster at 4k and 16k T16 (18.0 ->
 # 16.7, 31.5-31.6 -> 30.1-30.2), 0.4 us at 4k and 16k T64, equal at 65k (82.2-82.4 against 82.3-82.6, 286.3-287.4
