@@ -1,0 +1,121 @@
+"""A/B of sm90 schedules (or any kernel-sweep backends) on the same inputs, then in the decode engine.
+
+Rows: the backends named by --rows (kdengine.bench.kernel's names, e.g. cuda_sm90_seesaw2 cuda_sm90_seesaw2_bulk
+cuda_sm90_seesaw2_bulk cuda_sm90_seesaw2: A B B A, the second pair the A/A control). At each size every row is first
+checked against the fp32 reference (its output poisoned before the call), then all rows are timed with their samples
+interleaved (kdengine.bench.verify_timing.time_verify_many) at the sweep's K launches per replay and at K = 1. Then the
+decode engine (the cuda backend, 8 layers, CUDA graphs) at each --decode context with the kdengine.ops.cuda_backend
+attribute --flag off / on / on / off. Prints one line per row and rewrites the JSON (--out) after each size.
+
+    python3 ci/gpu/sched_ab.py --out ab.json --rows cuda_sm90_seesaw2 cuda_sm90_seesaw2_bulk \\
+        cuda_sm90_seesaw2_bulk cuda_sm90_seesaw2 --flag SM90_BULK [--sizes 65536:64 65536:16] [--decode 65536]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+from kdengine.bench import fingerprint, kernel, verify_timing
+from kdengine.ops import cuda_backend
+from kdengine.ops.inputs import rel_l2
+from kdengine.ops.reference import verify_attention_reference
+
+
+def check(backend: str, inp, bits) -> float:
+    """rel L2 of the row's output against the fp32 reference, its output poisoned (NaN) first."""
+    call, _, result = kernel.launcher(backend, inp, bits, "auto")
+    result().fill_(float("nan"))
+    call()
+    torch.cuda.synchronize()
+    ref, _ = verify_attention_reference(inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, bits,
+                                        sm_scale=inp.sm_scale, return_lse=True)
+    return rel_l2(result(), ref)
+
+
+def labels(rows: list[str]) -> list[str]:
+    """Row labels: the backend name, with /aa<k> on its k-th repeat."""
+    return [r if rows[:i].count(r) == 0 else f"{r}/aa{rows[:i].count(r)}" for i, r in enumerate(rows)]
+
+
+def time_size(N: int, T: int, rows: list[str], samples: int) -> dict:
+    sets = verify_timing.input_sets(N=N, T=T, H=kernel.H, device="cuda")
+    out = {}
+    for backend in dict.fromkeys(rows):
+        err = check(backend, *sets[0])
+        out[f"check/{backend}"] = err
+        if not err < 1e-2:
+            raise SystemExit(f"sched_ab: ctx{N} T{T} {backend} rel L2 {err:.3g} against the reference")
+    calls = [kernel.rotating_call(backend, "auto")[0] for backend in rows]
+    for form in (None, 1):  # the sweep's K, then one call per replay
+        got = verify_timing.time_verify_many([(c, sets) for c in calls], samples=samples, launches=form)
+        k = got[0].launches_per_sample
+        for label, m in zip(labels(rows), got, strict=True):
+            out[f"K{k}/{label}"] = {"median_us": m.median * 1e6, "samples_s": m.samples}
+            print(f"ctx{N} T{T} K{k:<3d} {label:36s} {m.median * 1e6:8.2f} us", flush=True)
+    return out
+
+
+def decode(ctx: int, flag: str, modes: tuple[bool, ...]) -> dict:
+    """The decode engine at `ctx` once per entry of `modes` (cuda_backend.<flag>)."""
+    from kdengine.engine.run import DecodeSettings, run_decode
+
+    saved = getattr(cuda_backend, flag)
+    out = {}
+    try:
+        for i, on in enumerate(modes):
+            setattr(cuda_backend, flag, on)
+            s = DecodeSettings(config="kimi-k2-tp8-rank", layers=8, context=ctx, budget=63, backend="cuda", steps=32,
+                               device="cuda", routing="random")
+            d = run_decode(s).to_dict()
+            label = f"decode{ctx}/{flag}={int(on)}/{modes[:i].count(on)}"
+            out[label] = {"tok_per_s": d["tok_per_s"], "mean_step_ms": d["mean_step_ms"], "phase_ms": d["phase_ms"]}
+            print(f"{label:32s} {d['tok_per_s']:8.1f} tok/s  step {d['mean_step_ms']:.3f} ms  verify-attention "
+                  f"{d['phase_ms'].get('verify-attention', float('nan')):.3f} ms", flush=True)
+            torch.cuda.empty_cache()
+    finally:
+        setattr(cuda_backend, flag, saved)
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True, help="the JSON written (rewritten after each size)")
+    p.add_argument("--rows", nargs="+", required=True, help="backend names, in the order timed (repeat one for A/A)")
+    p.add_argument("--sizes", nargs="*", default=["65536:64", "65536:16"], help="CTX:T pairs (none: skip)")
+    p.add_argument("--samples", type=int, default=40)
+    p.add_argument("--flag", help="a boolean kdengine.ops.cuda_backend attribute the engine runs toggle")
+    p.add_argument("--decode", type=int, nargs="*", default=[], help="contexts of the engine runs (needs --flag)")
+    a = p.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("sched_ab: needs a CUDA GPU")
+    unknown = [r for r in a.rows if r not in kernel.SM90_BACKENDS and not r.startswith(("cuda", "mma"))]
+    if unknown:
+        raise SystemExit(f"sched_ab: --rows: unknown backends {unknown}")
+    if a.decode and (a.flag is None or not isinstance(getattr(cuda_backend, a.flag, None), bool)):
+        raise SystemExit(f"sched_ab: --decode needs --flag naming a boolean cuda_backend attribute, got {a.flag!r}")
+    info = fingerprint.collect()
+    report = {"fingerprint": {**info, "machine": fingerprint.machine_name(info)}, "rows": a.rows, "sizes": {},
+              "decode": {}}
+    t0 = time.time()
+
+    def save():
+        with open(a.out, "w") as f:
+            json.dump(report, f, indent=1, default=str)
+
+    for size in a.sizes:
+        N, T = (int(x) for x in size.split(":"))
+        report["sizes"][size] = time_size(N, T, a.rows, a.samples)
+        save()
+        print(f"  ({time.time() - t0:.0f} s)", flush=True)
+    for ctx in a.decode:
+        report["decode"].update(decode(ctx, a.flag, (False, True, True, False)))
+        save()
+        print(f"  ({time.time() - t0:.0f} s)", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# One device run of an sm90 schedule A/B (ci/gpu/sched_ab.py) from a bundle of a committed revision: the build, the
+# sm90 GPU tests of the seesaw2 family (PROBE among them) with the dispatched call switched to it (FLAG), memcheck and
+# racecheck of PROBE on small shapes, the A/B rows (A B B A) at the six sizes with the decode engine, then ncu of both
+# at 65k (one cold launch each). $OUT gets the JSON and logs.tgz.
+#   here:   mkdir -p out/ab && git bundle create out/ab/kd.bundle HEAD
+#   device: PROBE=seesaw2_bulk FLAG=SM90_BULK DEADLINE=420 bash ci/gpu/sched_ab.sh   (carry out/ab)
+NAME=ab
+source ci/gpu/bundle_run.sh  # the bundle's clone (entered), step / room, the build
+BASE=${BASE:-seesaw2}; PROBE=${PROBE:?name the probe schedule}; FLAG=${FLAG:?name its cuda_backend switch}
+step "tests + sanitizers"
+(
+  san() {
+    local tool=$1 tag=$2; shift 2
+    timeout 60 compute-sanitizer --tool $tool --print-limit 2 --show-backtrace no --error-exitcode 9 \
+      python3 -m kdengine.bench.kernel once "$@" > "/tmp/san_$tag.txt" 2>&1
+    echo "$tool $* rc=$?" >> "/tmp/san_$tag.txt"
+  }
+  san memcheck m1 --path sm90_$PROBE --B 3 --T 17 --prefix 700 --nsplit 4 &
+  san memcheck m2 --path sm90_$PROBE --T 3 --H 16 --prefix 70 --nsplit 2 &
+  san racecheck r1 --path sm90_$PROBE --T 3 --H 2 --prefix 140 &
+  san racecheck r2 --path sm90_$PROBE --B 3 --T 17 --prefix 700 --nsplit 4 &
+  san synccheck s1 --path sm90_$PROBE --B 2 --T 17 --prefix 300 --nsplit 3 &
+  wait
+  for f in /tmp/san_*.txt; do grep -vE "^=========\s*$" "$f" | head -8; tail -1 "$f"; done
+) > "$LOGS/sanitize.log" 2>&1 &
+san_pid=$!
+timeout 100 python3 -m pytest -q -m gpu tests/ops/test_sm90.py -k "seesaw2 and not pick" -p no:cacheprovider --maxfail=5 \
+  2>&1 | tee "$LOGS/pytest_sm90.log" | tail -n 3
+# the dispatched call through verify_attention and CUDA graphs with the switch on
+env "KDENGINE_$FLAG=1" timeout 60 python3 -m pytest -q -m gpu tests/ops/test_sm90.py -k "graphs" -p no:cacheprovider \
+  --maxfail=5 2>&1 | tee "$LOGS/pytest_sm90_flag.log" | tail -n 3
+wait $san_pid
+grep -E "rc=|ERROR SUMMARY|RACECHECK SUMMARY|Hazard" "$LOGS/sanitize.log" | head -20
+step "A/B"
+room 120 && timeout $(( DEADLINE - $(now) - ${NCU_ROOM:-60} )) python3 ci/gpu/sched_ab.py --out "$OUT/sched_ab_${PROBE}_$sha.json" \
+  --rows cuda_sm90_$BASE cuda_sm90_$PROBE cuda_sm90_$PROBE cuda_sm90_$BASE --flag $FLAG \
+  ${ARGS:---sizes 65536:64 65536:16 16384:64 16384:16 4096:64 4096:16 --decode 65536 16384 4096} 2>&1 \
+  | grep -v Warning | tee "$LOGS/ab.log" | grep -vE "^\s*$"
+step ncu
+if command -v ncu > /dev/null; then
+  for T in 16 64; do
+    for s in $BASE $PROBE; do
+      room 20 || break 2
+      timeout 25 ncu --clock-control none -k regex:verify_sm90 --launch-count 1 --section SpeedOfLight \
+        --section WarpStateStats --section SchedulerStats \
+        --metrics sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,lts__t_sectors_op_write.sum \
+        python3 -m kdengine.bench.kernel once --path sm90_$s --T $T --prefix $((65536 - T)) > "$LOGS/ncu_${s}_T$T.txt" 2>&1
+      echo "--- $s 65k T=$T"
+      grep -E "Duration|cycles_active|Issue Slots|DRAM Throughput|Warp Cycles Per Issued|sectors_op_write" "$LOGS/ncu_${s}_T$T.txt" | head -8
+    done
+  done
+fi
+step done
