@@ -220,13 +220,8 @@ constexpr int CONSUMER_REGS = 232;
 constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6, BAR_MAX = 8, BAR_ISSUE = 10;
 enum Schedule {
   BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, STAGGERED_SMALL = 5, STAGGERED_TAIL = 6, SEESAW2 = 7,
-  SEESAW2_BAR = 8, SEESAW2_BULK = 9
+  SEESAW2_BAR = 8
 };
-// SEESAW2_BULK (probe): SEESAW2 whose partial rows go out through shared memory (stmatrix into a padded [BM][DV] tile
-// over stage 0, then one cp.async.bulk of 1 KB per row from the copy engine) instead of 8-byte stores from the
-// accumulators (8 rows x 32 bytes per warp instruction). The in-kernel timeline put 2-4 us between a block's trigger
-// and its last partial store at 65k (perf_history/kernel/timeline_e949c85/raw), on the path to the merge.
-constexpr int BULK_PITCH = DV * 2 + 16;  // bytes per staged row: 8 rows of a stmatrix land on distinct banks
 // SEESAW2_BAR (SEESAW2's hand-offs on named barriers; SEESAW2 has them on mbarriers): 11 = warpgroup 0's running max after its tile published, 12 =
 // warpgroup 1's (the step's) published, 13 = P of the even tile (over its rope chunk) written, 14 = P of
 // the odd tile (over Q's rope chunk) written.
@@ -254,9 +249,9 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // cap its gain at 1.6% there) in stream_d70f087/. Folded in on 2026-12-01: d32 (the
 // descriptors as 32-bit adds, d32_905c234/), unr (the TMA issue loop unrolled, g2_e0dfbe9/), spread (the stage-1
 // reloads from warp 1, la_ab24c16/).
-constexpr int NUM_SCHEDULES = SEESAW2_BULK + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
+constexpr int NUM_SCHEDULES = SEESAW2_BAR + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
 __host__ __device__ constexpr bool is_seesaw2(int schedule) {
-  return schedule == SEESAW2 || schedule == SEESAW2_BAR || schedule == SEESAW2_BULK;
+  return schedule == SEESAW2 || schedule == SEESAW2_BAR;
 }
 __host__ __device__ constexpr int threads_of(int schedule) { return is_seesaw2(schedule) ? 128 * CONSUMERS : THREADS; }
 __host__ __device__ constexpr int smem_of(int schedule) { return is_seesaw2(schedule) ? S2_SMEM : SMEM; }
@@ -1632,52 +1627,17 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
   if (tid == 0) timeline::timeline_mark(timeline::SPLIT_TRIGGER);
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   const int lane = tid % 32;
-  if constexpr (SCHEDULE == SEESAW2_BULK) {
-    // Every wgmma and every KV load of both warpgroups is complete (the row-sum exchange above follows each one's last
-    // wait; no reload is issued past the last tile), so stage 0 is free: the normalised rows go there by stmatrix
-    // (an 8x8 matrix per n8 block and row half, four per instruction), then each valid row leaves as one bulk copy.
-    float inv[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) inv[h] = l[h] > 0.f ? 1.f / l[h] : 0.f;
-    const int mi = lane >> 3, r = (wtid / 32) * 16 + (lane & 7) + (mi & 1) * 8;
-    const uint32_t stage_row = kv_s + r * BULK_PITCH + (w * V_COLS + 8 * (mi >> 1)) * 2;
+  for (int h = 0; h < 2; ++h) {
+    const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
+    const size_t row = part_row0 + row0 + rows.local[h];  // rows.local[h] < R - row0 where valid
+    __nv_bfloat16* dst = p.part_out + (rows.valid[h] ? row : part_row0) * DV + w * V_COLS;
 #pragma unroll
-    for (int j = 0; j < V_COLS / 8; j += 2) {
-      asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(stage_row + 16 * j),
-                   "r"(pack_bf16(o[4 * j] * inv[0], o[4 * j + 1] * inv[0])),
-                   "r"(pack_bf16(o[4 * j + 2] * inv[1], o[4 * j + 3] * inv[1])),
-                   "r"(pack_bf16(o[4 * j + 4] * inv[0], o[4 * j + 5] * inv[0])),
-                   "r"(pack_bf16(o[4 * j + 6] * inv[1], o[4 * j + 7] * inv[1]))
-                   : "memory");
-    }
-    fence_async_smem();
-    __syncthreads();
-    if (tid < BM && row0 + tid < p.R) {
-      const __nv_bfloat16* dst = p.part_out + (part_row0 + row0 + tid) * DV;
-      asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst),
-                   "r"(kv_s + tid * BULK_PITCH), "n"(DV * 2)
-                   : "memory");
-      asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-    }
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      if (rows.valid[h] && w == 0 && lane % 4 == 0)
-        p.part_lse[part_row0 + row0 + rows.local[h]] = l[h] > 0.f ? (m[h] + log2f(l[h])) * 0.69314718056f : -INFINITY;
-    // (the staged rows must stay until the copy engine has read them: the block's shared memory ends with it)
-    if (tid < BM && row0 + tid < p.R) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-  } else {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
-      const size_t row = part_row0 + row0 + rows.local[h];  // rows.local[h] < R - row0 where valid
-      __nv_bfloat16* dst = p.part_out + (rows.valid[h] ? row : part_row0) * DV + w * V_COLS;
-#pragma unroll
-      for (int j = 0; j < V_COLS / 8; j += 2)  // whole sectors (verify_partials.cuh)
-        store_partial16(dst + 8 * j, lane % 4, rows.valid[h], o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv,
-                        o[4 * j + 4 + 2 * h] * inv, o[4 * j + 4 + 2 * h + 1] * inv);
-      if (rows.valid[h] && w == 0 && lane % 4 == 0)
-        p.part_lse[row] = l[h] > 0.f ? (m[h] + log2f(l[h])) * 0.69314718056f : -INFINITY;
-    }
+    for (int j = 0; j < V_COLS / 8; j += 2)  // whole sectors (verify_partials.cuh)
+      store_partial16(dst + 8 * j, lane % 4, rows.valid[h], o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv,
+                      o[4 * j + 4 + 2 * h] * inv, o[4 * j + 4 + 2 * h + 1] * inv);
+    if (rows.valid[h] && w == 0 && lane % 4 == 0)
+      p.part_lse[row] = l[h] > 0.f ? (m[h] + log2f(l[h])) * 0.69314718056f : -INFINITY;
   }
   if (tid == 0) timeline::timeline_mark(timeline::SPLIT_END);
 #else
@@ -1700,9 +1660,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
 // registers) beside a running split block, but that did not shorten the merge (res_8ce7d1a/). __maxnreg__ and
 // __launch_bounds__ cannot be combined, not even on a specialization, and the 384-thread schedules keep their launch
 // bounds (under __maxnreg__(168) in their place ptxas gave three of them a 536-byte stack), hence a second wrapper.
-__host__ __device__ constexpr int maxnreg_of(int schedule) {
-  return schedule == SEESAW2 || schedule == SEESAW2_BULK ? 240 : 0;
-}
+__host__ __device__ constexpr int maxnreg_of(int schedule) { return schedule == SEESAW2 ? 240 : 0; }
 template <int SCHEDULE>
 __global__ void __maxnreg__(maxnreg_of(SCHEDULE))
     verify_sm90_kernel_capped(const VerifyParams p, const __grid_constant__ CUtensorMap kv_map,

@@ -2,9 +2,12 @@
 # One device run of an sm90 schedule A/B (ci/gpu/sched_ab.py) from a bundle of a committed revision: the build, the
 # sm90 GPU tests of the seesaw2 family (PROBE among them) with the dispatched call switched to it (FLAG), memcheck and
 # racecheck of PROBE on small shapes, the A/B rows (A B B A) at the six sizes with the decode engine, then ncu of both
-# at 65k (one cold launch each). $OUT gets the JSON and logs.tgz.
+# at 65k (one cold launch each). $OUT gets the JSON and logs.tgz. The probe's commit brings its schedule (a name in
+# cuda_backend.SCHEDULES, in the seesaw2 family's parametrised tests) and FLAG: a boolean cuda_backend attribute read
+# from the environment variable KDENGINE_<FLAG> that makes pick_schedule return the probe where it returns BASE (the
+# first such run, seesaw2_bulk: perf_history/kernel/bulk_12bb1ab/, its bulk.patch shows both).
 #   here:   mkdir -p out/ab && git bundle create out/ab/kd.bundle HEAD
-#   device: PROBE=seesaw2_bulk FLAG=SM90_BULK DEADLINE=420 bash ci/gpu/sched_ab.sh   (carry out/ab)
+#   device: PROBE=seesaw2_bulk FLAG=SM90_BULK DEADLINE=480 bash ci/gpu/sched_ab.sh   (carry out/ab)
 NAME=ab
 source ci/gpu/bundle_run.sh  # the bundle's clone (entered), step / room, the build
 BASE=${BASE:-seesaw2}; PROBE=${PROBE:?name the probe schedule}; FLAG=${FLAG:?name its cuda_backend switch}
