@@ -6,8 +6,9 @@ the current level (the runs since the last change point, the base run included) 
 (residuals of run medians, same-commit reruns, the machine's calibrated prior). "regressed" needs the change
 to be both beyond that margin and past the benchmark's floor of practical significance (ci/thresholds.toml).
 A change past the floor that the noise cannot settle is "noisy": `ci perf` re-measures it (base and head
-interleaved) and only a confirmed regression turns the build red. Verdicts: regressed / improved /
-unchanged / noisy / new / missing. Exit: 0 nothing regressed, 1 a regression, 2 usage or data error (a
+interleaved) and only a confirmed regression turns the build red. A slowdown that a commit being judged names
+as an intended trade (a `Perf-Accepted:` trailer, within its bound: ci/accept.py) is "accepted" instead.
+Verdicts: regressed / accepted / improved / unchanged / noisy / new / missing. Exit: 0 nothing regressed, 1 a regression, 2 usage or data error (a
 file, an unknown or ambiguous commit is named), 3 amber: no confirmed regression, but a slowdown that the
 confirmation rounds could neither confirm nor dismiss (still past the floor after every round: the
 machine was too noisy to decide; `unsettled`). Runs with other fingerprints (GPU, driver, CUDA, torch, the
@@ -25,13 +26,14 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from ci import history, noise
+from ci import accept, history, noise
 from ci.history import DataError, MachineHistory, Run
 
 THRESHOLDS_FILE = Path(__file__).with_name("thresholds.toml")
 PRIOR_FILE = Path(__file__).with_name("noise_prior.toml")
-DEFAULTS = {"threshold": 0.01, "alpha": 0.001, "window": 200, "sparkline": 20, "penalty": 3.0, "max_rounds": 6}
-VERDICTS = ("regressed", "improved", "unchanged", "noisy", "new", "missing")
+DEFAULTS = {"threshold": 0.01, "alpha": 0.001, "window": 200, "sparkline": 20, "penalty": 3.0, "max_rounds": 6,
+            "max_accept": accept.MAX_ACCEPT}
+VERDICTS = ("regressed", "accepted", "improved", "unchanged", "noisy", "new", "missing")
 
 
 @dataclass
@@ -78,7 +80,7 @@ def load_thresholds(path: str | Path | None = None, priors: str | Path | None = 
     """{"defaults", "thresholds": {glob: floor}, "priors": {machine glob: {benchmark glob: Prior}}}."""
     data = load_toml(Path(path) if path else THRESHOLDS_FILE)
     defaults = {**DEFAULTS, **data.get("defaults", {})}
-    for key in ("threshold", "alpha"):
+    for key in ("threshold", "alpha", "max_accept"):
         if not 0 < float(defaults[key]) < 1:
             raise DataError(f"{path or THRESHOLDS_FILE}: defaults.{key} must be in (0, 1), got {defaults[key]}")
     prior_data = load_toml(Path(priors) if priors else PRIOR_FILE)
@@ -359,21 +361,34 @@ def unsettled(row: dict) -> bool:
     return float(conf["worse"]) >= float(row.get("threshold") or 0.0)
 
 
-def summarize(base: str | None, head: str, reports: list[dict]) -> dict:
+def summarize(base: str | None, head: str, reports: list[dict], accepted: list[dict] | None = None,
+              accept_notes: list[str] | None = None) -> dict:
     """The overall verdict: exit 1 on a confirmed regression, else 3 (amber) when a slowdown stayed unsettled
-    after its confirmation rounds, else 0."""
+    after its confirmation rounds, else 0. accepted (ci/accept.py, as dicts): the intended trades of the commits
+    judged; a regressed or unsettled row they cover within its bound becomes "accepted" (in place)."""
     rows = [b for r in reports for b in r["benchmarks"]]
+    notes = list(accept_notes or [])
+    if accepted:
+        notes += accept.apply(rows, accepted, lambda b: b["verdict"] == "regressed" or unsettled(b))
     regressed = [b["name"] for b in rows if b["verdict"] == "regressed"]
     open_rows = [b["name"] for b in rows if unsettled(b)]
-    return {"base": base, "head": head, "machines": reports, "benchmarks": rows, "regressed": regressed,
-            "unsettled": open_rows, "exit_code": 1 if regressed else 3 if open_rows else 0,
-            "counts": {v: sum(b["verdict"] == v for b in rows) for v in VERDICTS}}
+    out = {"base": base, "head": head, "machines": reports, "benchmarks": rows, "regressed": regressed,
+           "unsettled": open_rows, "exit_code": 1 if regressed else 3 if open_rows else 0,
+           "counts": {v: sum(b["verdict"] == v for b in rows) for v in VERDICTS}}
+    if accepted:
+        out["accepted"] = list(accepted)
+    if notes:
+        out["accept_notes"] = notes
+    return out
 
 
 def run_gate(results_dir: str, base: str | None, head: str, machine: str | None = None,
-             thresholds: str | None = None, repo: str | None = None, priors: str | None = None) -> dict:
+             thresholds: str | None = None, repo: str | None = None, priors: str | None = None,
+             apply_accepted: bool = True) -> dict:
     """Judge `head` against `base` (None: an explicit first run, everything new) on every machine that has
-    results for head (or just `machine`)."""
+    results for head (or just `machine`). With `repo`, the Perf-Accepted trailers of base..head are read
+    (result["accepted"], ci/accept.py) and applied, unless apply_accepted is False (`ci perf` applies them after
+    its confirmation rounds, so that a bound is held to the confirmed figure)."""
     config = load_thresholds(thresholds, priors)
     if base is not None and not base.strip():
         raise DataError("--base: empty commit (use --first-run for a machine's first run)")
@@ -384,7 +399,15 @@ def run_gate(results_dir: str, base: str | None, head: str, machine: str | None 
     reports = [r for r in reports if r["benchmarks"] or machine]
     if not reports:
         raise DataError(f"--head: no results for commit {head} in {results_dir}")
-    return summarize(base, head, reports)
+    found, notes = [], []
+    if repo:  # the commits judged: base and head as the reports resolved them (full shas)
+        found, notes = accept.read(repo, reports[0]["base"], reports[0]["head"],
+                                   float(config["defaults"]["max_accept"]))
+    accepted = accept.as_dicts(found)
+    result = summarize(base, head, reports, accepted if apply_accepted else None, notes)
+    if accepted:  # (kept for a later summarize: `ci perf` applies them after its confirmation rounds)
+        result["accepted"] = accepted
+    return result
 
 
 def add_parser(sub) -> None:
@@ -399,7 +422,8 @@ def add_parser(sub) -> None:
     p.add_argument("--machine", default=None)
     p.add_argument("--thresholds", default=None, help="floors TOML (default ci/thresholds.toml)")
     p.add_argument("--priors", default=None, help="run-to-run priors TOML (default ci/noise_prior.toml)")
-    p.add_argument("--repo", default=None, help="git repo for the base branch's first-parent order")
+    p.add_argument("--repo", default=None, help="git repo for the base branch's first-parent order and the "
+                                                "Perf-Accepted trailers of the commits judged (base..head)")
     p.add_argument("--json", default=None, help="write the verdicts as JSON here")
     p.add_argument("--markdown", default=None, help="write the markdown report here")
     p.set_defaults(func=main)

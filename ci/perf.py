@@ -274,12 +274,14 @@ def perf(args) -> int:
             say("no earlier results for this machine: every benchmark is new (first run)")
         else:
             say(f"judging {head[:10]} against {base[:10]}" + (" (a rerun: A/A pair)" if base == head else ""))
-        result = gate.run_gate(str(merged), base, head, machine, args.thresholds, str(root), args.priors)
+        result = gate.run_gate(str(merged), base, head, machine, args.thresholds, str(root), args.priors,
+                               apply_accepted=False)
         if args.bench_filter:
             drop_unselected(result, args.bench_filter)
         first = dict(result["counts"])
         confirm(args, result, machine, head, new, tmp, root, config)
-        result = gate.summarize(result["base"], head, result["machines"])
+        result = gate.summarize(result["base"], head, result["machines"], result.get("accepted"),
+                                result.get("accept_notes"))
         result["first_pass"] = first
         report.write_outputs(result, args.json, args.markdown)
         print(report.render_markdown(result), flush=True)

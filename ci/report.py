@@ -28,9 +28,10 @@ SPARK = "▁▂▃▄▅▆▇█"
 VERIFY_RE = re.compile(r"^(?:cpu-)?verify/(?P<backend>[^/]+)/ctx(?P<ctx>\d+)/T(?P<T>\d+)$")
 # Row fields the templates show in their own columns; any other field goes to the row's details.
 ROW_FIELDS = ("name", "machine", "unit", "direction", "base", "head", "change", "detectable", "verdict", "history",
-              "reason", "change_points", "attribution", "confirmation")
+              "reason", "change_points", "attribution", "confirmation", "acceptance")
 MACHINE_FIELDS = ("machine", "base", "head", "notes", "benchmarks")
-RESULT_FIELDS = ("base", "head", "machines", "benchmarks", "regressed", "unsettled", "exit_code", "counts")
+RESULT_FIELDS = ("base", "head", "machines", "benchmarks", "regressed", "unsettled", "exit_code", "counts", "accepted",
+                 "accept_notes")
 # Markdown: characters that could open a link, image, heading, list, emphasis, table cell, code span or
 # HTML are backslash-escaped; autolink triggers get an invisible word joiner so GitHub links nothing.
 MD_PUNCT = re.compile(r"([\\`*_{}\[\]()#+\-.!|~:=\"'$^])")
