@@ -54,4 +54,18 @@ if command -v ncu > /dev/null; then
     done
   done
 fi
+if [[ ${TIMELINE:-0} == 1 ]] && room 150; then
+  # the in-kernel timeline (its own build): BASE with the L2 flushed and warm, PROBE, and the mma.sync default; each
+  # repeat's records under timeline/ (block start, trigger, end per split block: which split ends last)
+  step timeline
+  timeout 200 python3 -m kdengine.ops.build --arch native --timeline > "$LOGS/build_timeline.log" 2>&1 \
+    || tail -5 "$LOGS/build_timeline.log"
+  mkdir -p "$LOGS/timeline"
+  tl() { local tag=$1; shift; room 25 && timeout 60 python3 ci/gpu/timeline.py --brief --raw "$LOGS/timeline/$tag" "$@" \
+    > "$LOGS/timeline_$tag.txt" 2>&1; tail -4 "$LOGS/timeline_$tag.txt"; }
+  tl base
+  tl base_warm --no-flush
+  ( export "KDENGINE_$FLAG=1"; tl probe )
+  tl mma --path mma
+fi
 step done
