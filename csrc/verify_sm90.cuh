@@ -220,13 +220,11 @@ constexpr int CONSUMER_REGS = 232;
 constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6, BAR_MAX = 8, BAR_ISSUE = 10;
 enum Schedule {
   BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, STAGGERED_SMALL = 5, STAGGERED_TAIL = 6, SEESAW2 = 7,
-  SEESAW2_BAR = 8, SEESAW2_MPF = 9
+  SEESAW2_BAR = 8, SEESAW2_NOMASK = 9
 };
-// SEESAW2_MPF (probe): SEESAW2 whose blocks that hold tree tokens (end > prefix: the last split) prefetch their rows'
-// packed mask words into L1 before their first wait. The in-kernel timeline at 65k (perf_history/kernel/
-// timeline_e949c85/raw) has the last split the slowest block in 6 of 6 replays, 1-3 us past the median split, and
-// ending 0.3-1.9 us after the next one; its tail tile's rolled mask loop waits on a load per tree score, the first
-// from DRAM after the L2 flush.
+// SEESAW2_NOMASK (timing probe, wrong results): SEESAW2 without the tail tile's mask (every score visible). The
+// in-kernel timeline at 65k has the last split the slowest block, 2.2-3.2 us past the median split with the L2 flushed
+// or warm (perf_history/kernel/mpf_00e2070/): is its tail tile's mask that cost?
 // SEESAW2_BAR (SEESAW2's hand-offs on named barriers; SEESAW2 has them on mbarriers): 11 = warpgroup 0's running max after its tile published, 12 =
 // warpgroup 1's (the step's) published, 13 = P of the even tile (over its rope chunk) written, 14 = P of
 // the odd tile (over Q's rope chunk) written.
@@ -254,9 +252,9 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // cap its gain at 1.6% there) in stream_d70f087/. Folded in on 2026-12-01: d32 (the
 // descriptors as 32-bit adds, d32_905c234/), unr (the TMA issue loop unrolled, g2_e0dfbe9/), spread (the stage-1
 // reloads from warp 1, la_ab24c16/).
-constexpr int NUM_SCHEDULES = SEESAW2_MPF + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
+constexpr int NUM_SCHEDULES = SEESAW2_NOMASK + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
 __host__ __device__ constexpr bool is_seesaw2(int schedule) {
-  return schedule == SEESAW2 || schedule == SEESAW2_BAR || schedule == SEESAW2_MPF;
+  return schedule == SEESAW2 || schedule == SEESAW2_BAR || schedule == SEESAW2_NOMASK;
 }
 __host__ __device__ constexpr int threads_of(int schedule) { return is_seesaw2(schedule) ? 128 * CONSUMERS : THREADS; }
 __host__ __device__ constexpr int smem_of(int schedule) { return is_seesaw2(schedule) ? S2_SMEM : SMEM; }
@@ -1064,14 +1062,6 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
     }
   }
   const int w = wg;
-  if constexpr (SCHEDULE == SEESAW2_MPF) {
-    if (end > prefix) {  // this split holds tree tokens: its tail tile reads the rows' mask words
-      const Rows r = make_rows(p, b, row0, wtid);
-      for (int h = 0; h < 2; ++h)
-        for (int k = 0; k < p.W; ++k)
-          asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p.mask_bits + r.mask_word[h] + k));
-    }
-  }
   mbar_wait(q_bar, 0);
   const Rows rows = make_rows(p, b, row0, wtid);
   float o[128];
@@ -1266,7 +1256,7 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
         const int ta = 2 * i, slot = (i & 1) * BM;
         const bool has_b = ta + 1 < ntiles, next_a = ta + 2 < ntiles, next_b = ta + 3 < ntiles;
         float mx[2], m_use[2], sc[2], sum[2];
-        mask_rowmax<32, TAIL_ROLLED, true>(p, rows, s, start + ta * BN, prefix, end, mx);
+        mask_rowmax<32, TAIL_ROLLED, true>(p, rows, s, start + ta * BN, SCHEDULE == SEESAW2_NOMASK ? INT_MAX : prefix, end, mx);
         move_max<true>(m, mx, m_use, sc);
         if (wtid % 4 == 0)
 #pragma unroll
@@ -1340,7 +1330,7 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
         const int ta = 2 * i, tb = ta + 1, slot = (i & 1) * BM;
         const bool has_b = tb < ntiles, next_a = ta + 2 < ntiles, next_b = tb + 2 < ntiles;
         float mx[2] = {-INFINITY, -INFINITY}, m_use[2], sc[2], sc0[2], sum[2] = {0.f, 0.f};
-        if (has_b) mask_rowmax<32, TAIL_ROLLED, true>(p, rows, s, start + tb * BN, prefix, end, mx);
+        if (has_b) mask_rowmax<32, TAIL_ROLLED, true>(p, rows, s, start + tb * BN, SCHEDULE == SEESAW2_NOMASK ? INT_MAX : prefix, end, mx);
         handoff_wait(0, i);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -1674,7 +1664,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
 // __launch_bounds__ cannot be combined, not even on a specialization, and the 384-thread schedules keep their launch
 // bounds (under __maxnreg__(168) in their place ptxas gave three of them a 536-byte stack), hence a second wrapper.
 __host__ __device__ constexpr int maxnreg_of(int schedule) {
-  return schedule == SEESAW2 || schedule == SEESAW2_MPF ? 240 : 0;
+  return schedule == SEESAW2 || schedule == SEESAW2_NOMASK ? 240 : 0;
 }
 template <int SCHEDULE>
 __global__ void __maxnreg__(maxnreg_of(SCHEDULE))
