@@ -220,11 +220,13 @@ constexpr int CONSUMER_REGS = 232;
 constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6, BAR_MAX = 8, BAR_ISSUE = 10;
 enum Schedule {
   BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, STAGGERED_SMALL = 5, STAGGERED_TAIL = 6, SEESAW2 = 7,
-  SEESAW2_BAR = 8, SEESAW2_NOMASK = 9
+  SEESAW2_BAR = 8, SEESAW2_TB2 = 9
 };
-// SEESAW2_NOMASK (timing probe, wrong results): SEESAW2 without the tail tile's mask (every score visible). The
-// in-kernel timeline at 65k has the last split the slowest block, 2.2-3.2 us past the median split with the L2 flushed
-// or warm (perf_history/kernel/mpf_00e2070/): is its tail tile's mask that cost?
+// SEESAW2_TB2 (probe): SEESAW2 whose blocks that hold tree tokens find the visibility bits of their first two tail
+// tiles with tail_bits (6 independent loads each) before their first S, so those tiles' masks take no loads in the
+// loop (a later tail tile, T > ~64, still takes the rolled loop). The in-kernel timeline at 65k has the last split the
+// slowest block, 2.2-3.2 us past the median split with the L2 flushed or warm (perf_history/kernel/mpf_00e2070/), and
+// the same kernel without the tail mask (a timing probe) ending 1.3-2.7 us sooner.
 // SEESAW2_BAR (SEESAW2's hand-offs on named barriers; SEESAW2 has them on mbarriers): 11 = warpgroup 0's running max after its tile published, 12 =
 // warpgroup 1's (the step's) published, 13 = P of the even tile (over its rope chunk) written, 14 = P of
 // the odd tile (over Q's rope chunk) written.
@@ -252,9 +254,9 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // cap its gain at 1.6% there) in stream_d70f087/. Folded in on 2026-12-01: d32 (the
 // descriptors as 32-bit adds, d32_905c234/), unr (the TMA issue loop unrolled, g2_e0dfbe9/), spread (the stage-1
 // reloads from warp 1, la_ab24c16/).
-constexpr int NUM_SCHEDULES = SEESAW2_NOMASK + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
+constexpr int NUM_SCHEDULES = SEESAW2_TB2 + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
 __host__ __device__ constexpr bool is_seesaw2(int schedule) {
-  return schedule == SEESAW2 || schedule == SEESAW2_BAR || schedule == SEESAW2_NOMASK;
+  return schedule == SEESAW2 || schedule == SEESAW2_BAR || schedule == SEESAW2_TB2;
 }
 __host__ __device__ constexpr int threads_of(int schedule) { return is_seesaw2(schedule) ? 128 * CONSUMERS : THREADS; }
 __host__ __device__ constexpr int smem_of(int schedule) { return is_seesaw2(schedule) ? S2_SMEM : SMEM; }
@@ -574,7 +576,8 @@ enum TailMask { TAIL_LOADS = 0, TAIL_ROLLED = 1, TAIL_BITS = 2 };
 // the first at token tile_start. TAIL_BITS: `bits` = tail_bits of this tile (read on tail tiles only).
 template <int N, int TAIL = TAIL_LOADS, bool RAW = false>
 __device__ __forceinline__ void mask_rowmax(const VerifyParams& p, const Rows& rows, float (&s)[N], int tile_start,
-                                            int prefix, int end, float (&mx)[2], uint32_t bits = 0) {
+                                            int prefix, int end, float (&mx)[2], uint32_t bits = 0,
+                                            bool have_bits = false) {
   static_assert(!RAW || TAIL != TAIL_LOADS, "RAW: the scores stay unscaled (the TAIL_LOADS loop scales them)");
   const int lane = threadIdx.x % 32;
   const bool tail = tile_start + 2 * N > prefix;
@@ -588,7 +591,7 @@ __device__ __forceinline__ void mask_rowmax(const VerifyParams& p, const Rows& r
       for (int i = 0; i < N; ++i) s[i] *= p.scale_log2;
     }
     if (tail) {
-      if constexpr (TAIL == TAIL_ROLLED) {
+      if (TAIL == TAIL_ROLLED && !have_bits) {  // (have_bits: the caller found them ahead, SEESAW2_TB2)
         bits = 0;
 #pragma unroll 1
         for (int i = 0; i < N; ++i) {
@@ -1204,6 +1207,17 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
     // The loaders of a warpgroup's stage-0 and stage-1 reloads, in two warps: with both on thread 0 its warp stepped
     // through both TMA issues and both page lookups alone (0.6-0.8% slower at 65k T=64: perf_history/kernel/la_ab24c16/).
     const bool loader = wtid == 0, loader_b = wtid == 32;
+    // SEESAW2_TB2: the visibility bits of the split's first two tail tiles (tfirst: the tile holding `prefix`), found
+    // before the first S; pre_has(t) says whether tile t's are among them
+    int tfirst = 0;
+    uint32_t tb0 = 0, tb1 = 0;
+    if constexpr (SCHEDULE == SEESAW2_TB2) {
+      tfirst = end > prefix ? max(prefix - start, 0) / BN : ntiles;
+      if (tfirst < ntiles) tb0 = tail_bits(p, rows, start + tfirst * BN, prefix, end);
+      if (tfirst + 1 < ntiles) tb1 = tail_bits(p, rows, start + (tfirst + 1) * BN, prefix, end);
+    }
+    auto pre_has = [&](int t) { return SCHEDULE == SEESAW2_TB2 && (t == tfirst || t == tfirst + 1); };
+    auto pre_bits = [&](int t) { return t == tfirst ? tb0 : tb1; };
     uint32_t q8[4][4];
     load_q8(sm + Q_OFF, rows, q8);
     const uint64_t qd = make_desc(q_s, 16, 1024);
@@ -1256,7 +1270,7 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
         const int ta = 2 * i, slot = (i & 1) * BM;
         const bool has_b = ta + 1 < ntiles, next_a = ta + 2 < ntiles, next_b = ta + 3 < ntiles;
         float mx[2], m_use[2], sc[2], sum[2];
-        mask_rowmax<32, TAIL_ROLLED, true>(p, rows, s, start + ta * BN, SCHEDULE == SEESAW2_NOMASK ? INT_MAX : prefix, end, mx);
+        mask_rowmax<32, TAIL_ROLLED, true>(p, rows, s, start + ta * BN, prefix, end, mx, pre_bits(ta), pre_has(ta));
         move_max<true>(m, mx, m_use, sc);
         if (wtid % 4 == 0)
 #pragma unroll
@@ -1330,7 +1344,7 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
         const int ta = 2 * i, tb = ta + 1, slot = (i & 1) * BM;
         const bool has_b = tb < ntiles, next_a = ta + 2 < ntiles, next_b = tb + 2 < ntiles;
         float mx[2] = {-INFINITY, -INFINITY}, m_use[2], sc[2], sc0[2], sum[2] = {0.f, 0.f};
-        if (has_b) mask_rowmax<32, TAIL_ROLLED, true>(p, rows, s, start + tb * BN, SCHEDULE == SEESAW2_NOMASK ? INT_MAX : prefix, end, mx);
+        if (has_b) mask_rowmax<32, TAIL_ROLLED, true>(p, rows, s, start + tb * BN, prefix, end, mx, pre_bits(tb), pre_has(tb));
         handoff_wait(0, i);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -1664,7 +1678,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
 // __launch_bounds__ cannot be combined, not even on a specialization, and the 384-thread schedules keep their launch
 // bounds (under __maxnreg__(168) in their place ptxas gave three of them a 536-byte stack), hence a second wrapper.
 __host__ __device__ constexpr int maxnreg_of(int schedule) {
-  return schedule == SEESAW2 || schedule == SEESAW2_NOMASK ? 240 : 0;
+  return schedule == SEESAW2 || schedule == SEESAW2_TB2 ? 240 : 0;
 }
 template <int SCHEDULE>
 __global__ void __maxnreg__(maxnreg_of(SCHEDULE))
