@@ -74,7 +74,8 @@
 //     barrier: a chunk range is reloaded by one thread of the warpgroup that just waited for its last
 //     reader (stage 0 chunks 0-3: warpgroup 0 after P_a V_aL; stage 0 chunks 4-8: warpgroup 1 after P_a
 //     V_aR; stage 1 chunks 0-3: warpgroup 0 after P_b V_bL; stage 1 chunks 4-8: warpgroup 1 after P_b
-//     V_bR). The rolled tail mask and ex2.ftz as in STAGGERED_SMALL; the TMA issue loops rolled. The softmax
+//     V_bR). The tail mask: the first two tail tiles' bits found with tail_bits before the first S, a later tail tile's
+//     by the rolled loop; ex2.ftz as in STAGGERED_SMALL; the TMA issue loops rolled. The softmax
 //     runs on the unscaled scores (mask_rowmax RAW, exp_rows_raw): the row max is scaled once, P = 2^(S scale_log2 - m)
 //     is one FFMA + MUFU.EX2 per score, and the row max and sums are reduced as trees: 0.4-0.8% faster at the three
 //     T=64 sizes, T=16 within the spread (perf_history/kernel/s2soft_f222390/: 65k T64 120.2 / 119.9 us against
@@ -220,13 +221,8 @@ constexpr int CONSUMER_REGS = 232;
 constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6, BAR_MAX = 8, BAR_ISSUE = 10;
 enum Schedule {
   BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, STAGGERED_SMALL = 5, STAGGERED_TAIL = 6, SEESAW2 = 7,
-  SEESAW2_BAR = 8, SEESAW2_TB2 = 9
+  SEESAW2_BAR = 8
 };
-// SEESAW2_TB2 (probe): SEESAW2 whose blocks that hold tree tokens find the visibility bits of their first two tail
-// tiles with tail_bits (6 independent loads each) before their first S, so those tiles' masks take no loads in the
-// loop (a later tail tile, T > ~64, still takes the rolled loop). The in-kernel timeline at 65k has the last split the
-// slowest block, 2.2-3.2 us past the median split with the L2 flushed or warm (perf_history/kernel/mpf_00e2070/), and
-// the same kernel without the tail mask (a timing probe) ending 1.3-2.7 us sooner.
 // SEESAW2_BAR (SEESAW2's hand-offs on named barriers; SEESAW2 has them on mbarriers): 11 = warpgroup 0's running max after its tile published, 12 =
 // warpgroup 1's (the step's) published, 13 = P of the even tile (over its rope chunk) written, 14 = P of
 // the odd tile (over Q's rope chunk) written.
@@ -254,9 +250,9 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // cap its gain at 1.6% there) in stream_d70f087/. Folded in on 2026-12-01: d32 (the
 // descriptors as 32-bit adds, d32_905c234/), unr (the TMA issue loop unrolled, g2_e0dfbe9/), spread (the stage-1
 // reloads from warp 1, la_ab24c16/).
-constexpr int NUM_SCHEDULES = SEESAW2_TB2 + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
+constexpr int NUM_SCHEDULES = SEESAW2_BAR + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
 __host__ __device__ constexpr bool is_seesaw2(int schedule) {
-  return schedule == SEESAW2 || schedule == SEESAW2_BAR || schedule == SEESAW2_TB2;
+  return schedule == SEESAW2 || schedule == SEESAW2_BAR;
 }
 __host__ __device__ constexpr int threads_of(int schedule) { return is_seesaw2(schedule) ? 128 * CONSUMERS : THREADS; }
 __host__ __device__ constexpr int smem_of(int schedule) { return is_seesaw2(schedule) ? S2_SMEM : SMEM; }
@@ -591,7 +587,7 @@ __device__ __forceinline__ void mask_rowmax(const VerifyParams& p, const Rows& r
       for (int i = 0; i < N; ++i) s[i] *= p.scale_log2;
     }
     if (tail) {
-      if (TAIL == TAIL_ROLLED && !have_bits) {  // (have_bits: the caller found them ahead, SEESAW2_TB2)
+      if (TAIL == TAIL_ROLLED && !have_bits) {  // (have_bits: the caller found them ahead, SEESAW2)
         bits = 0;
 #pragma unroll 1
         for (int i = 0; i < N; ++i) {
@@ -1207,16 +1203,16 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
     // The loaders of a warpgroup's stage-0 and stage-1 reloads, in two warps: with both on thread 0 its warp stepped
     // through both TMA issues and both page lookups alone (0.6-0.8% slower at 65k T=64: perf_history/kernel/la_ab24c16/).
     const bool loader = wtid == 0, loader_b = wtid == 32;
-    // SEESAW2_TB2: the visibility bits of the split's first two tail tiles (tfirst: the tile holding `prefix`), found
-    // before the first S; pre_has(t) says whether tile t's are among them
-    int tfirst = 0;
-    uint32_t tb0 = 0, tb1 = 0;
-    if constexpr (SCHEDULE == SEESAW2_TB2) {
-      tfirst = end > prefix ? max(prefix - start, 0) / BN : ntiles;
-      if (tfirst < ntiles) tb0 = tail_bits(p, rows, start + tfirst * BN, prefix, end);
-      if (tfirst + 1 < ntiles) tb1 = tail_bits(p, rows, start + (tfirst + 1) * BN, prefix, end);
-    }
-    auto pre_has = [&](int t) { return SCHEDULE == SEESAW2_TB2 && (t == tfirst || t == tfirst + 1); };
+    // The visibility bits of the split's first two tail tiles (tfirst: the tile holding `prefix`; a split without
+    // tree tokens has none), found with tail_bits before the first S: their loads land under the prologue's waits, and
+    // those tiles' masks take no load in the loop (a later tail tile, T > ~64, takes the rolled loop). With the rolled
+    // loop on every tail tile the last split was the slowest block in every replay of the timeline (2.2-3.2 us past
+    // the median split at 65k); found ahead, it is not, and the call is 0.6-2.8 us faster at all six sizes
+    // (perf_history/kernel/tb2_de9b6f0/).
+    const int tfirst = end > prefix ? max(prefix - start, 0) / BN : ntiles;
+    const uint32_t tb0 = tfirst < ntiles ? tail_bits(p, rows, start + tfirst * BN, prefix, end) : 0u;
+    const uint32_t tb1 = tfirst + 1 < ntiles ? tail_bits(p, rows, start + (tfirst + 1) * BN, prefix, end) : 0u;
+    auto pre_has = [&](int t) { return t == tfirst || t == tfirst + 1; };
     auto pre_bits = [&](int t) { return t == tfirst ? tb0 : tb1; };
     uint32_t q8[4][4];
     load_q8(sm + Q_OFF, rows, q8);
@@ -1677,9 +1673,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
 // registers) beside a running split block, but that did not shorten the merge (res_8ce7d1a/). __maxnreg__ and
 // __launch_bounds__ cannot be combined, not even on a specialization, and the 384-thread schedules keep their launch
 // bounds (under __maxnreg__(168) in their place ptxas gave three of them a 536-byte stack), hence a second wrapper.
-__host__ __device__ constexpr int maxnreg_of(int schedule) {
-  return schedule == SEESAW2 || schedule == SEESAW2_TB2 ? 240 : 0;
-}
+__host__ __device__ constexpr int maxnreg_of(int schedule) { return schedule == SEESAW2 ? 240 : 0; }
 template <int SCHEDULE>
 __global__ void __maxnreg__(maxnreg_of(SCHEDULE))
     verify_sm90_kernel_capped(const VerifyParams p, const __grid_constant__ CUtensorMap kv_map,
