@@ -1206,9 +1206,9 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
     // The visibility bits of the split's first two tail tiles (tfirst: the tile holding `prefix`; a split without
     // tree tokens has none), found with tail_bits before the first S: their loads land under the prologue's waits, and
     // those tiles' masks take no load in the loop (a later tail tile, T > ~64, takes the rolled loop). With the rolled
-    // loop on every tail tile the last split was the slowest block in every replay of the timeline (2.2-3.2 us past
-    // the median split at 65k); found ahead, it is not, and the call is 0.6-2.8 us faster at all six sizes
-    // (perf_history/kernel/tb2_de9b6f0/).
+    // loop on every tail tile the last split was the slowest block in 22 of 24 replays of the timeline at 65k (1.1-3.2 us
+    // past the median split, the L2 flushed or warm); found ahead, it is not, and the call is 0.6-2.8 us faster at all
+    // six sizes (perf_history/kernel/tb2_de9b6f0/).
     const int tfirst = end > prefix ? max(prefix - start, 0) / BN : ntiles;
     const uint32_t tb0 = tfirst < ntiles ? tail_bits(p, rows, start + tfirst * BN, prefix, end) : 0u;
     const uint32_t tb1 = tfirst + 1 < ntiles ? tail_bits(p, rows, start + (tfirst + 1) * BN, prefix, end) : 0u;
