@@ -14,14 +14,11 @@ other kernels, not by the next split kernel. Prints one line per row and writes 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import time
 
 import torch
 
-from kdengine.bench import fingerprint, kernel, verify_timing
-from kdengine.ops import cuda_backend
+from ci.gpu import ab_common
+from kdengine.bench import kernel, verify_timing
 
 
 def time_size(N: int, T: int, samples: int) -> dict:
@@ -41,30 +38,8 @@ def time_size(N: int, T: int, samples: int) -> dict:
 def decode(ctx: int, merges: tuple[int, ...], path: str) -> dict:
     """The decode engine at `ctx` once per merge in `merges` (in that order), each as `path`'s merge (its module value,
     read at every launch), the cuda backend on that path (KDENGINE_CUDA_PATH)."""
-    from kdengine.engine.run import DecodeSettings, run_decode
-
     name = "SM90_COMBINE" if path == "sm90" else "DEFAULT_COMBINE"
-    saved, saved_path = getattr(cuda_backend, name), os.environ.get("KDENGINE_CUDA_PATH")
-    os.environ["KDENGINE_CUDA_PATH"] = path
-    out = {}
-    try:
-        for i, c in enumerate(merges):
-            setattr(cuda_backend, name, c)
-            s = DecodeSettings(config="kimi-k2-tp8-rank", layers=8, context=ctx, budget=63, backend="cuda", steps=32,
-                               device="cuda", routing="random")
-            d = run_decode(s).to_dict()
-            label = f"decode{ctx}/{path}/c{c}/{merges[:i].count(c)}"
-            out[label] = {"tok_per_s": d["tok_per_s"], "mean_step_ms": d["mean_step_ms"], "phase_ms": d["phase_ms"]}
-            print(f"{label:24s} {d['tok_per_s']:8.1f} tok/s  step {d['mean_step_ms']:.3f} ms  verify-attention "
-                  f"{d['phase_ms'].get('verify-attention', float('nan')):.3f} ms", flush=True)
-            torch.cuda.empty_cache()
-    finally:
-        setattr(cuda_backend, name, saved)
-        if saved_path is None:
-            os.environ.pop("KDENGINE_CUDA_PATH", None)
-        else:
-            os.environ["KDENGINE_CUDA_PATH"] = saved_path
-    return out
+    return ab_common.decode_runs(ctx, name, merges, lambda c: f"{path}/c{c}", cuda_path=path)
 
 
 def main() -> None:
@@ -82,24 +57,15 @@ def main() -> None:
     if not kernel.hopper() and (a.sizes or "sm90" in a.paths):
         raise SystemExit("merge_ab: the kernel timing (--sizes) and --paths sm90 need an sm_90 GPU; elsewhere run "
                          "`--sizes --paths mma`")
-    info = fingerprint.collect()
-    report = {"fingerprint": {**info, "machine": fingerprint.machine_name(info)}, "sizes": {}, "decode": {}}
-    t0 = time.time()
-
-    def save():
-        with open(a.out, "w") as f:
-            json.dump(report, f, indent=1, default=str)
-
+    report = ab_common.Report(a.out)
     for size in a.sizes:
         N, T = (int(x) for x in size.split(":"))
-        report["sizes"][size] = time_size(N, T, a.samples)
-        save()
-        print(f"  ({time.time() - t0:.0f} s)", flush=True)
+        report.data["sizes"][size] = time_size(N, T, a.samples)
+        report.save()
     for path in a.paths:
         for ctx in a.decode:
-            report["decode"].update(decode(ctx, tuple(a.decode_merges), path))
-        save()
-        print(f"  ({time.time() - t0:.0f} s)", flush=True)
+            report.data["decode"].update(decode(ctx, tuple(a.decode_merges), path))
+        report.save()
 
 
 if __name__ == "__main__":

@@ -14,12 +14,11 @@ attribute --flag off / on / on / off. Prints one line per row and rewrites the J
 from __future__ import annotations
 
 import argparse
-import json
-import time
 
 import torch
 
-from kdengine.bench import fingerprint, kernel, verify_timing
+from ci.gpu import ab_common
+from kdengine.bench import kernel, verify_timing
 from kdengine.ops import cuda_backend
 from kdengine.ops.inputs import rel_l2
 from kdengine.ops.reference import verify_attention_reference
@@ -61,24 +60,7 @@ def time_size(N: int, T: int, rows: list[str], samples: int) -> dict:
 
 def decode(ctx: int, flag: str, modes: tuple[bool, ...]) -> dict:
     """The decode engine at `ctx` once per entry of `modes` (cuda_backend.<flag>)."""
-    from kdengine.engine.run import DecodeSettings, run_decode
-
-    saved = getattr(cuda_backend, flag)
-    out = {}
-    try:
-        for i, on in enumerate(modes):
-            setattr(cuda_backend, flag, on)
-            s = DecodeSettings(config="kimi-k2-tp8-rank", layers=8, context=ctx, budget=63, backend="cuda", steps=32,
-                               device="cuda", routing="random")
-            d = run_decode(s).to_dict()
-            label = f"decode{ctx}/{flag}={int(on)}/{modes[:i].count(on)}"
-            out[label] = {"tok_per_s": d["tok_per_s"], "mean_step_ms": d["mean_step_ms"], "phase_ms": d["phase_ms"]}
-            print(f"{label:32s} {d['tok_per_s']:8.1f} tok/s  step {d['mean_step_ms']:.3f} ms  verify-attention "
-                  f"{d['phase_ms'].get('verify-attention', float('nan')):.3f} ms", flush=True)
-            torch.cuda.empty_cache()
-    finally:
-        setattr(cuda_backend, flag, saved)
-    return out
+    return ab_common.decode_runs(ctx, flag, modes, lambda on: f"{flag}={int(on)}")
 
 
 def main() -> None:
@@ -97,24 +79,14 @@ def main() -> None:
         raise SystemExit(f"sched_ab: --rows: unknown backends {unknown}")
     if a.decode and (a.flag is None or not isinstance(getattr(cuda_backend, a.flag, None), bool)):
         raise SystemExit(f"sched_ab: --decode needs --flag naming a boolean cuda_backend attribute, got {a.flag!r}")
-    info = fingerprint.collect()
-    report = {"fingerprint": {**info, "machine": fingerprint.machine_name(info)}, "rows": a.rows, "sizes": {},
-              "decode": {}}
-    t0 = time.time()
-
-    def save():
-        with open(a.out, "w") as f:
-            json.dump(report, f, indent=1, default=str)
-
+    report = ab_common.Report(a.out, rows=a.rows)
     for size in a.sizes:
         N, T = (int(x) for x in size.split(":"))
-        report["sizes"][size] = time_size(N, T, a.rows, a.samples)
-        save()
-        print(f"  ({time.time() - t0:.0f} s)", flush=True)
+        report.data["sizes"][size] = time_size(N, T, a.rows, a.samples)
+        report.save()
     for ctx in a.decode:
-        report["decode"].update(decode(ctx, a.flag, (False, True, True, False)))
-        save()
-        print(f"  ({time.time() - t0:.0f} s)", flush=True)
+        report.data["decode"].update(decode(ctx, a.flag, (False, True, True, False)))
+        report.save()
 
 
 if __name__ == "__main__":
