@@ -1,18 +1,18 @@
-"""The regression gate: judge a head run against its base and the base branch's history, per benchmark,
-machine and environment, with the noise model of ci/noise.py.
+"""The regression gate: judge a head run against its base and the base branch's history, per benchmark, machine and
+environment, with the noise model of ci/noise.py.
 
-For each benchmark the head run is compared with a prediction interval for a new run of unchanged code:
-the current level (the runs since the last change point, the base run included) and the run-to-run spread
-(residuals of run medians, same-commit reruns, the machine's calibrated prior). "regressed" needs the change
-to be both beyond that margin and past the benchmark's floor of practical significance (ci/thresholds.toml).
-A change past the floor that the noise cannot settle is "noisy": `ci perf` re-measures it (base and head
-interleaved) and only a confirmed regression turns the build red. A slowdown that a commit being judged names
-as an intended trade (a `Perf-Accepted:` trailer, within its bound: ci/accept.py) is "accepted" instead.
-Verdicts: regressed / accepted / improved / unchanged / noisy / new / missing. Exit: 0 nothing regressed, 1 a regression, 2 usage or data error (a
+For each benchmark the head run is compared with a prediction interval for a new run of unchanged code: the
+current level (the runs since the last change point, the base run included) and the run-to-run spread (residuals
+of run medians, same-commit reruns, the machine's calibrated prior). "regressed" needs the change to be both
+beyond that margin and past the benchmark's floor of practical significance (ci/thresholds.toml). A change past
+the floor that the noise cannot settle is "noisy": `ci perf` re-measures it (base and head interleaved) and only a
+confirmed regression turns the build red. A slowdown that a commit being judged names as an intended trade (a
+`Perf-Accepted:` trailer, within its bound: ci/accept.py) is "accepted" instead. Verdicts: regressed / accepted /
+improved / unchanged / noisy / new / missing. Exit: 0 nothing regressed, 1 a regression, 2 usage or data error (a
 file, an unknown or ambiguous commit is named), 3 amber: no confirmed regression, but a slowdown that the
-confirmation rounds could neither confirm nor dismiss (still past the floor after every round: the
-machine was too noisy to decide; `unsettled`). Runs with other fingerprints (GPU, driver, CUDA, torch, the
-KDENGINE_* overrides that change what is measured) or environments are never compared; a changed benchmark version starts a new series.
+confirmation rounds could neither confirm nor dismiss (still past the floor after every round: the machine was too
+noisy to decide; `unsettled`). Runs with other fingerprints (GPU, driver, CUDA, torch, the KDENGINE_* overrides
+that change what is measured) or environments are never compared; a changed benchmark version starts a new series.
 """
 
 from __future__ import annotations

@@ -1205,10 +1205,10 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
     const bool loader = wtid == 0, loader_b = wtid == 32;
     // The visibility bits of the split's first two tail tiles (tfirst: the tile holding `prefix`; a split without
     // tree tokens has none), found with tail_bits before the first S: their loads land under the prologue's waits, and
-    // those tiles' masks take no load in the loop (a later tail tile, T > ~64, takes the rolled loop). With the rolled
-    // loop on every tail tile the last split was the slowest block in 22 of 24 replays of the timeline at 65k (1.1-3.2 us
-    // past the median split, the L2 flushed or warm); found ahead, it is not, and the call is 0.6-2.8 us faster at all
-    // six sizes (perf_history/kernel/tb2_de9b6f0/).
+    // those tiles' masks take no load in the loop (a later tail tile, T > ~64, takes the rolled loop). With the
+    // rolled loop on every tail tile the last split was the slowest block in 22 of 24 replays of the timeline at 65k
+    // (1.1-3.2 us past the median split, the L2 flushed or warm); found ahead, it is not, and the call is 0.6-2.8 us
+    // faster at all six sizes (perf_history/kernel/tb2_de9b6f0/).
     const int tfirst = end > prefix ? max(prefix - start, 0) / BN : ntiles;
     const uint32_t tb0 = tfirst < ntiles ? tail_bits(p, rows, start + tfirst * BN, prefix, end) : 0u;
     const uint32_t tb1 = tfirst + 1 < ntiles ? tail_bits(p, rows, start + (tfirst + 1) * BN, prefix, end) : 0u;
@@ -1340,7 +1340,8 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
         const int ta = 2 * i, tb = ta + 1, slot = (i & 1) * BM;
         const bool has_b = tb < ntiles, next_a = ta + 2 < ntiles, next_b = tb + 2 < ntiles;
         float mx[2] = {-INFINITY, -INFINITY}, m_use[2], sc[2], sc0[2], sum[2] = {0.f, 0.f};
-        if (has_b) mask_rowmax<32, TAIL_ROLLED, true>(p, rows, s, start + tb * BN, prefix, end, mx, pre_bits(tb), pre_has(tb));
+        if (has_b)
+          mask_rowmax<32, TAIL_ROLLED, true>(p, rows, s, start + tb * BN, prefix, end, mx, pre_bits(tb), pre_has(tb));
         handoff_wait(0, i);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {

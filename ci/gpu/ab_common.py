@@ -1,6 +1,6 @@
-"""The common parts of the one-call A/B scripts (merge_ab.py, sched_ab.py): their JSON report, rewritten after each step,
-and the decode engine run once per value of a kdengine.ops.cuda_backend attribute (its module value, read at every
-launch)."""
+"""The common parts of the one-call A/B scripts (merge_ab.py, sched_ab.py): their JSON report, rewritten after each
+step, and the decode engine run once per value of a kdengine.ops.cuda_backend attribute (its module value, read at
+every launch)."""
 
 from __future__ import annotations
 
