@@ -5,8 +5,9 @@ The commit message carries one git trailer per benchmark (git's own trailer rule
 
     Perf-Accepted: verify/cuda/ctx65536/T64 3% merge 7 is 1-2% faster at the five other sizes
 
-- the benchmark's exact name (no pattern: each trade is named), a bound (a percentage, at most the `max_accept` default
-  of ci/thresholds.toml, 10%), then the reason (required; shown in every report, escaped there);
+- the benchmark's exact name (no pattern: each trade is named), a bound (a percentage, at most `max_accept` of
+  ci/thresholds.toml's [defaults]: 10% unless raised there, up to 1000%), then the reason (required; shown in every
+  report, escaped there);
 - only the commits being judged count: those reachable from head and not from base (`git rev-list base..head`),
   so a trade is accepted once, at the commit that made it, and never carries over to later commits;
 - a row is accepted only when its slowdown is confirmed or unsettled (regressed, or "noisy" past its floor after the

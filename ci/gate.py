@@ -80,9 +80,11 @@ def load_thresholds(path: str | Path | None = None, priors: str | Path | None = 
     """{"defaults", "thresholds": {glob: floor}, "priors": {machine glob: {benchmark glob: Prior}}}."""
     data = load_toml(Path(path) if path else THRESHOLDS_FILE)
     defaults = {**DEFAULTS, **data.get("defaults", {})}
-    for key in ("threshold", "alpha", "max_accept"):
+    for key in ("threshold", "alpha"):
         if not 0 < float(defaults[key]) < 1:
             raise DataError(f"{path or THRESHOLDS_FILE}: defaults.{key} must be in (0, 1), got {defaults[key]}")
+    if not 0 < float(defaults["max_accept"]) <= 10:  # (a bound past 100%: a trade that may double a time)
+        raise DataError(f"{path or THRESHOLDS_FILE}: defaults.max_accept must be in (0, 10], got {defaults['max_accept']}")
     prior_data = load_toml(Path(priors) if priors else PRIOR_FILE)
     priors_out = {}
     for machine, table in prior_data.get("machines", {}).items():

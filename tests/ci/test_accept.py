@@ -172,3 +172,11 @@ def test_the_cap_comes_from_the_thresholds_file(tmp_path):
     result = gate.run_gate(str(results), shas[-2], shas[-1], MACHINE, thresholds=str(cfg), repo=str(repo))
     assert rows(result)[W]["verdict"] == "accepted"
     assert rows(gate.run_gate(str(results), shas[-2], shas[-1], MACHINE, repo=str(repo)))[W]["verdict"] == "regressed"
+
+
+@pytest.mark.parametrize("cap", ["0", "-0.1", "11", "nan"])
+def test_a_cap_out_of_range_is_a_data_error(tmp_path, cap):
+    cfg = tmp_path / "t.toml"
+    cfg.write_text(f"[defaults]\nmax_accept = {cap}\n")
+    with pytest.raises(gate.DataError, match="max_accept"):
+        gate.load_thresholds(cfg)

@@ -143,11 +143,12 @@ def test_perf_confirms_a_planted_slowdown_and_a_rerun_is_an_a_a_pair(tmp_path):
 
 @pytest.mark.slow
 def test_perf_accepts_a_confirmed_slowdown_its_commit_names_as_a_trade(tmp_path):
-    """A +30% slowdown planted in the reference backend, committed with a Perf-Accepted trailer (bound 80%): the main
-    job confirms it over its interleaved rounds and shows it as accepted, green; the report names the trade."""
+    """The planted 20 ms sleep of the test above, committed with a Perf-Accepted trailer whose bound covers it (a
+    thresholds file raising max_accept): the main job confirms the slowdown over its interleaved rounds and shows it as
+    accepted, green, the trade named in the report."""
     clone = clone_repo(tmp_path)
     floors, priors = tmp_path / "floors.toml", tmp_path / "priors.toml"
-    floors.write_text("[defaults]\nthreshold = 0.05\nalpha = 0.001\nmax_rounds = 6\nmax_accept = 0.9\n")
+    floors.write_text("[defaults]\nthreshold = 0.05\nalpha = 0.001\nmax_rounds = 6\nmax_accept = 10\n")
     priors.write_text('[machines."cpu-*"]\n"cpu-verify/*" = {sigma = 0.05, runs = 10}\n')
     name = "cpu-verify/reference/ctx512/T4"
     cmd = [sys.executable, "-m", "ci", "perf", "--bench-filter", r"CpuVerify\.track_time\(512, 4\)",
@@ -155,18 +156,18 @@ def test_perf_accepts_a_confirmed_slowdown_its_commit_names_as_a_trade(tmp_path)
            "--json", str(tmp_path / "g.json"), "--markdown", str(tmp_path / "g.md")]
     base = subprocess.run(cmd, cwd=clone, capture_output=True, text=True, timeout=300)
     assert base.returncode == 0, base.stdout[-2000:] + base.stderr[-2000:]
-    with open(clone / "kdengine" / "ops" / "reference_backend.py", "a") as fh:  # 30% of the call's own time
-        fh.write("\n\ndef run(*args, **kwargs):  # planted slowdown\n    import time\n"
+    with open(clone / "kdengine" / "ops" / "reference_backend.py", "a") as fh:
+        fh.write("\n\ndef run(*args, **kwargs):  # planted slowdown\n    import time\n    time.sleep(0.02)\n"
                  "    from kdengine.ops.reference import verify_attention_reference\n"
-                 "    t = time.perf_counter()\n    out = verify_attention_reference(*args, **kwargs)\n"
-                 "    time.sleep(0.3 * (time.perf_counter() - t))\n    return out\n")
-    commit_all(clone, f"the reference backend, slower\n\nPerf-Accepted: {name} 80% a planted trade")
+                 "    return verify_attention_reference(*args, **kwargs)\n")
+    commit_all(clone, f"the reference backend, slower\n\nPerf-Accepted: {name} 900% a planted trade")
     slow = subprocess.run(cmd, cwd=clone, capture_output=True, text=True, timeout=600)
     assert slow.returncode == 0, slow.stdout[-3000:] + slow.stderr[-2000:]
     data = json.loads((tmp_path / "g.json").read_text())
     row = {b["name"]: b for b in data["benchmarks"]}[name]
-    assert row["verdict"] == "accepted" and row["confirmation"]["rounds"] >= 2, row
-    assert 0.05 < row["confirmation"]["worse"] <= 0.8 and row["acceptance"]["bound"] == 0.8
+    assert row["verdict"] == "accepted" and row["confirmation"]["rounds"] >= 2, (row["verdict"], row.get("confirmation"),
+                                                                                 row["reason"], slow.stdout[-3000:])
+    assert 0.05 < row["confirmation"]["worse"] <= 9.0 and row["acceptance"]["bound"] == 9.0
     assert [a["name"] for a in data["accepted"]] == [name] and data["exit_code"] == 0
     assert "accepted as intended" in (tmp_path / "g.md").read_text()
 
