@@ -107,30 +107,45 @@ def test_perf_main_job_on_a_cpu_clone(tmp_path):
     assert (tmp_path / "ph" / "records" / "verify_kernel_cudagraph.txt").exists()
 
 
-@pytest.mark.slow
-def test_perf_confirms_a_planted_slowdown_and_a_rerun_is_an_a_a_pair(tmp_path):
-    """A 20 ms sleep planted in the reference backend: first pass suspect, red only after the interleaved
-    confirmation rounds; then a rerun of that same commit is judged against its own earlier run."""
+PLANTED = "cpu-verify/reference/ctx512/T4"  # the workload the planted slowdown hits
+
+
+def planted_run(tmp_path: Path, defaults: str = "") -> tuple[Path, list[str]]:
+    """A clone and the main job's command on the one workload PLANTED (floors 5%, a 5% run-to-run prior, at most 6
+    confirmation rounds; `defaults`: more [defaults] lines), after a first recorded run of the clone's HEAD."""
     clone = clone_repo(tmp_path)
     floors, priors = tmp_path / "floors.toml", tmp_path / "priors.toml"
     # the product's 6 rounds at most (ci/thresholds.toml): they stop once confirmed (2-3 on a quiet machine);
     # with 3 a box busy with other jobs left the +200% slowdown inconclusive (round medians 50% apart)
-    floors.write_text("[defaults]\nthreshold = 0.05\nalpha = 0.001\nmax_rounds = 6\n")
+    floors.write_text("[defaults]\nthreshold = 0.05\nalpha = 0.001\nmax_rounds = 6\n" + defaults)
     priors.write_text('[machines."cpu-*"]\n"cpu-verify/*" = {sigma = 0.05, runs = 10}\n')
     cmd = [sys.executable, "-m", "ci", "perf", "--bench-filter", r"CpuVerify\.track_time\(512, 4\)",
            "--results-dir", str(tmp_path / "ph"), "--thresholds", str(floors), "--priors", str(priors),
-           "--json", str(tmp_path / "g.json")]
+           "--json", str(tmp_path / "g.json"), "--markdown", str(tmp_path / "g.md")]
     base = subprocess.run(cmd, cwd=clone, capture_output=True, text=True, timeout=300)
     assert base.returncode == 0, base.stdout[-2000:] + base.stderr[-2000:]
+    return clone, cmd
+
+
+def plant_slowdown(clone: Path, message: str) -> None:
+    """A 20 ms sleep in the reference backend's call (+~200% on PLANTED), committed with `message`."""
     with open(clone / "kdengine" / "ops" / "reference_backend.py", "a") as fh:
         fh.write("\n\ndef run(*args, **kwargs):  # planted slowdown\n    import time\n    time.sleep(0.02)\n"
                  "    from kdengine.ops.reference import verify_attention_reference\n"
                  "    return verify_attention_reference(*args, **kwargs)\n")
-    commit_all(clone, "planted slowdown")
+    commit_all(clone, message)
+
+
+@pytest.mark.slow
+def test_perf_confirms_a_planted_slowdown_and_a_rerun_is_an_a_a_pair(tmp_path):
+    """A 20 ms sleep planted in the reference backend: first pass suspect, red only after the interleaved
+    confirmation rounds; then a rerun of that same commit is judged against its own earlier run."""
+    clone, cmd = planted_run(tmp_path)
+    plant_slowdown(clone, "planted slowdown")
     slow = subprocess.run(cmd, cwd=clone, capture_output=True, text=True, timeout=600)
     assert slow.returncode == 1, slow.stdout[-3000:] + slow.stderr[-2000:]
     data = json.loads((tmp_path / "g.json").read_text())
-    row = {b["name"]: b for b in data["benchmarks"]}["cpu-verify/reference/ctx512/T4"]
+    row = {b["name"]: b for b in data["benchmarks"]}[PLANTED]
     assert row["verdict"] == "regressed" and row["confirmation"]["rounds"] >= 2
     assert row["confirmation"]["first_pass"] in ("regressed", "noisy")
     assert "confirming 1 suspects" in slow.stdout
@@ -146,29 +161,16 @@ def test_perf_accepts_a_confirmed_slowdown_its_commit_names_as_a_trade(tmp_path)
     """The planted 20 ms sleep of the test above, committed with a Perf-Accepted trailer whose bound covers it (a
     thresholds file raising max_accept): the main job confirms the slowdown over its interleaved rounds and shows it as
     accepted, green, the trade named in the report."""
-    clone = clone_repo(tmp_path)
-    floors, priors = tmp_path / "floors.toml", tmp_path / "priors.toml"
-    floors.write_text("[defaults]\nthreshold = 0.05\nalpha = 0.001\nmax_rounds = 6\nmax_accept = 10\n")
-    priors.write_text('[machines."cpu-*"]\n"cpu-verify/*" = {sigma = 0.05, runs = 10}\n')
-    name = "cpu-verify/reference/ctx512/T4"
-    cmd = [sys.executable, "-m", "ci", "perf", "--bench-filter", r"CpuVerify\.track_time\(512, 4\)",
-           "--results-dir", str(tmp_path / "ph"), "--thresholds", str(floors), "--priors", str(priors),
-           "--json", str(tmp_path / "g.json"), "--markdown", str(tmp_path / "g.md")]
-    base = subprocess.run(cmd, cwd=clone, capture_output=True, text=True, timeout=300)
-    assert base.returncode == 0, base.stdout[-2000:] + base.stderr[-2000:]
-    with open(clone / "kdengine" / "ops" / "reference_backend.py", "a") as fh:
-        fh.write("\n\ndef run(*args, **kwargs):  # planted slowdown\n    import time\n    time.sleep(0.02)\n"
-                 "    from kdengine.ops.reference import verify_attention_reference\n"
-                 "    return verify_attention_reference(*args, **kwargs)\n")
-    commit_all(clone, f"the reference backend, slower\n\nPerf-Accepted: {name} 900% a planted trade")
+    clone, cmd = planted_run(tmp_path, "max_accept = 10\n")
+    plant_slowdown(clone, f"the reference backend, slower\n\nPerf-Accepted: {PLANTED} 900% a planted trade")
     slow = subprocess.run(cmd, cwd=clone, capture_output=True, text=True, timeout=600)
     assert slow.returncode == 0, slow.stdout[-3000:] + slow.stderr[-2000:]
     data = json.loads((tmp_path / "g.json").read_text())
-    row = {b["name"]: b for b in data["benchmarks"]}[name]
+    row = {b["name"]: b for b in data["benchmarks"]}[PLANTED]
     assert row["verdict"] == "accepted" and row["confirmation"]["rounds"] >= 2, (row["verdict"], row.get("confirmation"),
                                                                                  row["reason"], slow.stdout[-3000:])
     assert 0.05 < row["confirmation"]["worse"] <= 9.0 and row["acceptance"]["bound"] == 9.0
-    assert [a["name"] for a in data["accepted"]] == [name] and data["exit_code"] == 0
+    assert [a["name"] for a in data["accepted"]] == [PLANTED] and data["exit_code"] == 0
     assert "accepted as intended" in (tmp_path / "g.md").read_text()
 
 
