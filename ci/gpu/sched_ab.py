@@ -5,10 +5,14 @@ cuda_sm90_seesaw2_bulk cuda_sm90_seesaw2: A B B A, the second pair the A/A contr
 checked against the fp32 reference (its output poisoned before the call), then all rows are timed with their samples
 interleaved (kdengine.bench.verify_timing.time_verify_many) at the sweep's K launches per replay and at K = 1. Then the
 decode engine (the cuda backend, 8 layers, CUDA graphs) at each --decode context with the kdengine.ops.cuda_backend
-attribute --flag off / on / on / off. Prints one line per row and rewrites the JSON (--out) after each size.
+attribute --flag off / on / on / off (--decode-order; AAAA runs the form as an A/A: whether a run's place in the process
+biases it). Prints one line per row and rewrites the JSON (--out) after each size.
 
     python3 ci/gpu/sched_ab.py --out ab.json --rows cuda_sm90_seesaw2 cuda_sm90_seesaw2_bulk \\
         cuda_sm90_seesaw2_bulk cuda_sm90_seesaw2 --flag SM90_BULK [--sizes 65536:64 65536:16] [--decode 65536]
+    # the engine form's own A/A (the flag never set): whether the second run of a process reads low
+    python3 ci/gpu/sched_ab.py --out aa.json --rows cuda_sm90_seesaw2 --sizes --flag DEFAULT_MERGE_EARLY \
+        --decode 65536 16384 --decode-order AAAAAAAA
 """
 
 from __future__ import annotations
@@ -71,21 +75,25 @@ def main() -> None:
     p.add_argument("--samples", type=int, default=40)
     p.add_argument("--flag", help="a boolean kdengine.ops.cuda_backend attribute the engine runs toggle")
     p.add_argument("--decode", type=int, nargs="*", default=[], help="contexts of the engine runs (needs --flag)")
+    p.add_argument("--decode-order", default="ABBA",
+                   help="the engine runs' order, A = --flag off, B = on (default ABBA; AAAA: an A/A of the form itself)")
     a = p.parse_args()
-    if not torch.cuda.is_available():
-        raise SystemExit("sched_ab: needs a CUDA GPU")
     unknown = [r for r in a.rows if r not in kernel.SM90_BACKENDS and not r.startswith(("cuda", "mma"))]
     if unknown:
         raise SystemExit(f"sched_ab: --rows: unknown backends {unknown}")
     if a.decode and (a.flag is None or not isinstance(getattr(cuda_backend, a.flag, None), bool)):
         raise SystemExit(f"sched_ab: --decode needs --flag naming a boolean cuda_backend attribute, got {a.flag!r}")
+    if len(a.decode_order) < 2 or set(a.decode_order) - {"A", "B"}:
+        raise SystemExit(f"sched_ab: --decode-order: expected 2 or more of the letters A and B, got {a.decode_order!r}")
+    if not torch.cuda.is_available():
+        raise SystemExit("sched_ab: needs a CUDA GPU")
     report = ab_common.Report(a.out, rows=a.rows)
     for size in a.sizes:
         N, T = (int(x) for x in size.split(":"))
         report.data["sizes"][size] = time_size(N, T, a.rows, a.samples)
         report.save()
     for ctx in a.decode:
-        report.data["decode"].update(decode(ctx, a.flag, (False, True, True, False)))
+        report.data["decode"].update(decode(ctx, a.flag, tuple(c == "B" for c in a.decode_order)))
         report.save()
 
 
