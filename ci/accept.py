@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 import subprocess
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from ci.report import INVISIBLE  # control and bidi characters
 from kdengine.bench import names
@@ -110,7 +110,3 @@ def apply(rows: list[dict], accepted: list[dict], needs_it) -> list[str]:
             row["reason"] = f"{shown} is past the accepted bound ({where}); " + str(row.get("reason", ""))
     return [f"{TRAILER} in {a['commit'][:10]} for {a['name']} (up to {a['bound']:.1%}): no slowdown of it needed "
             "accepting here" for a in accepted if (a["commit"], a["name"]) not in used]
-
-
-def as_dicts(accepted: list[Acceptance]) -> list[dict]:
-    return [asdict(a) for a in accepted]

@@ -364,13 +364,14 @@ def unsettled(row: dict) -> bool:
 
 
 def summarize(base: str | None, head: str, reports: list[dict], accepted: list[dict] | None = None,
-              accept_notes: list[str] | None = None) -> dict:
+              accept_notes: list[str] | None = None, apply: bool = True) -> dict:
     """The overall verdict: exit 1 on a confirmed regression, else 3 (amber) when a slowdown stayed unsettled
     after its confirmation rounds, else 0. accepted (ci/accept.py, as dicts): the intended trades of the commits
-    judged; a regressed or unsettled row they cover within its bound becomes "accepted" (in place)."""
+    judged, kept in the result; unless apply is False, a regressed or unsettled row they cover within its bound
+    becomes "accepted" (in place)."""
     rows = [b for r in reports for b in r["benchmarks"]]
     notes = list(accept_notes or [])
-    if accepted:
+    if accepted and apply:
         notes += accept.apply(rows, accepted, lambda b: b["verdict"] == "regressed" or unsettled(b))
     regressed = [b["name"] for b in rows if b["verdict"] == "regressed"]
     open_rows = [b["name"] for b in rows if unsettled(b)]
@@ -405,11 +406,7 @@ def run_gate(results_dir: str, base: str | None, head: str, machine: str | None 
     if repo:  # the commits judged: base and head as the reports resolved them (full shas)
         found, notes = accept.read(repo, reports[0]["base"], reports[0]["head"],
                                    float(config["defaults"]["max_accept"]))
-    accepted = accept.as_dicts(found)
-    result = summarize(base, head, reports, accepted if apply_accepted else None, notes)
-    if accepted:  # (kept for a later summarize: `ci perf` applies them after its confirmation rounds)
-        result["accepted"] = accepted
-    return result
+    return summarize(base, head, reports, [asdict(a) for a in found], notes, apply=apply_accepted)
 
 
 def add_parser(sub) -> None:

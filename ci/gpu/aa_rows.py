@@ -8,11 +8,11 @@ that reads differently by its place in the list (its capture order, its predeces
 from __future__ import annotations
 
 import argparse
-import json
 
 import torch
 
-from kdengine.bench import fingerprint, kernel, verify_timing
+from ci.gpu import ab_common
+from kdengine.bench import kernel, verify_timing
 
 
 def main() -> None:
@@ -25,8 +25,7 @@ def main() -> None:
     a = p.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("aa_rows: needs a CUDA GPU")
-    info = fingerprint.collect()
-    report = {"fingerprint": {**info, "machine": fingerprint.machine_name(info)}, "sizes": {}}
+    report = ab_common.Report(a.out)
     for size in a.sizes:
         N, T = (int(x) for x in size.split(":"))
         sets = verify_timing.input_sets(N=N, T=T, H=kernel.H, device="cuda")
@@ -39,9 +38,8 @@ def main() -> None:
             out[f"K{launches}"] = {"median_us": med, "samples_s": [m.samples for m in got]}
             print(f"ctx{N} T{T} K{launches:<3d} " + " ".join(f"{x:7.2f}" for x in med)
                   + f"   spread {max(med) - min(med):.2f} us", flush=True)
-        report["sizes"][size] = out
-        with open(a.out, "w") as f:
-            json.dump(report, f, indent=1, default=str)
+        report.data["sizes"][size] = out
+        report.save()
 
 
 if __name__ == "__main__":

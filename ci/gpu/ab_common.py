@@ -1,4 +1,4 @@
-"""The common parts of the one-call A/B scripts (merge_ab.py, sched_ab.py): their JSON report, rewritten after each
+"""The common parts of the one-call A/B scripts (merge_ab.py, sched_ab.py, aa_rows.py): their JSON report, rewritten after each
 step, and the decode engine run once per value of a kdengine.ops.cuda_backend attribute (its module value, read at
 every launch)."""
 

@@ -3,7 +3,8 @@
 # set (the run's folder out/$NAME, carried to the device with the bundle kd.bundle and any wheels): logs under $LOGS, packed
 # into $OUT/logs.tgz at every `step` and on exit; the wheels installed into /tmp/site; the bundle cloned into
 # /tmp/kd-$NAME and entered; sha / full the commit measured; `now` seconds since the start, `room NEED` true while a
-# step of NEED seconds fits before DEADLINE (s, default 420); then the build for the local GPU.
+# step of NEED seconds fits before DEADLINE (s, default 420); `san` / `san_report` (compute-sanitizer); then the build
+# for the local GPU.
 set -o pipefail
 OUT=${OUT:-/tmp/kdengine-out}; LOGS=/tmp/$NAME-logs; rm -rf "$LOGS"; mkdir -p "$OUT" "$LOGS"
 trap 'tar czf "$OUT/logs.tgz" -C "$LOGS" . 2>/dev/null' EXIT
@@ -20,5 +21,14 @@ t0=$(date +%s); now() { echo $(( $(date +%s) - t0 )); }
 step() { tar czf "$OUT/logs.tgz" -C "$LOGS" . 2>/dev/null; echo "=== $1 ($(now) s)"; }
 # room NEED: true when a step that takes up to NEED seconds fits before DEADLINE
 room() { (( $(now) + $1 <= DEADLINE )) || { echo "=== skipped: $(now) s used, $1 s needed, deadline $DEADLINE s"; false; }; }
+# san TOOL TAG ARGS...: compute-sanitizer TOOL on one checked call (`kdengine.bench.kernel once ARGS`) into
+# /tmp/san_TAG.txt, its exit status appended (SAN_TIMEOUT s, default 60); san_report: every such file, briefly
+san() {
+  local tool=$1 tag=$2; shift 2
+  timeout ${SAN_TIMEOUT:-60} compute-sanitizer --tool $tool --print-limit 2 --show-backtrace no --error-exitcode 9 \
+    python3 -m kdengine.bench.kernel once "$@" > "/tmp/san_$tag.txt" 2>&1
+  echo "$tool $* rc=$?" >> "/tmp/san_$tag.txt"
+}
+san_report() { for f in /tmp/san_*.txt; do grep -vE "^=========\s*$" "$f" | head -8; tail -1 "$f"; done; }
 step build
 timeout ${BUILD_TIMEOUT:-200} python3 -m kdengine.ops.build --arch native > "$LOGS/build.log" 2>&1 || { tail -30 "$LOGS/build.log"; exit 1; }

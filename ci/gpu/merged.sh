@@ -15,12 +15,6 @@ source ci/gpu/bundle_run.sh  # wheels, the bundle's clone (entered), step / room
 step "tests + sanitizers"
 (  # compute-sanitizer on small shapes of both paths, beside the tests: memcheck (one-warp merge blocks at
    # nsplit <= 8, the grouped merge past one batch, odd T and prefixes), racecheck of each sm90 schedule in use and of half
-  san() {
-    local tool=$1 tag=$2; shift 2
-    timeout ${SAN_TIMEOUT:-60} compute-sanitizer --tool $tool --print-limit 2 --show-backtrace no --error-exitcode 9 \
-      python3 -m kdengine.bench.kernel once "$@" > "/tmp/san_$tag.txt" 2>&1
-    echo "$tool $* rc=$?" >> "/tmp/san_$tag.txt"
-  }
   san memcheck m1 --path mma --B 3 --T 17 --prefix 130 --nsplit 4 &
   san memcheck m2 --path sm90_staggered --B 3 --T 17 --prefix 130 --nsplit 4 &
   san memcheck m3 --path sm90_pair --B 2 --T 64 --prefix 700 --nsplit 4 &
@@ -37,7 +31,7 @@ step "tests + sanitizers"
   san racecheck r6 --path sm90_seesaw2 --T 3 --H 2 --prefix 140 &
   san racecheck r7 --path sm90_seesaw2 --B 3 --T 17 --prefix 700 --nsplit 4 &
   wait
-  for f in /tmp/san_*.txt; do grep -vE "^=========\s*$" "$f" | head -8; tail -1 "$f"; done
+  san_report
 ) > "$LOGS/sanitize.log" 2>&1 &
 san_pid=$!
 timeout ${TEST_TIMEOUT:-150} python3 -m pytest -q -m gpu tests/ops/test_cuda.py tests/ops/test_sm90.py tests/bench/test_kernel.py \

@@ -13,19 +13,13 @@ source ci/gpu/bundle_run.sh  # the bundle's clone (entered), step / room, the bu
 BASE=${BASE:-seesaw2}; PROBE=${PROBE:?name the probe schedule}; FLAG=${FLAG:?name its cuda_backend switch}
 step "tests + sanitizers"
 (
-  san() {
-    local tool=$1 tag=$2; shift 2
-    timeout 60 compute-sanitizer --tool $tool --print-limit 2 --show-backtrace no --error-exitcode 9 \
-      python3 -m kdengine.bench.kernel once "$@" > "/tmp/san_$tag.txt" 2>&1
-    echo "$tool $* rc=$?" >> "/tmp/san_$tag.txt"
-  }
   san memcheck m1 --path sm90_$PROBE --B 3 --T 17 --prefix 700 --nsplit 4 &
   san memcheck m2 --path sm90_$PROBE --T 3 --H 16 --prefix 70 --nsplit 2 &
   san racecheck r1 --path sm90_$PROBE --T 3 --H 2 --prefix 140 &
   san racecheck r2 --path sm90_$PROBE --B 3 --T 17 --prefix 700 --nsplit 4 &
   san synccheck s1 --path sm90_$PROBE --B 2 --T 17 --prefix 300 --nsplit 3 &
   wait
-  for f in /tmp/san_*.txt; do grep -vE "^=========\s*$" "$f" | head -8; tail -1 "$f"; done
+  san_report
 ) > "$LOGS/sanitize.log" 2>&1 &
 san_pid=$!
 timeout 100 python3 -m pytest -q -m gpu tests/ops/test_sm90.py -k "seesaw2 and not pick" -p no:cacheprovider --maxfail=5 \

@@ -14,8 +14,9 @@ import statistics
 import sys
 from pathlib import Path
 
+from kdengine.bench.timeline import SPLIT_END, SPLIT_START, SPLIT_TRIGGER
+
 SIZE = {"4096": "4k", "16384": "16k", "65536": "65k"}
-SPLIT_START, SPLIT_TRIGGER, SPLIT_END = 0, 1, 2  # csrc/verify_timeline.cuh's kinds
 
 
 def ab_table(doc: dict) -> list[str]:
