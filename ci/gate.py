@@ -211,8 +211,9 @@ def confirm(row: dict, base_values: list[float], head_values: list[float], confi
         if verdict == "unchanged" and est.change + decision.margin >= math.log1p(floor):
             # neither significant nor shown to be below the floor: say so rather than call it unchanged
             verdict = "noisy"
-            reason = (f"inconclusive: {est.worse:+.1%} with a {noise.margin_pct(decision.margin)} margin after "
-                      f"{rounds} rounds (more rounds, or a quieter machine, would settle it)")
+            reason = (f"inconclusive: {est.worse:+.1%} ± {noise.margin_pct(decision.margin)} after {rounds} rounds "
+                      f"may be above or below the {floor:.1%} floor (more rounds, or a quieter machine, would "
+                      "settle it)")
     row.update(verdict=verdict, worse=est.worse,
                reason=f"after {rounds} interleaved rounds (first pass: {first}): {reason}",
                confirmation={"rounds": rounds, "first_pass": first, "base": base_values, "head": head_values,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -527,6 +528,18 @@ def test_a_slowdown_left_unsettled_by_the_rounds_is_amber_not_green():
     assert red["verdict"] == "regressed"
     result = gate.summarize("b" * 40, "h" * 40, [{"machine": MACHINE, "benchmarks": [wild, red], "notes": []}])
     assert result["exit_code"] == 1 and "regression" in report.render_markdown(result).splitlines()[0]
+
+
+def test_a_real_change_whose_interval_straddles_the_floor_is_inconclusive_and_says_why():
+    # +1.4% with a margin under 1%: real (past its margin) but it may be above or below the 2% floor
+    row = confirmed_row([1.0, 1.002, 1.001], [1.013, 1.016, 1.014])
+    assert row["verdict"] == "noisy", row["reason"]
+    m = re.search(r"inconclusive: \+(\d\.\d)% ± (\d\.\d)% after 3 rounds may be above or below the 2\.0% floor",
+                  row["reason"])
+    assert m and float(m[2]) < float(m[1]) < 2.0, row["reason"]
+    # the same rounds held tight: +0.5% and shown to be below the floor, unchanged
+    tight = confirmed_row([1.0, 1.0005, 1.0002], [1.005, 1.0056, 1.0051])
+    assert tight["verdict"] == "unchanged", tight["reason"]
 
 
 def test_a_first_pass_noisy_row_without_rounds_is_never_amber():
