@@ -221,17 +221,8 @@ constexpr int CONSUMER_REGS = 232;
 constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6, BAR_MAX = 8, BAR_ISSUE = 10;
 enum Schedule {
   BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, STAGGERED_SMALL = 5, STAGGERED_TAIL = 6, SEESAW2 = 7,
-  SEESAW2_BAR = 8, SEESAW2_LDST = 9
+  SEESAW2_BAR = 8
 };
-// SEESAW2_LDST (probe): SEESAW2 whose partial rows leave through shared memory: 16 stmatrix.x4 per thread into stage 0
-// (rows 1040 bytes apart), then each warp copies its own 16 rows x its warpgroup's 256 columns out in a rolled loop of
-// 16-byte loads and stores (one row of 512 contiguous bytes per warp instruction). SEESAW2's epilogue is ~820 SASS
-// instructions run once per block (32 unrolled store_partial16: shuffle, selects, address and branch per store): in the
-// source counters at 65k T=16 (perf_history/kernel/final_0b4e656/src_seesaw2_T16.sass.csv.gz) it holds 11.5% of the
-// warp samples, 60% of them no_instruction (cold code: half of the kernel's no_instruction samples), and the in-kernel
-// timeline has >= 1.95 us between every block's trigger and its last store. (seesaw2_bulk, the same staging with
-// bulk copies and a wait for the copy engine, was 0.1-0.5 us slower: perf_history/kernel/bulk_12bb1ab/.)
-constexpr int LDST_PITCH = DV * 2 + 16;  // bytes per staged row: the 8 rows of a stmatrix land on distinct banks
 // SEESAW2_BAR (SEESAW2's hand-offs on named barriers; SEESAW2 has them on mbarriers): 11 = warpgroup 0's running max after its tile published, 12 =
 // warpgroup 1's (the step's) published, 13 = P of the even tile (over its rope chunk) written, 14 = P of
 // the odd tile (over Q's rope chunk) written.
@@ -256,12 +247,16 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // at 65k T=16 / T=64, 0.2-0.5 us faster at 16k T=64, a larger kernel) in tb_0117714/; stream (stream-K: each sequence's
 // row tiles x KV tiles cut evenly over the SMs, a block crossing a row tile running a second segment: 13-18% slower at
 // 65k T=64, slower at every size; the blocks sharing a KV range must stay adjacent in launch order, and whole KV tiles
-// cap its gain at 1.6% there) in stream_d70f087/. Folded in on 2026-12-01: d32 (the
+// cap its gain at 1.6% there) in stream_d70f087/; mpf (the tail blocks' mask words prefetched into L1) in mpf_00e2070/;
+// bulk (the partial rows staged in shared memory by stmatrix, then bulk copies: 0.1-0.5 us slower) in bulk_12bb1ab/;
+// ldst (staged the same way, then a rolled loop of 16-byte stores: the epilogue's code 456 SASS instructions smaller,
+// 2.4 us faster in ncu's cold launch at 65k T=16, the same as seesaw2 graph-replayed, where the code stays in the
+// instruction caches) in ldst_03a138e/. Folded in on 2026-12-01: d32 (the
 // descriptors as 32-bit adds, d32_905c234/), unr (the TMA issue loop unrolled, g2_e0dfbe9/), spread (the stage-1
 // reloads from warp 1, la_ab24c16/).
-constexpr int NUM_SCHEDULES = SEESAW2_LDST + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
+constexpr int NUM_SCHEDULES = SEESAW2_BAR + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
 __host__ __device__ constexpr bool is_seesaw2(int schedule) {
-  return schedule == SEESAW2 || schedule == SEESAW2_BAR || schedule == SEESAW2_LDST;
+  return schedule == SEESAW2 || schedule == SEESAW2_BAR;
 }
 __host__ __device__ constexpr int threads_of(int schedule) { return is_seesaw2(schedule) ? 128 * CONSUMERS : THREADS; }
 __host__ __device__ constexpr int smem_of(int schedule) { return is_seesaw2(schedule) ? S2_SMEM : SMEM; }
@@ -1650,53 +1645,17 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
   if (tid == 0) timeline::timeline_mark(timeline::SPLIT_TRIGGER);
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   const int lane = tid % 32;
-  if constexpr (SCHEDULE == SEESAW2_LDST) {
-    // Every wgmma and every KV load of both warpgroups is complete (the row-sum exchange above follows each one's last
-    // wait; no reload is issued past the last tile), so stage 0 is free. Each warp stages the rows it holds (16 rows x
-    // its warpgroup's 256 columns; an 8x8 matrix per n8 block and row half, four per stmatrix) and copies them out.
-    float inv[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) inv[h] = l[h] > 0.f ? 1.f / l[h] : 0.f;
-    const int warp = wtid / 32, mi = lane >> 3, r = warp * 16 + (lane & 7) + (mi & 1) * 8;
-    const uint32_t stage_row = kv_s + r * LDST_PITCH + (w * V_COLS + 8 * (mi >> 1)) * 2;
+  for (int h = 0; h < 2; ++h) {
+    const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
+    const size_t row = part_row0 + row0 + rows.local[h];  // rows.local[h] < R - row0 where valid
+    __nv_bfloat16* dst = p.part_out + (rows.valid[h] ? row : part_row0) * DV + w * V_COLS;
 #pragma unroll
-    for (int j = 0; j < V_COLS / 8; j += 2)
-      asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(stage_row + 16 * j),
-                   "r"(pack_bf16(o[4 * j] * inv[0], o[4 * j + 1] * inv[0])),
-                   "r"(pack_bf16(o[4 * j + 2] * inv[1], o[4 * j + 3] * inv[1])),
-                   "r"(pack_bf16(o[4 * j + 4] * inv[0], o[4 * j + 5] * inv[0])),
-                   "r"(pack_bf16(o[4 * j + 6] * inv[1], o[4 * j + 7] * inv[1]))
-                   : "memory");
-    __syncwarp();
-    const uint32_t src = kv_s + warp * 16 * LDST_PITCH + w * V_COLS * 2 + 16 * lane;
-    char* dst = reinterpret_cast<char*>(p.part_out + (part_row0 + row0 + warp * 16) * DV + w * V_COLS) + 16 * lane;
-    const int nrows = min(16, p.R - row0 - warp * 16);  // the rows of this warp below R (may be <= 0)
-#pragma unroll 1
-    for (int i = 0; i < nrows; ++i) {
-      uint32_t a, b, c, d;
-      asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                   : "=r"(a), "=r"(b), "=r"(c), "=r"(d)
-                   : "r"(src + i * LDST_PITCH)
-                   : "memory");
-      *reinterpret_cast<uint4*>(dst + static_cast<size_t>(i) * DV * 2) = make_uint4(a, b, c, d);
-    }
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      if (rows.valid[h] && w == 0 && lane % 4 == 0)
-        p.part_lse[part_row0 + row0 + rows.local[h]] = l[h] > 0.f ? (m[h] + log2f(l[h])) * 0.69314718056f : -INFINITY;
-  } else {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
-      const size_t row = part_row0 + row0 + rows.local[h];  // rows.local[h] < R - row0 where valid
-      __nv_bfloat16* dst = p.part_out + (rows.valid[h] ? row : part_row0) * DV + w * V_COLS;
-#pragma unroll
-      for (int j = 0; j < V_COLS / 8; j += 2)  // whole sectors (verify_partials.cuh)
-        store_partial16(dst + 8 * j, lane % 4, rows.valid[h], o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv,
-                        o[4 * j + 4 + 2 * h] * inv, o[4 * j + 4 + 2 * h + 1] * inv);
-      if (rows.valid[h] && w == 0 && lane % 4 == 0)
-        p.part_lse[row] = l[h] > 0.f ? (m[h] + log2f(l[h])) * 0.69314718056f : -INFINITY;
-    }
+    for (int j = 0; j < V_COLS / 8; j += 2)  // whole sectors (verify_partials.cuh)
+      store_partial16(dst + 8 * j, lane % 4, rows.valid[h], o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv,
+                      o[4 * j + 4 + 2 * h] * inv, o[4 * j + 4 + 2 * h + 1] * inv);
+    if (rows.valid[h] && w == 0 && lane % 4 == 0)
+      p.part_lse[row] = l[h] > 0.f ? (m[h] + log2f(l[h])) * 0.69314718056f : -INFINITY;
   }
   if (tid == 0) timeline::timeline_mark(timeline::SPLIT_END);
 #else
@@ -1719,9 +1678,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
 // registers) beside a running split block, but that did not shorten the merge (res_8ce7d1a/). __maxnreg__ and
 // __launch_bounds__ cannot be combined, not even on a specialization, and the 384-thread schedules keep their launch
 // bounds (under __maxnreg__(168) in their place ptxas gave three of them a 536-byte stack), hence a second wrapper.
-__host__ __device__ constexpr int maxnreg_of(int schedule) {
-  return schedule == SEESAW2 || schedule == SEESAW2_LDST ? 240 : 0;
-}
+__host__ __device__ constexpr int maxnreg_of(int schedule) { return schedule == SEESAW2 ? 240 : 0; }
 template <int SCHEDULE>
 __global__ void __maxnreg__(maxnreg_of(SCHEDULE))
     verify_sm90_kernel_capped(const VerifyParams p, const __grid_constant__ CUtensorMap kv_map,
