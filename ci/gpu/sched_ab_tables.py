@@ -3,6 +3,10 @@ timeline CSVs beside it (one row per replay: the last split's work against the m
 splits, the kernel's end and the last split's).
 
     python3 ci/gpu/sched_ab_tables.py RECORD.json [TIMELINE_DIR]
+
+Each engine context's line ends with B against A (the B runs' mean tok/s against the A runs') beside the spread of
+one engine run there, from the engine A/A records (ENGINE_AA: sched_ab.py --decode-order AAAAAAAA): one A B B A set's
+difference has about that sd, so a change under twice it is not resolved.
 """
 
 from __future__ import annotations
@@ -17,6 +21,34 @@ from pathlib import Path
 from kdengine.bench.timeline import SPLIT_END, SPLIT_START, SPLIT_TRIGGER
 
 SIZE = {"4096": "4k", "16384": "16k", "65536": "65k"}
+ENGINE_AA = Path(__file__).resolve().parents[2] / "perf_history" / "kernel" / "engine_aa_d5d753d"
+
+
+def engine_sd(folder: Path = ENGINE_AA) -> dict[str, float]:
+    """{context: the sd of one engine run's tok/s in % of its set's mean}, pooled over the A/A records' sets (each
+    record's runs at one context form a set); {} without records."""
+    dev: dict[str, list[float]] = {}
+    for path in sorted(folder.glob("aa_engine_*.json")):
+        by: dict[str, list[float]] = {}
+        for label, v in json.loads(path.read_text()).get("decode", {}).items():
+            by.setdefault(label.split("/")[0].removeprefix("decode"), []).append(v["tok_per_s"])
+        for ctx, xs in by.items():
+            if len(xs) > 1:
+                mean = statistics.fmean(xs)
+                dev.setdefault(ctx, []).extend(100 * (x / mean - 1) for x in xs)
+    return {ctx: statistics.stdev(d) for ctx, d in dev.items() if len(d) > 2}
+
+
+def engine_line(ctx: str, runs: dict[str, dict], sd: dict[str, float]) -> str:
+    """One context's engine runs, then B against A and the resolution there."""
+    text = f"- decode {ctx}: " + ", ".join(f"{x.split('/', 1)[1]} {v['tok_per_s']:.1f} tok/s" for x, v in runs.items())
+    a = [v["tok_per_s"] for x, v in runs.items() if x.split("/")[1].endswith("=0")]
+    b = [v["tok_per_s"] for x, v in runs.items() if x.split("/")[1].endswith("=1")]
+    if a and b:
+        text += f"; B against A {100 * (statistics.fmean(b) / statistics.fmean(a) - 1):+.2f}%"
+        if ctx in sd:
+            text += f" (one run's A/A sd here {sd[ctx]:.2f}%: {ENGINE_AA.name})"
+    return text
 
 
 def ab_table(doc: dict) -> list[str]:
@@ -29,11 +61,11 @@ def ab_table(doc: dict) -> list[str]:
         n, t = size.split(":")
         out.append(f"| {SIZE.get(n, n)} T{t} ({k}) | {a[0]:.2f} | {b[0]:.2f} | {b[1]:.2f} | {a[1]:.2f} | "
                    f"{min(b) - max(a):+.2f} to {max(b) - min(a):+.2f} |")
+    sd = engine_sd()
     for ctx in ("65536", "16384", "4096"):
-        runs = [x for x in doc.get("decode", {}) if x.startswith(f"decode{ctx}/")]
+        runs = {x: v for x, v in doc.get("decode", {}).items() if x.startswith(f"decode{ctx}/")}
         if runs:
-            out.append(f"- decode {ctx}: " + ", ".join(f"{x.split('/', 1)[1]} {doc['decode'][x]['tok_per_s']:.1f} tok/s"
-                                                     for x in runs))
+            out.append(engine_line(ctx, runs, sd))
     return out
 
 
