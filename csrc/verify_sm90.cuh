@@ -961,8 +961,6 @@ __device__ __forceinline__ void load_q8(const unsigned char* q_tile, const Rows&
 
 // --- the kernel -------------------------------------------------------------------------------------
 
-// The kernel's body; the two wrappers below launch it (launch bounds, or SEESAW2's register cap). The maps
-// are the kernel's __grid_constant__ parameters (TMA reads them at their parameter address).
 // SEESAW2_CP: the end of a block of a cluster pair. o: this thread's unnormalised O fragment (o[k]: row half
 // (k >> 1) & 1, columns of n8 block k >> 2), l / m: its rows' sum and running max (log2 domain; l = 0: no tokens). Rank 1
 // stages its normalised rows as bf16 ([16-byte unit][thread] in stage 0) and their log2-sum-exp after them, rank 0 reads
@@ -1049,6 +1047,8 @@ __device__ __forceinline__ void cp_finish(const VerifyParams& p, float (&o)[128]
   cluster_wait();
 }
 
+// The kernel's body; the two wrappers below launch it (launch bounds, or SEESAW2's register cap). The maps
+// are the kernel's __grid_constant__ parameters (TMA reads them at their parameter address).
 template <int SCHEDULE>
 __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CUtensorMap& kv_map,
                                                  const CUtensorMap& q_map) {
