@@ -1033,6 +1033,8 @@ __device__ __forceinline__ void cp_finish(const VerifyParams& p, float (&o)[128]
     }
   }
   cluster_arrive();  // rank 1 may exit: its rows are in registers here
+  // (the body's own partial-row store, without its 1 / l and with the pair's lse; the two are not folded into one
+  // helper while this is a probe: the forms of that helper tried reordered the SASS of staggered_small or seesaw2)
   const size_t prow0 = ((size_t)b * partial_splits(SEESAW2_CP, p.nsplit) + split / 2) * p.R;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
