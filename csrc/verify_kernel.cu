@@ -223,9 +223,7 @@ cudaError_t launch_verify_sm90(const VerifyParams& p, long long pool_tokens, int
                                cudaStream_t stream) {
   const cudaError_t err = launch_split_sm90(p, pool_tokens, schedule, stream);
   if (err != cudaSuccess || combine < 0) return err;
-  VerifyParams merged = p;  // (a schedule may write fewer partial slots than splits: SEESAW2_CP)
-  merged.nsplit = sm90_partial_splits(schedule, p.nsplit);
-  return launch_combine(merged, combine, stream);
+  return launch_combine(p, combine, stream);
 }
 
 #ifdef KDENGINE_TIMELINE

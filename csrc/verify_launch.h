@@ -79,7 +79,6 @@ cudaError_t launch_verify(const VerifyParams& p, int col_warps, int max_row_grou
 // --- the Hopper path (verify_sm90.cu; sm_90a only) --------------------------------------------------
 // Query-row tiles of 64 rows per (sequence, split) of the sm90 kernel.
 int sm90_row_tiles(int R);
-int sm90_partial_splits(int schedule, int nsplit);  // the partial slots per sequence a launch of `schedule` writes
 // nullptr when the sm90 kernel can run this call on the current device, else the reason.
 const char* sm90_unsupported(const VerifyParams& p);
 // The sm90 split kernel alone (pool_tokens = pages * page_size rows of the KV pool: the TMA bounds);

@@ -63,21 +63,6 @@ cudaError_t launch_sm90_kernel(const VerifyParams& p, const CUtensorMap& kv_map,
   const cudaError_t err = configure_sm90<SCHEDULE>();
   if (err != cudaSuccess) return err;
   const dim3 grid((p.R + sm90::BM - 1) / sm90::BM, p.nsplit, p.B);
-  if constexpr (SCHEDULE == sm90::SEESAW2_CP) {  // pairs of splits in 2-CTA clusters (an odd count: one phantom split)
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(grid.x, 2 * sm90::partial_splits(SCHEDULE, p.nsplit), grid.z);
-    cfg.blockDim = dim3(sm90::threads_of(SCHEDULE));
-    cfg.dynamicSmemBytes = sm90::smem_of(SCHEDULE);
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 1;
-    attr[0].val.clusterDim.y = 2;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, sm90::kernel_of<SCHEDULE>(), p, kv_map, q_map);
-  }
   sm90::kernel_of<SCHEDULE>()<<<grid, sm90::threads_of(SCHEDULE), sm90::smem_of(SCHEDULE), stream>>>(p, kv_map, q_map);
   return cudaGetLastError();
 }
@@ -94,8 +79,6 @@ cudaError_t launch_schedule(int schedule, const VerifyParams& p, const CUtensorM
 }  // namespace
 
 int sm90_row_tiles(int R) { return (R + sm90::BM - 1) / sm90::BM; }
-
-int sm90_partial_splits(int schedule, int nsplit) { return sm90::partial_splits(schedule, nsplit); }
 
 const char* sm90_unsupported(const VerifyParams& p) {
   if (p.page_size < 8) return "page_size below 8 (a TMA box row group of the 128-byte swizzle)";

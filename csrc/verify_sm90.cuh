@@ -221,15 +221,8 @@ constexpr int CONSUMER_REGS = 232;
 constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6, BAR_MAX = 8, BAR_ISSUE = 10;
 enum Schedule {
   BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, STAGGERED_SMALL = 5, STAGGERED_TAIL = 6, SEESAW2 = 7,
-  SEESAW2_BAR = 8, SEESAW2_CP = 9
+  SEESAW2_BAR = 8
 };
-// SEESAW2_CP (probe): SEESAW2 launched in 2-CTA clusters along the split axis (the grid's splits rounded up to even;
-// a phantom split past nsplit is empty). At its end rank 1 of a pair stages its normalised rows (bf16) and their
-// log2-sum-exp in stage 0; rank 0 reads them through distributed shared memory, merges them with its own and writes
-// the pair's one partial (slot split / 2 of (nsplit + 1) / 2; the merge then reads half as many). The in-kernel
-// timeline has ~2 us between every block's trigger and its last partial store in both the sm90 and the mma.sync
-// kernels, whatever the stores' form (perf_history/kernel/ldst_03a138e/), and the merge's work is 2.5 us: half the
-// partial bytes written and read is what this tries, at the cost of a wait for the slower block of each pair.
 // SEESAW2_BAR (SEESAW2's hand-offs on named barriers; SEESAW2 has them on mbarriers): 11 = warpgroup 0's running max after its tile published, 12 =
 // warpgroup 1's (the step's) published, 13 = P of the even tile (over its rope chunk) written, 14 = P of
 // the odd tile (over Q's rope chunk) written.
@@ -258,16 +251,15 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // bulk (the partial rows staged in shared memory by stmatrix, then bulk copies: 0.1-0.5 us slower) in bulk_12bb1ab/;
 // ldst (staged the same way, then a rolled loop of 16-byte stores: the epilogue's code 456 SASS instructions smaller,
 // 2.4 us faster in ncu's cold launch at 65k T=16, the same as seesaw2 graph-replayed, where the code stays in the
-// instruction caches) in ldst_03a138e/. Folded in on 2026-12-01: d32 (the
+// instruction caches) in ldst_03a138e/; cp (2-CTA clusters of two splits, merged through distributed shared memory
+// into one partial per pair: half the partial bytes, the merge 0.6-1 us shorter, but the split blocks' work 8 us
+// longer at 65k, 9-12 us slower overall; the clusters put each pair on one TPC and the row tiles of one split, which
+// read the same KV, on different ones) in cp_7ceb62a/. Folded in on 2026-12-01: d32 (the
 // descriptors as 32-bit adds, d32_905c234/), unr (the TMA issue loop unrolled, g2_e0dfbe9/), spread (the stage-1
 // reloads from warp 1, la_ab24c16/).
-constexpr int NUM_SCHEDULES = SEESAW2_CP + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
+constexpr int NUM_SCHEDULES = SEESAW2_BAR + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
 __host__ __device__ constexpr bool is_seesaw2(int schedule) {
-  return schedule == SEESAW2 || schedule == SEESAW2_BAR || schedule == SEESAW2_CP;
-}
-// The partial slots a launch writes per sequence: SEESAW2_CP one per pair of splits (the merge reads that many).
-__host__ __device__ constexpr int partial_splits(int schedule, int nsplit) {
-  return schedule == SEESAW2_CP ? (nsplit + 1) / 2 : nsplit;
+  return schedule == SEESAW2 || schedule == SEESAW2_BAR;
 }
 __host__ __device__ constexpr int threads_of(int schedule) { return is_seesaw2(schedule) ? 128 * CONSUMERS : THREADS; }
 __host__ __device__ constexpr int smem_of(int schedule) { return is_seesaw2(schedule) ? S2_SMEM : SMEM; }
@@ -961,94 +953,6 @@ __device__ __forceinline__ void load_q8(const unsigned char* q_tile, const Rows&
 
 // --- the kernel -------------------------------------------------------------------------------------
 
-// SEESAW2_CP: the end of a block of a cluster pair. o: this thread's unnormalised O fragment (o[k]: row half
-// (k >> 1) & 1, columns of n8 block k >> 2), l / m: its rows' sum and running max (log2 domain; l = 0: no tokens). Rank 1
-// stages its normalised rows as bf16 ([16-byte unit][thread] in stage 0) and their log2-sum-exp after them, rank 0 reads
-// them from rank 1's shared memory (the same fragment positions as its own), merges and writes the pair's partial.
-// Both ranks meet twice: after the staging, and once rank 0 has read it (rank 1's shared memory lives until then).
-constexpr int CP_THREADS = 128 * CONSUMERS;
-constexpr int CP_LSE_OFF = 16 * 16 * CP_THREADS;  // bytes of staged rows: 16 units of 16 bytes per thread
-static_assert(CP_LSE_OFF + 2 * 4 * CP_THREADS <= TILE_BYTES, "SEESAW2_CP stages in stage 0");
-__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_finish(const VerifyParams& p, float (&o)[128], const float (&l)[2], const float (&m)[2],
-                                          const Rows& rows, uint32_t kv_s, int b, int split, int row0, int w, int tid) {
-  const int lane = tid % 32;
-  float inv[2], own[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    inv[h] = l[h] > 0.f ? 1.f / l[h] : 0.f;
-    own[h] = l[h] > 0.f ? m[h] + log2f(l[h]) : -INFINITY;
-  }
-  uint32_t rank;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
-  if (rank == 1) {
-#pragma unroll
-    for (int u = 0; u < 16; ++u)
-      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(kv_s + (u * CP_THREADS + tid) * 16),
-                   "r"(pack_bf16(o[8 * u] * inv[0], o[8 * u + 1] * inv[0])),
-                   "r"(pack_bf16(o[8 * u + 2] * inv[1], o[8 * u + 3] * inv[1])),
-                   "r"(pack_bf16(o[8 * u + 4] * inv[0], o[8 * u + 5] * inv[0])),
-                   "r"(pack_bf16(o[8 * u + 6] * inv[1], o[8 * u + 7] * inv[1]))
-                   : "memory");
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(kv_s + CP_LSE_OFF + (h * CP_THREADS + tid) * 4), "f"(own[h])
-                   : "memory");
-    cluster_arrive();
-    cluster_wait();  // staged
-    cluster_arrive();
-    cluster_wait();  // read by rank 0
-    return;
-  }
-  cluster_arrive();
-  cluster_wait();  // rank 1's rows are staged
-  uint32_t peer;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, 1;\n" : "=r"(peer) : "r"(kv_s));
-  float wa[2], wb[2], lse2[2];  // weights of this block's raw O and of the peer's normalised rows; the pair's lse2
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float other;
-    asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(other) : "r"(peer + CP_LSE_OFF + (h * CP_THREADS + tid) * 4)
-                 : "memory");
-    const float mx = fmaxf(own[h], other);
-    const float e0 = mx == -INFINITY ? 0.f : exp2f(own[h] - mx), e1 = mx == -INFINITY ? 0.f : exp2f(other - mx);
-    const float r = e0 + e1 > 0.f ? 1.f / (e0 + e1) : 0.f;
-    wa[h] = e0 * r * inv[h];
-    wb[h] = e1 * r;
-    lse2[h] = e0 + e1 > 0.f ? mx + log2f(e0 + e1) : -INFINITY;
-  }
-#pragma unroll
-  for (int u = 0; u < 16; ++u) {
-    uint32_t x[4];
-    asm volatile("ld.shared::cluster.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3])
-                 : "r"(peer + (u * CP_THREADS + tid) * 16)
-                 : "memory");
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {  // word i: o[8 u + 2 i], o[8 u + 2 i + 1], row half i & 1
-      const int k = 8 * u + 2 * i, h = i & 1;
-      o[k] = o[k] * wa[h] + (wb[h] > 0.f ? bf16_lo(x[i]) * wb[h] : 0.f);
-      o[k + 1] = o[k + 1] * wa[h] + (wb[h] > 0.f ? bf16_hi(x[i]) * wb[h] : 0.f);
-    }
-  }
-  cluster_arrive();  // rank 1 may exit: its rows are in registers here
-  // (the body's own partial-row store, without its 1 / l and with the pair's lse; the two are not folded into one
-  // helper while this is a probe: the forms of that helper tried reordered the SASS of staggered_small or seesaw2)
-  const size_t prow0 = ((size_t)b * partial_splits(SEESAW2_CP, p.nsplit) + split / 2) * p.R;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const size_t row = prow0 + row0 + rows.local[h];
-    __nv_bfloat16* dst = p.part_out + (rows.valid[h] ? row : prow0) * DV + w * V_COLS;
-#pragma unroll
-    for (int j = 0; j < V_COLS / 8; j += 2)  // whole sectors (verify_partials.cuh)
-      store_partial16(dst + 8 * j, lane % 4, rows.valid[h], o[4 * j + 2 * h], o[4 * j + 2 * h + 1], o[4 * j + 4 + 2 * h],
-                      o[4 * j + 4 + 2 * h + 1]);
-    if (rows.valid[h] && w == 0 && lane % 4 == 0) p.part_lse[row] = lse2[h] * 0.69314718056f;
-  }
-  cluster_wait();
-}
-
 // The kernel's body; the two wrappers below launch it (launch bounds, or SEESAW2's register cap). The maps
 // are the kernel's __grid_constant__ parameters (TMA reads them at their parameter address).
 template <int SCHEDULE>
@@ -1078,16 +982,8 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
   const int start = split * chunk, end = min(L, start + chunk);
   const size_t part_row0 = ((size_t)b * p.nsplit + split) * p.R;
   if (start >= end) {  // an empty split: weight 0 in the merge
-    if constexpr (SCHEDULE == SEESAW2_CP) {  // (the pair still meets: rank 0 writes the pair's partial)
-      float o[128];
-#pragma unroll
-      for (int i = 0; i < 128; ++i) o[i] = 0.f;
-      const float l0[2] = {0.f, 0.f}, m0[2] = {-INFINITY, -INFINITY};
-      cp_finish(p, o, l0, m0, make_rows(p, b, row0, wtid), kv_s, b, split, row0, wg, tid);
-    } else {
-      for (int r = tid; r < BM; r += THREADS)
-        if (row0 + r < p.R) p.part_lse[part_row0 + row0 + r] = -INFINITY;
-    }
+    for (int r = tid; r < BM; r += THREADS)
+      if (row0 + r < p.R) p.part_lse[part_row0 + row0 + r] = -INFINITY;
     if (tid == 0) timeline::timeline_mark(timeline::SPLIT_END);  // (-DKDENGINE_TIMELINE only; no start record)
     return;
   }
@@ -1751,22 +1647,18 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
   // p.merge_early it could since the start, and a second trigger changes nothing).
   if (tid == 0) timeline::timeline_mark(timeline::SPLIT_TRIGGER);
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-  if constexpr (SCHEDULE == SEESAW2_CP) {
-    cp_finish(p, o, l, m, rows, kv_s, b, split, row0, w, tid);
-  } else {
-    const int lane = tid % 32;
+  const int lane = tid % 32;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
-      const size_t row = part_row0 + row0 + rows.local[h];  // rows.local[h] < R - row0 where valid
-      __nv_bfloat16* dst = p.part_out + (rows.valid[h] ? row : part_row0) * DV + w * V_COLS;
+  for (int h = 0; h < 2; ++h) {
+    const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
+    const size_t row = part_row0 + row0 + rows.local[h];  // rows.local[h] < R - row0 where valid
+    __nv_bfloat16* dst = p.part_out + (rows.valid[h] ? row : part_row0) * DV + w * V_COLS;
 #pragma unroll
-      for (int j = 0; j < V_COLS / 8; j += 2)  // whole sectors (verify_partials.cuh)
-        store_partial16(dst + 8 * j, lane % 4, rows.valid[h], o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv,
-                        o[4 * j + 4 + 2 * h] * inv, o[4 * j + 4 + 2 * h + 1] * inv);
-      if (rows.valid[h] && w == 0 && lane % 4 == 0)
-        p.part_lse[row] = l[h] > 0.f ? (m[h] + log2f(l[h])) * 0.69314718056f : -INFINITY;
-    }
+    for (int j = 0; j < V_COLS / 8; j += 2)  // whole sectors (verify_partials.cuh)
+      store_partial16(dst + 8 * j, lane % 4, rows.valid[h], o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv,
+                      o[4 * j + 4 + 2 * h] * inv, o[4 * j + 4 + 2 * h + 1] * inv);
+    if (rows.valid[h] && w == 0 && lane % 4 == 0)
+      p.part_lse[row] = l[h] > 0.f ? (m[h] + log2f(l[h])) * 0.69314718056f : -INFINITY;
   }
   if (tid == 0) timeline::timeline_mark(timeline::SPLIT_END);
 #else
@@ -1789,9 +1681,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
 // registers) beside a running split block, but that did not shorten the merge (res_8ce7d1a/). __maxnreg__ and
 // __launch_bounds__ cannot be combined, not even on a specialization, and the 384-thread schedules keep their launch
 // bounds (under __maxnreg__(168) in their place ptxas gave three of them a 536-byte stack), hence a second wrapper.
-__host__ __device__ constexpr int maxnreg_of(int schedule) {
-  return schedule == SEESAW2 || schedule == SEESAW2_CP ? 240 : 0;
-}
+__host__ __device__ constexpr int maxnreg_of(int schedule) { return schedule == SEESAW2 ? 240 : 0; }
 template <int SCHEDULE>
 __global__ void __maxnreg__(maxnreg_of(SCHEDULE))
     verify_sm90_kernel_capped(const VerifyParams p, const __grid_constant__ CUtensorMap kv_map,
