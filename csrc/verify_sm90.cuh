@@ -1273,6 +1273,8 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
         const int ta = 2 * i, slot = (i & 1) * BM;
         const bool has_b = ta + 1 < ntiles, next_a = ta + 2 < ntiles, next_b = ta + 3 < ntiles;
         float mx[2], m_use[2], sc[2], sum[2];
+        if (tid == 0 && i == 1) timeline::timeline_mark(timeline::SPLIT_STEP1);  // (-DKDENGINE_TIMELINE only)
+        if (tid == 0 && i == steps - 1) timeline::timeline_mark(timeline::SPLIT_LAST_STEP);
         mask_rowmax<32, TAIL_ROLLED, true>(p, rows, s, start + ta * BN, prefix, end, mx, pre_bits(ta), pre_has(ta));
         move_max<true>(m, mx, m_use, sc);
         if (wtid % 4 == 0)

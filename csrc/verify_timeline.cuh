@@ -23,15 +23,21 @@ enum Kind : int {
   MERGE_START = 3,    // the merge block's start, before griddepcontrol.wait
   MERGE_WAITED = 4,   // after griddepcontrol.wait
   MERGE_END = 5,      // after thread 0's stores
-  NUM_KINDS = 6,
+  SPLIT_STEP1 = 6,    // sm90 seesaw2: warpgroup 0 starts step 1 (tiles 2, 3), steps 0 behind it
+  SPLIT_LAST_STEP = 7,  // sm90 seesaw2: warpgroup 0 starts the split's last step (the tile loop's steady part behind)
+  NUM_KINDS = 8,
 };
 
 constexpr int SPLIT_BLOCKS = 8192;   // slots per split kind: blocks past it are not recorded
 constexpr int MERGE_BLOCKS = 32768;  // slots per merge kind
 
-__host__ __device__ constexpr int capacity_of(int kind) { return kind < MERGE_START ? SPLIT_BLOCKS : MERGE_BLOCKS; }
+__host__ __device__ constexpr bool is_split(int kind) { return kind < MERGE_START || kind >= SPLIT_STEP1; }
+__host__ __device__ constexpr int capacity_of(int kind) { return is_split(kind) ? SPLIT_BLOCKS : MERGE_BLOCKS; }
+// the slots: the split kinds 0-2, the merge kinds 3-5, then the split kinds from 6
 __host__ __device__ constexpr int offset_of(int kind) {
-  return kind <= MERGE_START ? kind * SPLIT_BLOCKS : MERGE_START * SPLIT_BLOCKS + (kind - MERGE_START) * MERGE_BLOCKS;
+  return kind <= MERGE_START ? kind * SPLIT_BLOCKS
+         : kind <= SPLIT_STEP1 ? MERGE_START * SPLIT_BLOCKS + (kind - MERGE_START) * MERGE_BLOCKS
+                               : offset_of(SPLIT_STEP1) + (kind - SPLIT_STEP1) * SPLIT_BLOCKS;
 }
 constexpr int SLOTS = offset_of(NUM_KINDS);
 

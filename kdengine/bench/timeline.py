@@ -15,8 +15,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 # The record kinds, in csrc/verify_timeline.cuh's enum order (tests/bench/test_timeline.py checks the header).
-KINDS = ("split_start", "split_trigger", "split_end", "merge_start", "merge_waited", "merge_end")
-SPLIT_START, SPLIT_TRIGGER, SPLIT_END, MERGE_START, MERGE_WAITED, MERGE_END = range(len(KINDS))
+KINDS = ("split_start", "split_trigger", "split_end", "merge_start", "merge_waited", "merge_end", "split_step1",
+         "split_last_step")
+SPLIT_START, SPLIT_TRIGGER, SPLIT_END, MERGE_START, MERGE_WAITED, MERGE_END, SPLIT_STEP1, SPLIT_LAST_STEP = \
+    range(len(KINDS))
+# The split kernel's kinds (the rest are the merge's); the step marks come from the sm90 seesaw2 kernel only.
+SPLIT_KINDS = frozenset((SPLIT_START, SPLIT_TRIGGER, SPLIT_END, SPLIT_STEP1, SPLIT_LAST_STEP))
 COARSE_NS = 500  # a granularity at or above this: the timeline cannot resolve the merge's ~3 us share
 
 
@@ -44,6 +48,12 @@ class TimelineSummary:
     merge_sms: int  # distinct SMs that ran merge blocks
     granularity_ns: int | None  # smallest non-zero difference between two records' times
     distinct_times: int  # distinct timestamps among the records
+    # the sm90 seesaw2 kernel's step marks, medians over the blocks that recorded start, both marks and the trigger
+    # (None without them): start -> step 1 (the prologue and step 0), step 1 -> the last step (the steady loop),
+    # the last step -> the trigger (the last step and the loop's drain)
+    prologue_ns: float | None = None
+    steady_ns: float | None = None
+    last_step_ns: float | None = None
 
     @property
     def coarse(self) -> bool:
@@ -83,6 +93,9 @@ def summarize(records: Iterable[Sequence[int]]) -> TimelineSummary:
     split_blocks = blocks[SPLIT_START] | blocks[SPLIT_TRIGGER] | blocks[SPLIT_END]
     merge_blocks = blocks[MERGE_START] | blocks[MERGE_WAITED] | blocks[MERGE_END]
     last_split_end = max(times[SPLIT_END]) if times[SPLIT_END] else None
+    at = {k: {r[1]: r[3] for r in rows if r[0] == k} for k in (SPLIT_START, SPLIT_STEP1, SPLIT_LAST_STEP, SPLIT_TRIGGER)}
+    stepped = [b for b in at[SPLIT_STEP1] if all(b in at[k] for k in at)]
+    between = lambda k0, k1: float(statistics.median(at[k1][b] - at[k0][b] for b in stepped)) if stepped else None
     after_last = lambda kind, pick: pick(times[kind]) - last_split_end if times[kind] and last_split_end is not None \
         else None
     return TimelineSummary(
@@ -95,10 +108,13 @@ def summarize(records: Iterable[Sequence[int]]) -> TimelineSummary:
         else sum(t < last_split_end for t in times[MERGE_START]),
         release_ns=after_last(MERGE_WAITED, min),
         merge_tail_ns=after_last(MERGE_END, max),
-        split_sms=len({r[2] for r in rows if r[0] <= SPLIT_END}),
-        merge_sms=len({r[2] for r in rows if r[0] >= MERGE_START}),
+        split_sms=len({r[2] for r in rows if r[0] in SPLIT_KINDS}),
+        merge_sms=len({r[2] for r in rows if r[0] not in SPLIT_KINDS}),
         granularity_ns=granularity(r[3] for r in rows),
         distinct_times=len({r[3] for r in rows}),
+        prologue_ns=between(SPLIT_START, SPLIT_STEP1),
+        steady_ns=between(SPLIT_STEP1, SPLIT_LAST_STEP),
+        last_step_ns=between(SPLIT_LAST_STEP, SPLIT_TRIGGER),
     )
 
 
@@ -143,6 +159,9 @@ AGGREGATE_FIGURES = {
     if s.kinds["merge_end"] and s.kinds["merge_waited"] else None,
     "last split end -> last merge end": lambda s: s.merge_tail_ns,
     "merge SMs": lambda s: s.merge_sms,
+    "start -> step 1 (median block; sm90)": lambda s: s.prologue_ns,
+    "step 1 -> last step (median block; sm90)": lambda s: s.steady_ns,
+    "last step -> trigger (median block; sm90)": lambda s: s.last_step_ns,
 }
 
 

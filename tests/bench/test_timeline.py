@@ -57,6 +57,22 @@ def test_records_missing():
         tl.summarize([(9, 0, 0, T0)])
 
 
+def test_the_step_marks():
+    """Per block start -> step 1 -> last step -> trigger, medians over the blocks with all four (a block past the
+    buffer of one kind drops out); the marks' SMs count as split SMs; without marks the figures are None."""
+    rows = call_records()
+    assert tl.summarize(rows).prologue_ns is None and tl.summarize(rows).steady_ns is None
+    for b, (s1, last) in enumerate([(300, 800), (450, 1000), (500, 1100)]):  # starts 0, 100, 200; triggers +1000
+        rows += [(tl.SPLIT_STEP1, b, 20 + b, T0 + s1), (tl.SPLIT_LAST_STEP, b, 20 + b, T0 + last)]
+    rows.append((tl.SPLIT_STEP1, 7, 7, T0 + 50))  # a block with no other record: left out
+    s = tl.summarize(rows)
+    assert (s.prologue_ns, s.steady_ns, s.last_step_ns) == (300, 550, 100)  # medians of (300, 350, 300), ...
+    assert s.kinds["split_step1"] == tl.Spread(4, 50, 375, 500) and s.kinds["split_last_step"].n == 3
+    assert (s.split_sms, s.merge_sms) == (8, 3)
+    text = tl.format_aggregate([s, s])
+    assert "step 1 -> last step (median block; sm90)" in text and "0.55 [0.55, 0.55] us" in text
+
+
 def test_a_coarse_timer_is_reported():
     s = tl.summarize(call_records(step=1000))  # a timer that advances every microsecond
     assert s.granularity_ns == 1000 and s.coarse and s.distinct_times == 3
