@@ -91,6 +91,7 @@ def apply(rows: list[dict], accepted: list[dict], needs_it) -> list[str]:
     """Mark the rows an acceptance covers (in place): `needs_it(row)` says whether a row's verdict would fail or
     hold the build (regressed, unsettled). Returns notes for the acceptances that covered no row."""
     used = set()
+    wider: dict[tuple[str, str], dict] = {}  # a narrower acceptance of a row's benchmark -> the widest, which decided
     by_name: dict[str, list[dict]] = {}
     for a in accepted:
         by_name.setdefault(a["name"], []).append(a)
@@ -100,6 +101,7 @@ def apply(rows: list[dict], accepted: list[dict], needs_it) -> list[str]:
         worse = slowdown(row)
         a = max(by_name[row["name"]], key=lambda x: x["bound"])  # several commits may name it: the widest bound
         used.add((a["commit"], a["name"]))
+        wider.update({(x["commit"], x["name"]): a for x in by_name[row["name"]] if x is not a})
         where = f"{TRAILER} in {a['commit'][:10]}: up to {a['bound']:.1%}, {a['reason']}"
         if worse is not None and worse <= a["bound"]:
             row["verdict"] = "accepted"
@@ -108,5 +110,11 @@ def apply(rows: list[dict], accepted: list[dict], needs_it) -> list[str]:
         else:
             shown = "unknown" if worse is None else f"{worse:+.1%}"
             row["reason"] = f"{shown} is past the accepted bound ({where}); " + str(row.get("reason", ""))
-    return [f"{TRAILER} in {a['commit'][:10]} for {a['name']} (up to {a['bound']:.1%}): no slowdown of it needed "
-            "accepting here" for a in accepted if (a["commit"], a["name"]) not in used]
+    def note(a: dict) -> str:
+        head = f"{TRAILER} in {a['commit'][:10]} for {a['name']} (up to {a['bound']:.1%})"
+        w = wider.get((a["commit"], a["name"]))
+        if w is not None:
+            return f"{head}: the wider bound in {w['commit'][:10]} (up to {w['bound']:.1%}) decided"
+        return f"{head}: no slowdown of it needed accepting here"
+
+    return [note(a) for a in accepted if (a["commit"], a["name"]) not in used]

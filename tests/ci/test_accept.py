@@ -108,6 +108,16 @@ def test_the_confirmed_figure_is_held_to_the_bound():
     assert any("no slowdown of it needed accepting" in n for n in improved["accept_notes"])
 
 
+def test_two_trailers_for_one_benchmark_the_widest_decides_and_the_other_is_named_as_such():
+    acc = [{"commit": "ab" * 20, "name": W, "bound": 0.03, "reason": "narrow"},
+           {"commit": "cd" * 20, "name": W, "bound": 0.06, "reason": "wide"}]
+    row = {"name": W, "verdict": "regressed", "worse": 0.05, "threshold": 0.01, "reason": "x"}
+    out = gate.summarize("a" * 40, "b" * 40, [{"machine": MACHINE, "notes": [], "benchmarks": [row]}], acc)
+    assert out["benchmarks"][0]["verdict"] == "accepted" and out["benchmarks"][0]["acceptance"]["commit"] == "cd" * 20
+    assert out["accept_notes"] == [f"{accept.TRAILER} in {'ab' * 5} for {W} (up to 3.0%): the wider bound in "
+                                   f"{'cd' * 5} (up to 6.0%) decided"]
+
+
 def test_a_trailer_of_an_older_commit_does_not_carry_over(tmp_path):
     """Accepted at the commit that made the trade, never for a later commit's own slowdown."""
     repo, results, shas = history(tmp_path, "an unrelated slowdown", older_message=f"old\n\nPerf-Accepted: {W} 9% old")
