@@ -136,23 +136,3 @@ def test_records_show_ours_over_flashmla_where_the_run_has_the_peer():
     assert text.endswith(lines[at + 2] + "\n")  # and closes the machine's section
     run.points.pop("verify-peer/flashmla/ctx65536/T16")
     assert "ours / peer" not in record.format_record({"gpu-a": [run]})
-
-
-def test_records_show_the_branch_line_not_the_newest_side_commit():
-    """A run recorded later from a side branch (an A/A or trial commit) does not stand for the branch: with the
-    first-parent order the section shows the latest commit on the line; off the line it says so."""
-    P = history.Point
-    points = lambda v: {"verify/cuda/ctx65536/T16": P(v, "seconds", "lower")}
-    main_old = history.Run("1" * 40, "gpu-a", 1_700_000_000.0, points(130e-6), {"gpu": "NVIDIA H200"})
-    main_new = history.Run("2" * 40, "gpu-a", 1_700_000_100.0, points(120e-6), {"gpu": "NVIDIA H200"})
-    rerun_old = history.Run("1" * 40, "gpu-a", 1_700_000_300.0, points(131e-6), {"gpu": "NVIDIA H200"})
-    side = history.Run("3" * 40, "gpu-a", 1_700_000_200.0, points(200e-6), {"gpu": "NVIDIA H200"})
-    runs = [main_old, main_new, side, rerun_old]
-    order = {"1" * 40: 0, "2" * 40: 1}
-    assert record.shown_run(runs, order) == (main_new, False)  # the line's latest commit, not the later rerun
-    assert record.shown_run(runs, None) == (rerun_old, False)  # no repository: the newest by date
-    assert record.shown_run([side], order) == (side, True)
-    text = record.format_record({"gpu-a": runs}, order)
-    assert "commit: " + "2" * 12 in text and "3" * 12 not in text and "first-parent line: the newest" not in text
-    assert "the newest by date" in record.format_record({"gpu-a": [side]}, order)
-    assert record.shown_run([history.Run("4" * 40, "gpu-a", 1.0, {}, {})], order) == (None, False)
