@@ -210,6 +210,9 @@ constexpr int S2_HANDOFFS = 5;  // SEESAW2's hand-off mbarriers after the q barr
 constexpr int S2_STATE_OFF = BAR_OFF + S2_BAR_BYTES;  // the same three [2][BM] fp32 tables
 constexpr int S2_SMEM = S2_STATE_OFF + 3 * 2 * BM * 4 + 1024;
 static_assert((STAGES * NCHUNK + 1 + S2_HANDOFFS) * 8 <= S2_BAR_BYTES && S2_SMEM <= 227 * 1024, "SEESAW2 layout");
+// The timeline build's two step times (thread 0 of seesaw2's warpgroup 0), after the hand-off barriers: BAR_OFF + T_STEP_OFF
+constexpr int T_STEP_OFF = 8 * (STAGES * NCHUNK + 1 + S2_HANDOFFS);
+static_assert((STAGES * NCHUNK + 1 + S2_HANDOFFS + 2) * 8 <= S2_BAR_BYTES, "SEESAW2 layout: the step times");
 static_assert(NCHUNK % NGROUP == 0 && (STAGES * (2 * NGROUP + 1) + 1) * 8 <= 128, "barrier layout");
 // setmaxnreg: 384 threads x 168 registers at launch; the producer gives 128 of its 168 back.
 constexpr int PRODUCER_REGS = 40;
@@ -1273,8 +1276,10 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
         const int ta = 2 * i, slot = (i & 1) * BM;
         const bool has_b = ta + 1 < ntiles, next_a = ta + 2 < ntiles, next_b = ta + 3 < ntiles;
         float mx[2], m_use[2], sc[2], sum[2];
-        if (tid == 0 && i == 1) timeline::timeline_mark(timeline::SPLIT_STEP1);  // (-DKDENGINE_TIMELINE only)
-        if (tid == 0 && i == steps - 1) timeline::timeline_mark(timeline::SPLIT_LAST_STEP);
+#ifdef KDENGINE_TIMELINE  // the step marks: thread 0 keeps the times in shared memory (T_STEP_OFF), recorded after the loop
+        if (tid == 0 && i == 1) timeline::timeline_keep(sm + BAR_OFF + T_STEP_OFF, i);
+        if (tid == 0 && i == steps - 1) timeline::timeline_keep(sm + BAR_OFF + T_STEP_OFF + 8, i);
+#endif
         mask_rowmax<32, TAIL_ROLLED, true>(p, rows, s, start + ta * BN, prefix, end, mx, pre_bits(ta), pre_has(ta));
         move_max<true>(m, mx, m_use, sc);
         if (wtid % 4 == 0)
@@ -1663,6 +1668,12 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
       p.part_lse[row] = l[h] > 0.f ? (m[h] + log2f(l[h])) * 0.69314718056f : -INFINITY;
   }
   if (tid == 0) timeline::timeline_mark(timeline::SPLIT_END);
+#ifdef KDENGINE_TIMELINE  // seesaw2's step marks, kept in shared memory by thread 0 in the loop, recorded once O is written (ntiles > 2: two steps)
+  if (is_seesaw2(SCHEDULE) && tid == 0 && ntiles > 2) {
+    timeline::timeline_mark_at(timeline::SPLIT_STEP1, timeline::timeline_kept(sm + BAR_OFF + T_STEP_OFF));
+    timeline::timeline_mark_at(timeline::SPLIT_LAST_STEP, timeline::timeline_kept(sm + BAR_OFF + T_STEP_OFF + 8));
+  }
+#endif
 #else
   __trap();  // built without sm_90a: the launcher never selects this kernel there
 #endif

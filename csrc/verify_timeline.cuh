@@ -34,10 +34,12 @@ constexpr int MERGE_BLOCKS = 32768;  // slots per merge kind
 __host__ __device__ constexpr bool is_split(int kind) { return kind < MERGE_START || kind >= SPLIT_STEP1; }
 __host__ __device__ constexpr int capacity_of(int kind) { return is_split(kind) ? SPLIT_BLOCKS : MERGE_BLOCKS; }
 // the slots: the split kinds 0-2, the merge kinds 3-5, then the split kinds from 6
+// (not recursive: a call left in a kernel serializes its wgmma)
 __host__ __device__ constexpr int offset_of(int kind) {
   return kind <= MERGE_START ? kind * SPLIT_BLOCKS
          : kind <= SPLIT_STEP1 ? MERGE_START * SPLIT_BLOCKS + (kind - MERGE_START) * MERGE_BLOCKS
-                               : offset_of(SPLIT_STEP1) + (kind - SPLIT_STEP1) * SPLIT_BLOCKS;
+                               : MERGE_START * SPLIT_BLOCKS + (SPLIT_STEP1 - MERGE_START) * MERGE_BLOCKS +
+                                     (kind - SPLIT_STEP1) * SPLIT_BLOCKS;
 }
 constexpr int SLOTS = offset_of(NUM_KINDS);
 
@@ -55,15 +57,32 @@ static_assert(sizeof(Record) == 16, "the binding reads records as pairs of int64
 static __device__ Record records[SLOTS];  // this translation unit's buffer (internal linkage)
 #endif
 
-// Thread 0 of a block calls it (the caller checks); the asm's memory clobber keeps the block's earlier stores and
-// loads on their side of the timer read in the compiled order.
-__device__ __forceinline__ void timeline_mark(int kind) {
+// For marks inside a kernel's hot loop (the sm90 seesaw2 step marks): the %globaltimer read as a plain asm that depends
+// on `after` (a loop counter: it is not hoisted), kept in shared memory with a plain store, and recorded after the loop
+// (timeline_mark_at). A volatile read or store there made ptxas inject warpgroup waits into the wgmma loop (88 in
+// seesaw2's), and a record written right after the loop spilled its accumulators.
+__device__ __forceinline__ void timeline_keep(unsigned char* slot, int after) {
+#ifdef KDENGINE_TIMELINE
+  long long t;
+  asm("mov.u64 %0, %%globaltimer;" : "=l"(t) : "r"(after));
+  *reinterpret_cast<long long*>(slot) = t;
+#else
+  (void)slot;
+  (void)after;
+#endif
+}
+__device__ __forceinline__ long long timeline_kept(const unsigned char* slot) {
+  return *reinterpret_cast<const volatile long long*>(slot);
+}
+
+// Thread 0 of a block calls these (the caller checks). timeline_mark_at records time t (a timeline_now() reading);
+// timeline_mark reads the timer itself, its asm's memory clobber keeping the block's earlier stores and loads on their
+// side of the read in the compiled order.
+__device__ __forceinline__ void timeline_mark_at(int kind, long long t) {
 #ifdef KDENGINE_TIMELINE
   const unsigned block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
   if (block >= static_cast<unsigned>(capacity_of(kind))) return;
-  long long t;
   unsigned smid;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
   asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
   Record r;
   r.t_ns = t;
@@ -71,6 +90,17 @@ __device__ __forceinline__ void timeline_mark(int kind) {
   r.kind = static_cast<short>(kind);
   r.smid = static_cast<short>(smid);
   records[offset_of(kind) + block] = r;
+#else
+  (void)kind;
+  (void)t;
+#endif
+}
+
+__device__ __forceinline__ void timeline_mark(int kind) {
+#ifdef KDENGINE_TIMELINE
+  long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+  timeline_mark_at(kind, t);
 #else
   (void)kind;
 #endif
