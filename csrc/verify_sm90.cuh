@@ -256,8 +256,8 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // 2.4 us faster in ncu's cold launch at 65k T=16, the same as seesaw2 graph-replayed, where the code stays in the
 // instruction caches) in ldst_03a138e/; cp (2-CTA clusters of two splits, merged through distributed shared memory
 // into one partial per pair: half the partial bytes, the merge 0.6-1 us shorter, but the split blocks' work 8 us
-// longer at 65k, 9-12 us slower overall; the clusters put each pair on one TPC and the row tiles of one split, which
-// read the same KV, on different ones) in cp_7ceb62a/. Folded in on 2026-12-01: d32 (the
+// longer at 65k, 9-12 us slower overall; the clusters alone, which put the row tiles of a split on different TPCs, cost
+// 5.7 us at 65k T=64 and under 1 us at T=16, the rest is its own build's) in cp_7ceb62a/. Folded in on 2026-12-01: d32 (the
 // descriptors as 32-bit adds, d32_905c234/), unr (the TMA issue loop unrolled, g2_e0dfbe9/), spread (the stage-1
 // reloads from warp 1, la_ab24c16/).
 constexpr int NUM_SCHEDULES = SEESAW2_BAR + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
