@@ -224,12 +224,8 @@ constexpr int CONSUMER_REGS = 232;
 constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6, BAR_MAX = 8, BAR_ISSUE = 10;
 enum Schedule {
   BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, STAGGERED_SMALL = 5, STAGGERED_TAIL = 6, SEESAW2 = 7,
-  SEESAW2_BAR = 8, SEESAW2_PL = 9
+  SEESAW2_BAR = 8
 };
-// SEESAW2_PL (probe): SEESAW2 whose loading thread looks up the pool rows of tiles 0 and 1 together, ahead of the Q
-// load, before it issues the tiles' loads (SEESAW2 issues tile 0's loads between the two lookups: two dependent global
-// round trips before tile 1's first byte). The timeline's step marks put 8-9.6 us between a block's start and its
-// step 1 (Q, tiles 0 and 1, step 0) where a steady step takes 3.3-4.2 us (perf_history/kernel/pl_*/).
 // SEESAW2_BAR (SEESAW2's hand-offs on named barriers; SEESAW2 has them on mbarriers): 11 = warpgroup 0's running max after its tile published, 12 =
 // warpgroup 1's (the step's) published, 13 = P of the even tile (over its rope chunk) written, 14 = P of
 // the odd tile (over Q's rope chunk) written.
@@ -261,12 +257,14 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // instruction caches) in ldst_03a138e/; cp (2-CTA clusters of two splits, merged through distributed shared memory
 // into one partial per pair: half the partial bytes, the merge 0.6-1 us shorter, but the split blocks' work 8 us
 // longer at 65k, 9-12 us slower overall; the clusters alone, which put the row tiles of a split on different TPCs, cost
-// 5.7 us at 65k T=64 and under 1 us at T=16, the rest is its own build's) in cp_7ceb62a/. Folded in on 2026-12-01: d32 (the
+// 5.7 us at 65k T=64 and under 1 us at T=16, the rest is its own build's) in cp_7ceb62a/; pl (the first two tiles'
+// page lookups together, ahead of the Q load: the prologue 0.25-0.6 us shorter in the timeline, nothing graph-replayed)
+// in pl_98b83ff/. Folded in on 2026-12-01: d32 (the
 // descriptors as 32-bit adds, d32_905c234/), unr (the TMA issue loop unrolled, g2_e0dfbe9/), spread (the stage-1
 // reloads from warp 1, la_ab24c16/).
-constexpr int NUM_SCHEDULES = SEESAW2_PL + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
+constexpr int NUM_SCHEDULES = SEESAW2_BAR + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
 __host__ __device__ constexpr bool is_seesaw2(int schedule) {
-  return schedule == SEESAW2 || schedule == SEESAW2_BAR || schedule == SEESAW2_PL;
+  return schedule == SEESAW2 || schedule == SEESAW2_BAR;
 }
 __host__ __device__ constexpr int threads_of(int schedule) { return is_seesaw2(schedule) ? 128 * CONSUMERS : THREADS; }
 __host__ __device__ constexpr int smem_of(int schedule) { return is_seesaw2(schedule) ? S2_SMEM : SMEM; }
@@ -1064,17 +1062,11 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
   if constexpr (is_seesaw2(SCHEDULE)) {  // Q, all of tile 0, tile 1 (its chunks 4-8 first: the order of its S)
     if (tid == 0) {
       const int* pages = p.page_table + (size_t)b * p.max_pages;
-      int row0_pl = 0, row1_pl = 0;  // SEESAW2_PL: both lookups first
-      if constexpr (SCHEDULE == SEESAW2_PL) {
-        row0_pl = tile_row(p, pages, start);
-        row1_pl = ntiles > 1 ? tile_row(p, pages, start + BN) : 0;
-      }
       mbar_expect_tx(q_bar, TILE_BYTES);
       for (int k = 0; k < NCHUNK; ++k) tma_load(q_s + k * CHUNK_BYTES, &q_map, k * SW, b * p.R + row0, q_bar);
-      load_chunks(p, &kv_map, pages, start, SCHEDULE == SEESAW2_PL ? row0_pl : tile_row(p, pages, start), end, kv_s, 0,
-                  NCHUNK, full_bar);
+      load_chunks(p, &kv_map, pages, start, tile_row(p, pages, start), end, kv_s, 0, NCHUNK, full_bar);
       if (ntiles > 1) {
-        const int row1 = SCHEDULE == SEESAW2_PL ? row1_pl : tile_row(p, pages, start + BN);
+        const int row1 = tile_row(p, pages, start + BN);
         load_chunks(p, &kv_map, pages, start + BN, row1, end, kv_s + TILE_BYTES, 4, NCHUNK, full_bar + 8 * NCHUNK);
         load_chunks(p, &kv_map, pages, start + BN, row1, end, kv_s + TILE_BYTES, 0, 4, full_bar + 8 * NCHUNK);
       }
@@ -1704,9 +1696,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
 // registers) beside a running split block, but that did not shorten the merge (res_8ce7d1a/). __maxnreg__ and
 // __launch_bounds__ cannot be combined, not even on a specialization, and the 384-thread schedules keep their launch
 // bounds (under __maxnreg__(168) in their place ptxas gave three of them a 536-byte stack), hence a second wrapper.
-__host__ __device__ constexpr int maxnreg_of(int schedule) {
-  return schedule == SEESAW2 || schedule == SEESAW2_PL ? 240 : 0;
-}
+__host__ __device__ constexpr int maxnreg_of(int schedule) { return schedule == SEESAW2 ? 240 : 0; }
 template <int SCHEDULE>
 __global__ void __maxnreg__(maxnreg_of(SCHEDULE))
     verify_sm90_kernel_capped(const VerifyParams p, const __grid_constant__ CUtensorMap kv_map,
