@@ -1278,7 +1278,7 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
         const int ta = 2 * i, slot = (i & 1) * BM;
         const bool has_b = ta + 1 < ntiles, next_a = ta + 2 < ntiles, next_b = ta + 3 < ntiles;
         float mx[2], m_use[2], sc[2], sum[2];
-#ifdef KDENGINE_TIMELINE  // the step marks: thread 0 keeps the times in shared memory (T_STEP_OFF), recorded after the loop
+#ifdef KDENGINE_TIMELINE  // the step marks: thread 0 keeps the times in shared memory (T_STEP_OFF), recorded at the end
         if (tid == 0 && i == 1) timeline::timeline_keep(sm + BAR_OFF + T_STEP_OFF, i);
         if (tid == 0 && i == steps - 1) timeline::timeline_keep(sm + BAR_OFF + T_STEP_OFF + 8, i);
 #endif
@@ -1670,7 +1670,7 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
       p.part_lse[row] = l[h] > 0.f ? (m[h] + log2f(l[h])) * 0.69314718056f : -INFINITY;
   }
   if (tid == 0) timeline::timeline_mark(timeline::SPLIT_END);
-#ifdef KDENGINE_TIMELINE  // seesaw2's step marks, kept in shared memory by thread 0 in the loop, recorded once O is written (ntiles > 2: two steps)
+#ifdef KDENGINE_TIMELINE  // seesaw2's step marks (kept by thread 0 in the loop), once O is written; ntiles > 2: 2 steps
   if (is_seesaw2(SCHEDULE) && tid == 0 && ntiles > 2) {
     timeline::timeline_mark_at(timeline::SPLIT_STEP1, timeline::timeline_kept(sm + BAR_OFF + T_STEP_OFF));
     timeline::timeline_mark_at(timeline::SPLIT_LAST_STEP, timeline::timeline_kept(sm + BAR_OFF + T_STEP_OFF + 8));

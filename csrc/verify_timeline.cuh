@@ -58,9 +58,10 @@ static __device__ Record records[SLOTS];  // this translation unit's buffer (int
 #endif
 
 // For marks inside a kernel's hot loop (the sm90 seesaw2 step marks): the %globaltimer read as a plain asm that depends
-// on `after` (a loop counter: it is not hoisted), kept in shared memory with a plain store, and recorded after the loop
-// (timeline_mark_at). A volatile read or store there made ptxas inject warpgroup waits into the wgmma loop (88 in
-// seesaw2's), and a record written right after the loop spilled its accumulators.
+// on `after` (a loop counter: it is not hoisted), kept in shared memory with a plain store and recorded once the
+// kernel's accumulators are dead (timeline_mark_at). In this form seesaw2's timeline build has no spills and no added
+// warpgroup waits (13 more loop instructions). Forms built while offset_of was recursive (ptxas left it a call and
+// serialised the wgmma around it, C7509) spilled and ran 4x slower; the forms are not compared otherwise.
 __device__ __forceinline__ void timeline_keep(unsigned char* slot, int after) {
 #ifdef KDENGINE_TIMELINE
   long long t;
@@ -75,7 +76,7 @@ __device__ __forceinline__ long long timeline_kept(const unsigned char* slot) {
   return *reinterpret_cast<const volatile long long*>(slot);
 }
 
-// Thread 0 of a block calls these (the caller checks). timeline_mark_at records time t (a timeline_now() reading);
+// Thread 0 of a block calls these (the caller checks). timeline_mark_at records time t (a %globaltimer reading);
 // timeline_mark reads the timer itself, its asm's memory clobber keeping the block's earlier stores and loads on their
 // side of the read in the compiled order.
 __device__ __forceinline__ void timeline_mark_at(int kind, long long t) {
