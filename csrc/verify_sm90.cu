@@ -55,9 +55,10 @@ cudaError_t configure_sm90() {
 // A plain launch, one block per (row tile, split, sequence) with the row tile fastest, so the blocks that read one KV
 // range are adjacent in launch order, run on neighbouring SMs and share their reads on the way to L2 (interleaving
 // them the other way cost up to 7 us at 65k T=64: perf_history/kernel/stream_d70f087/; 2-CTA clusters along the
-// splits, which split them apart, 3.1x the L2 read sectors and 5.7 us there: cp_7ceb62a/placement_08f6017/). Measured on the H200 and not adopted: the row tiles in clusters of 2 (equal
-// within 0.6 us; of 4, two waves at T=64: cluster_43579f8/) and the kernel as a programmatic dependent of the one
-// before it (0.1-0.2 us in the sweep's back-to-back form, nothing in the decode engine: pdlsplit_d747bc7/).
+// splits, which split them apart, 3.1x the L2 read sectors and 5.7 us there: cp_7ceb62a/placement_08f6017/).
+// Measured on the H200 and not adopted: the row tiles in clusters of 2 (equal within 0.6 us; of 4, two waves at
+// T=64: cluster_43579f8/) and the kernel as a programmatic dependent of the one before it (0.1-0.2 us in the sweep's
+// back-to-back form, nothing in the decode engine: pdlsplit_d747bc7/).
 template <int SCHEDULE>
 cudaError_t launch_sm90_kernel(const VerifyParams& p, const CUtensorMap& kv_map, const CUtensorMap& q_map,
                                cudaStream_t stream) {

@@ -210,9 +210,9 @@ constexpr int S2_HANDOFFS = 5;  // SEESAW2's hand-off mbarriers after the q barr
 constexpr int S2_STATE_OFF = BAR_OFF + S2_BAR_BYTES;  // the same three [2][BM] fp32 tables
 constexpr int S2_SMEM = S2_STATE_OFF + 3 * 2 * BM * 4 + 1024;
 static_assert((STAGES * NCHUNK + 1 + S2_HANDOFFS) * 8 <= S2_BAR_BYTES && S2_SMEM <= 227 * 1024, "SEESAW2 layout");
-// The timeline build's two step times (thread 0 of seesaw2's warpgroup 0), after the hand-off barriers: BAR_OFF + T_STEP_OFF
-constexpr int T_STEP_OFF = 8 * (STAGES * NCHUNK + 1 + S2_HANDOFFS);
-static_assert((STAGES * NCHUNK + 1 + S2_HANDOFFS + 2) * 8 <= S2_BAR_BYTES, "SEESAW2 layout: the step times");
+// The timeline build's two step times (thread 0 of seesaw2's warpgroup 0), after the hand-off barriers
+constexpr int T_STEP_OFF = 8 * (STAGES * NCHUNK + 1 + S2_HANDOFFS);  // from BAR_OFF
+static_assert(T_STEP_OFF + 2 * 8 <= S2_BAR_BYTES, "SEESAW2 layout: the step times");
 static_assert(NCHUNK % NGROUP == 0 && (STAGES * (2 * NGROUP + 1) + 1) * 8 <= 128, "barrier layout");
 // setmaxnreg: 384 threads x 168 registers at launch; the producer gives 128 of its 168 back.
 constexpr int PRODUCER_REGS = 40;
