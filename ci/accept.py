@@ -90,18 +90,22 @@ def slowdown(row: dict) -> float | None:
 def apply(rows: list[dict], accepted: list[dict], needs_it) -> list[str]:
     """Mark the rows an acceptance covers (in place): `needs_it(row)` says whether a row's verdict would fail or
     hold the build (regressed, unsettled). Returns notes for the acceptances that covered no row."""
-    used = set()
-    wider: dict[tuple[str, str], dict] = {}  # a narrower acceptance of a row's benchmark -> the widest, which decided
-    by_name: dict[str, list[dict]] = {}
-    for a in accepted:
-        by_name.setdefault(a["name"], []).append(a)
+    # Acceptances by position in `accepted`: one commit may name a benchmark twice (two trailers), so neither
+    # (commit, name) nor the dicts' values tell two of them apart.
+    used: set[int] = set()
+    decided_by: dict[int, int] = {}  # another acceptance of a row's benchmark -> the widest, which decided
+    by_name: dict[str, list[int]] = {}
+    for i, a in enumerate(accepted):
+        by_name.setdefault(a["name"], []).append(i)
     for row in rows:
         if row.get("verdict") == "accepted" or not needs_it(row) or row.get("name") not in by_name:
             continue
         worse = slowdown(row)
-        a = max(by_name[row["name"]], key=lambda x: x["bound"])  # several commits may name it: the widest bound
-        used.add((a["commit"], a["name"]))
-        wider.update({(x["commit"], x["name"]): a for x in by_name[row["name"]] if x is not a})
+        named = by_name[row["name"]]
+        top = max(named, key=lambda i: accepted[i]["bound"])  # several trailers may name it: the widest bound
+        used.add(top)
+        decided_by.update({i: top for i in named if i != top})
+        a = accepted[top]
         where = f"{TRAILER} in {a['commit'][:10]}: up to {a['bound']:.1%}, {a['reason']}"
         if worse is not None and worse <= a["bound"]:
             row["verdict"] = "accepted"
@@ -110,11 +114,14 @@ def apply(rows: list[dict], accepted: list[dict], needs_it) -> list[str]:
         else:
             shown = "unknown" if worse is None else f"{worse:+.1%}"
             row["reason"] = f"{shown} is past the accepted bound ({where}); " + str(row.get("reason", ""))
-    def note(a: dict) -> str:
-        head = f"{TRAILER} in {a['commit'][:10]} for {a['name']} (up to {a['bound']:.1%})"
-        w = wider.get((a["commit"], a["name"]))
-        if w is not None:
-            return f"{head}: the wider bound in {w['commit'][:10]} (up to {w['bound']:.1%}) decided"
-        return f"{head}: no slowdown of it needed accepting here"
 
-    return [note(a) for a in accepted if (a["commit"], a["name"]) not in used]
+    def note(i: int) -> str:
+        a = accepted[i]
+        head = f"{TRAILER} in {a['commit'][:10]} for {a['name']} (up to {a['bound']:.1%})"
+        if i not in decided_by:
+            return f"{head}: no slowdown of it needed accepting here"
+        w = accepted[decided_by[i]]
+        which = "the wider bound" if w["bound"] > a["bound"] else "the same bound, named again"
+        return f"{head}: {which} in {w['commit'][:10]} (up to {w['bound']:.1%}) decided"
+
+    return [note(i) for i in range(len(accepted)) if i not in used]

@@ -118,6 +118,21 @@ def test_two_trailers_for_one_benchmark_the_widest_decides_and_the_other_is_name
                                    f"{'cd' * 5} (up to 6.0%) decided"]
 
 
+@pytest.mark.parametrize("bounds", [(0.02, 0.10), (0.10, 0.02), (0.06, 0.06)])
+def test_two_trailers_of_one_commit_for_one_benchmark_each_shown(bounds):
+    """One commit naming a benchmark twice (the H200 gate check of perf_history/gate/gpu_accept_621ee6a/): the other
+    trailer's note names the bound that decided; keyed by (commit, name) it had no note at all."""
+    acc = [{"commit": "ab" * 20, "name": W, "bound": b, "reason": f"r{k}"} for k, b in enumerate(bounds)]
+    row = {"name": W, "verdict": "regressed", "worse": 0.05, "threshold": 0.01, "reason": "x"}
+    out = gate.summarize("a" * 40, "b" * 40, [{"machine": MACHINE, "notes": [], "benchmarks": [row]}], acc)
+    top = max(bounds)
+    assert out["benchmarks"][0]["acceptance"]["bound"] == top
+    assert out["benchmarks"][0]["verdict"] == ("accepted" if top >= 0.05 else "regressed")
+    which = "the wider bound" if min(bounds) < top else "the same bound, named again"
+    assert out["accept_notes"] == [f"{accept.TRAILER} in {'ab' * 5} for {W} (up to {min(bounds):.1%}): {which} in "
+                                   f"{'ab' * 5} (up to {top:.1%}) decided"]
+
+
 def test_a_trailer_of_an_older_commit_does_not_carry_over(tmp_path):
     """Accepted at the commit that made the trade, never for a later commit's own slowdown."""
     repo, results, shas = history(tmp_path, "an unrelated slowdown", older_message=f"old\n\nPerf-Accepted: {W} 9% old")

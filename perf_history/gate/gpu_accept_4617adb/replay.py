@@ -1,13 +1,20 @@
-"""Re-judge the H200 gate runs of perf_history/gate/gpu_accept_4617adb/ with this checkout's decision code: every row
-that had confirmation rounds is confirmed again from its stored interleaved round medians (real GPU runs), the trades
-of the measured commit (git, its Perf-Accepted trailers) applied, and the verdicts and exit code printed."""
+"""Re-judge stored H200 gate runs with this checkout's decision code: every row that had confirmation rounds is
+confirmed again from its stored interleaved round medians (real GPU runs), the trades of the measured commit (git, its
+Perf-Accepted trailers) applied, and the verdicts, exit code and trade notes printed.
+
+    python replay.py                                  the four runs of perf_history/gate/gpu_accept_4617adb/
+    python replay.py DIR RUN.json[:COMMIT] ...        other runs (COMMIT: the plant whose trailers apply)"""
 import copy, json, sys, tomllib
 from ci import accept, gate
 
 config = tomllib.loads(open("ci/thresholds.toml").read())
 DIR = "perf_history/gate/gpu_accept_4617adb/"
-for path, commit in [("run1_d8a47510c2.json", None), ("call2/run0_f05750e7c2.json", None),
-                     ("run2_ba18f109b4.json", "ba18f10"), ("call2/run1_d6a41910a8.json", "d6a4191")]:
+RUNS = [("run1_d8a47510c2.json", None), ("call2/run0_f05750e7c2.json", None),
+        ("run2_ba18f109b4.json", "ba18f10"), ("call2/run1_d6a41910a8.json", "d6a4191")]
+if len(sys.argv) > 2:
+    DIR = sys.argv[1].rstrip("/") + "/"
+    RUNS = [(arg.partition(":")[0], arg.partition(":")[2] or None) for arg in sys.argv[2:]]
+for path, commit in RUNS:
     doc = json.load(open(DIR + path))
     rows = []
     for b in copy.deepcopy(doc["benchmarks"]):
