@@ -224,8 +224,12 @@ constexpr int CONSUMER_REGS = 232;
 constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6, BAR_MAX = 8, BAR_ISSUE = 10;
 enum Schedule {
   BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, STAGGERED_SMALL = 5, STAGGERED_TAIL = 6, SEESAW2 = 7,
-  SEESAW2_BAR = 8
+  SEESAW2_BAR = 8, SEESAW2_PF = 9
 };
+// SEESAW2_PF (probe): SEESAW2 whose row tile 0 block prefetches the KV tiles of the next step's reloads into L2
+// (cp.async.bulk.prefetch.tensor) at the top of each step, from pool rows looked up a step earlier under the S wait
+// (no dependent global load before the prefetch issue). At 65k T=16 a steady step takes ~1 us longer than at 16k T=64,
+// the same per-block work with a quarter of the DRAM stream (perf_history/kernel/pl_98b83ff/steps_6ef17ef/).
 // SEESAW2_BAR (SEESAW2's hand-offs on named barriers; SEESAW2 has them on mbarriers): 11 = warpgroup 0's running max after its tile published, 12 =
 // warpgroup 1's (the step's) published, 13 = P of the even tile (over its rope chunk) written, 14 = P of
 // the odd tile (over Q's rope chunk) written.
@@ -262,9 +266,9 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // in pl_98b83ff/. Folded in on 2026-12-01: d32 (the
 // descriptors as 32-bit adds, d32_905c234/), unr (the TMA issue loop unrolled, g2_e0dfbe9/), spread (the stage-1
 // reloads from warp 1, la_ab24c16/).
-constexpr int NUM_SCHEDULES = SEESAW2_BAR + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
+constexpr int NUM_SCHEDULES = SEESAW2_PF + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
 __host__ __device__ constexpr bool is_seesaw2(int schedule) {
-  return schedule == SEESAW2 || schedule == SEESAW2_BAR;
+  return schedule == SEESAW2 || schedule == SEESAW2_BAR || schedule == SEESAW2_PF;
 }
 __host__ __device__ constexpr int threads_of(int schedule) { return is_seesaw2(schedule) ? 128 * CONSUMERS : THREADS; }
 __host__ __device__ constexpr int smem_of(int schedule) { return is_seesaw2(schedule) ? S2_SMEM : SMEM; }
@@ -917,6 +921,17 @@ __device__ __forceinline__ void load_chunks(const VerifyParams& p, const CUtenso
   }
 }
 
+// SEESAW2_PF: the 9 chunk boxes of the KV tile at pool row `row` (tile_row; -1: pages shorter than a tile, nothing
+// prefetched) prefetched into L2. Called by one thread; nothing waits for it.
+__device__ __forceinline__ void prefetch_tile_l2(const CUtensorMap* kv_map, int row) {
+  if (row < 0) return;
+#pragma unroll
+  for (int k = 0; k < NCHUNK; ++k)
+    asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n" ::"l"(
+                     reinterpret_cast<uint64_t>(kv_map)), "r"(k * SW), "r"(row)
+                 : "memory");
+}
+
 // S k-steps of chunks [C0, C1) of a tile, each chunk once its full barrier (fb + 8 chunk, `parity`) has
 // flipped; the rope chunk (8) from Q in registers (q8), the others from shared memory. FIRST: the first
 // k-step starts S (scale-d 0). Not committed. Each k-step's descriptors in desc_at's 32-bit form (d32_905c234/).
@@ -1255,9 +1270,19 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
     // loader, row_b2 by loader_b) at the end of step i - 1 (after its S issue, under the S wait; t = ta + 2 of step i)
     // and at the first S.
     int row_a2 = 0, row_b2 = 0;
+    // SEESAW2_PF: one thread (warp 2 of warpgroup 0) of row tile 0's block looks up the rows of tiles t + 2, t + 3 here
+    // and prefetches them into L2 at the top of the next step (their reloads are that step's successor's).
+    const bool pf_thread = SCHEDULE == SEESAW2_PF && w == 0 && wtid == 64 && blockIdx.x == 0;
+    int pf_a = -1, pf_b = -1;
     auto look_ahead = [&](int t) {
       if (loader) row_a2 = t < ntiles ? tile_row(p, pages, start + t * BN) : 0;
       if (loader_b) row_b2 = t + 1 < ntiles ? tile_row(p, pages, start + (t + 1) * BN) : 0;
+      if constexpr (SCHEDULE == SEESAW2_PF) {
+        if (pf_thread) {
+          pf_a = t + 2 < ntiles ? tile_row(p, pages, start + (t + 2) * BN) : -1;
+          pf_b = t + 3 < ntiles ? tile_row(p, pages, start + (t + 3) * BN) : -1;
+        }
+      }
     };
     auto zero_tail = [&](int t, int st, uint32_t fb) {  // rows past `end` of tile t (stage st), this warpgroup
       const int tile_start = start + t * BN;
@@ -1278,6 +1303,13 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
         const int ta = 2 * i, slot = (i & 1) * BM;
         const bool has_b = ta + 1 < ntiles, next_a = ta + 2 < ntiles, next_b = ta + 3 < ntiles;
         float mx[2], m_use[2], sc[2], sum[2];
+        if constexpr (SCHEDULE == SEESAW2_PF) {
+          if (pf_thread) {
+            prefetch_tile_l2(&kv_map, pf_a);
+            prefetch_tile_l2(&kv_map, pf_b);
+            pf_a = pf_b = -1;  // (a last step has no look-ahead: nothing prefetched twice)
+          }
+        }
 #ifdef KDENGINE_TIMELINE  // the step marks: thread 0 keeps the times in shared memory (T_STEP_OFF), recorded at the end
         if (tid == 0 && i == 1) timeline::timeline_keep(sm + BAR_OFF + T_STEP_OFF, i);
         if (tid == 0 && i == steps - 1) timeline::timeline_keep(sm + BAR_OFF + T_STEP_OFF + 8, i);
@@ -1696,7 +1728,9 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
 // registers) beside a running split block, but that did not shorten the merge (res_8ce7d1a/). __maxnreg__ and
 // __launch_bounds__ cannot be combined, not even on a specialization, and the 384-thread schedules keep their launch
 // bounds (under __maxnreg__(168) in their place ptxas gave three of them a 536-byte stack), hence a second wrapper.
-__host__ __device__ constexpr int maxnreg_of(int schedule) { return schedule == SEESAW2 ? 240 : 0; }
+__host__ __device__ constexpr int maxnreg_of(int schedule) {
+  return schedule == SEESAW2 || schedule == SEESAW2_PF ? 240 : 0;
+}
 template <int SCHEDULE>
 __global__ void __maxnreg__(maxnreg_of(SCHEDULE))
     verify_sm90_kernel_capped(const VerifyParams p, const __grid_constant__ CUtensorMap kv_map,
