@@ -226,9 +226,11 @@ enum Schedule {
   BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, STAGGERED_SMALL = 5, STAGGERED_TAIL = 6, SEESAW2 = 7,
   SEESAW2_BAR = 8, SEESAW2_PF = 9
 };
-// SEESAW2_PF (probe): SEESAW2 whose row tile 0 block prefetches the KV tiles of the next step's reloads into L2
-// (cp.async.bulk.prefetch.tensor) at the top of each step, from pool rows looked up a step earlier under the S wait
-// (no dependent global load before the prefetch issue). At 65k T=16 a steady step takes ~1 us longer than at 16k T=64,
+// SEESAW2_PF (probe): SEESAW2 whose row tile 0 block prefetches the KV tiles of the next step's reloads into L2 at the
+// top of each step (one warp, prefetch.global.L2 per 128-byte line: 18 a lane and tile), from pool rows looked up a
+// step earlier under the S wait (no dependent global load before the prefetch issue). Its first form issued the
+// prefetches through the TMA unit (cp.async.bulk.prefetch.tensor): 65k T=64 17% slower, T=16 within the spread
+// (perf_history/kernel/pf_be6ebd5/). At 65k T=16 a steady step takes ~1 us longer than at 16k T=64,
 // the same per-block work with a quarter of the DRAM stream (perf_history/kernel/pl_98b83ff/steps_6ef17ef/).
 // SEESAW2_BAR (SEESAW2's hand-offs on named barriers; SEESAW2 has them on mbarriers): 11 = warpgroup 0's running max after its tile published, 12 =
 // warpgroup 1's (the step's) published, 13 = P of the even tile (over its rope chunk) written, 14 = P of
@@ -921,15 +923,14 @@ __device__ __forceinline__ void load_chunks(const VerifyParams& p, const CUtenso
   }
 }
 
-// SEESAW2_PF: the 9 chunk boxes of the KV tile at pool row `row` (tile_row; -1: pages shorter than a tile, nothing
-// prefetched) prefetched into L2. Called by one thread; nothing waits for it.
-__device__ __forceinline__ void prefetch_tile_l2(const CUtensorMap* kv_map, int row) {
+// SEESAW2_PF: the KV tile at pool row `row` (tile_row; -1: pages shorter than a tile, nothing prefetched: a tile is
+// then not contiguous) prefetched into L2, 128-byte line by line from one warp (lane: its lane). Nothing waits for it.
+__device__ __forceinline__ void prefetch_tile_l2(const __nv_bfloat16* kv, int row, int lane) {
   if (row < 0) return;
+  const char* tile = reinterpret_cast<const char*>(kv + static_cast<size_t>(row) * D_QK);
 #pragma unroll
-  for (int k = 0; k < NCHUNK; ++k)
-    asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n" ::"l"(
-                     reinterpret_cast<uint64_t>(kv_map)), "r"(k * SW), "r"(row)
-                 : "memory");
+  for (int i = 0; i < TILE_BYTES / 128 / 32; ++i)
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(tile + (i * 32 + lane) * 128) : "memory");
 }
 
 // S k-steps of chunks [C0, C1) of a tile, each chunk once its full barrier (fb + 8 chunk, `parity`) has
@@ -1270,9 +1271,9 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
     // loader, row_b2 by loader_b) at the end of step i - 1 (after its S issue, under the S wait; t = ta + 2 of step i)
     // and at the first S.
     int row_a2 = 0, row_b2 = 0;
-    // SEESAW2_PF: one thread (warp 2 of warpgroup 0) of row tile 0's block looks up the rows of tiles t + 2, t + 3 here
-    // and prefetches them into L2 at the top of the next step (their reloads are that step's successor's).
-    const bool pf_thread = SCHEDULE == SEESAW2_PF && w == 0 && wtid == 64 && blockIdx.x == 0;
+    // SEESAW2_PF: warp 2 of warpgroup 0 in row tile 0's block looks up the rows of tiles t + 2, t + 3 here (every lane
+    // the same entry) and prefetches them into L2 at the top of the next step (their reloads are that step's successor's).
+    const bool pf_thread = SCHEDULE == SEESAW2_PF && w == 0 && wtid / 32 == 2 && blockIdx.x == 0;
     int pf_a = -1, pf_b = -1;
     auto look_ahead = [&](int t) {
       if (loader) row_a2 = t < ntiles ? tile_row(p, pages, start + t * BN) : 0;
@@ -1305,8 +1306,8 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
         float mx[2], m_use[2], sc[2], sum[2];
         if constexpr (SCHEDULE == SEESAW2_PF) {
           if (pf_thread) {
-            prefetch_tile_l2(&kv_map, pf_a);
-            prefetch_tile_l2(&kv_map, pf_b);
+            prefetch_tile_l2(p.kv, pf_a, tid % 32);
+            prefetch_tile_l2(p.kv, pf_b, tid % 32);
             pf_a = pf_b = -1;  // (a last step has no look-ahead: nothing prefetched twice)
           }
         }
