@@ -226,11 +226,14 @@ enum Schedule {
   BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, STAGGERED_SMALL = 5, STAGGERED_TAIL = 6, SEESAW2 = 7,
   SEESAW2_BAR = 8, SEESAW2_PF = 9
 };
-// SEESAW2_PF (probe): SEESAW2 whose row tile 0 block prefetches the KV tiles of the next step's reloads into L2 at the
-// top of each step (one warp, prefetch.global.L2 per 128-byte line: 18 a lane and tile), from pool rows looked up a
-// step earlier under the S wait (no dependent global load before the prefetch issue). Its first form issued the
-// prefetches through the TMA unit (cp.async.bulk.prefetch.tensor): 65k T=64 17% slower, T=16 within the spread
-// (perf_history/kernel/pf_be6ebd5/). At 65k T=16 a steady step takes ~1 us longer than at 16k T=64,
+// SEESAW2_PF (probe): SEESAW2 with the KV tiles of the next step's reloads prefetched into L2 at the top of each step
+// from step 1 on, by one warp of each row tile's block (prefetch.global.L2 per 128-byte line: 18 a lane and tile; row
+// tile 0's block the even tile, row tile 1's the odd one), from pool rows looked up a step earlier under the S wait (no
+// dependent global load before the prefetch issue); only with 2 row tiles (64 < T * H <= 128), where a tile's DRAM
+// read is shared by 2 blocks. Its first two forms (row tile 0's block prefetching both tiles from step 0 on, at
+// every T: through the TMA unit, perf_history/kernel/pf_be6ebd5/, then by prefetch.global.L2, pf_b4cbb8f/): 65k T=64 17-19% slower;
+// at 65k T=16 the steady loop (step 1 -> the last step) 1.0-1.2 us shorter and the prologue 1.7-2.3 us longer (its
+// step 0 prefetches ran into the start's DRAM burst), the call within the spread. At 65k T=16 a steady step takes ~1 us longer than at 16k T=64,
 // the same per-block work with a quarter of the DRAM stream (perf_history/kernel/pl_98b83ff/steps_6ef17ef/).
 // SEESAW2_BAR (SEESAW2's hand-offs on named barriers; SEESAW2 has them on mbarriers): 11 = warpgroup 0's running max after its tile published, 12 =
 // warpgroup 1's (the step's) published, 13 = P of the even tile (over its rope chunk) written, 14 = P of
@@ -1271,17 +1274,18 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
     // loader, row_b2 by loader_b) at the end of step i - 1 (after its S issue, under the S wait; t = ta + 2 of step i)
     // and at the first S.
     int row_a2 = 0, row_b2 = 0;
-    // SEESAW2_PF: warp 2 of warpgroup 0 in row tile 0's block looks up the rows of tiles t + 2, t + 3 here (every lane
-    // the same entry) and prefetches them into L2 at the top of the next step (their reloads are that step's successor's).
-    const bool pf_thread = SCHEDULE == SEESAW2_PF && w == 0 && wtid / 32 == 2 && blockIdx.x == 0;
-    int pf_a = -1, pf_b = -1;
+    // SEESAW2_PF: warp 2 of warpgroup 0 looks up the row of tile t + 2 (row tile 0's block) or t + 3 (row tile 1's)
+    // here, every lane the same entry, and prefetches it into L2 at the top of the next step (its reload is that step's
+    // successor's); none from the prologue's look-ahead (t = 2): step 0 runs in the start's DRAM burst.
+    const bool pf_thread = SCHEDULE == SEESAW2_PF && w == 0 && wtid / 32 == 2 && gridDim.x == 2;
+    int pf_row = -1;
     auto look_ahead = [&](int t) {
       if (loader) row_a2 = t < ntiles ? tile_row(p, pages, start + t * BN) : 0;
       if (loader_b) row_b2 = t + 1 < ntiles ? tile_row(p, pages, start + (t + 1) * BN) : 0;
       if constexpr (SCHEDULE == SEESAW2_PF) {
         if (pf_thread) {
-          pf_a = t + 2 < ntiles ? tile_row(p, pages, start + (t + 2) * BN) : -1;
-          pf_b = t + 3 < ntiles ? tile_row(p, pages, start + (t + 3) * BN) : -1;
+          const int tp = t + 2 + blockIdx.x;
+          pf_row = t > 2 && tp < ntiles ? tile_row(p, pages, start + tp * BN) : -1;
         }
       }
     };
@@ -1306,9 +1310,8 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
         float mx[2], m_use[2], sc[2], sum[2];
         if constexpr (SCHEDULE == SEESAW2_PF) {
           if (pf_thread) {
-            prefetch_tile_l2(p.kv, pf_a, tid % 32);
-            prefetch_tile_l2(p.kv, pf_b, tid % 32);
-            pf_a = pf_b = -1;  // (a last step has no look-ahead: nothing prefetched twice)
+            prefetch_tile_l2(p.kv, pf_row, tid % 32);
+            pf_row = -1;  // (a last step has no look-ahead: nothing prefetched twice)
           }
         }
 #ifdef KDENGINE_TIMELINE  // the step marks: thread 0 keeps the times in shared memory (T_STEP_OFF), recorded at the end
