@@ -224,17 +224,8 @@ constexpr int CONSUMER_REGS = 232;
 constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6, BAR_MAX = 8, BAR_ISSUE = 10;
 enum Schedule {
   BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, STAGGERED_SMALL = 5, STAGGERED_TAIL = 6, SEESAW2 = 7,
-  SEESAW2_BAR = 8, SEESAW2_PF = 9
+  SEESAW2_BAR = 8
 };
-// SEESAW2_PF (probe): SEESAW2 with the KV tiles of the next step's reloads prefetched into L2 at the top of each step
-// from step 1 on, by one warp of each row tile's block (prefetch.global.L2 per 128-byte line: 18 a lane and tile; row
-// tile 0's block the even tile, row tile 1's the odd one), from pool rows looked up a step earlier under the S wait (no
-// dependent global load before the prefetch issue); only with 2 row tiles (64 < T * H <= 128), where a tile's DRAM
-// read is shared by 2 blocks. Its first two forms (row tile 0's block prefetching both tiles from step 0 on, at
-// every T: through the TMA unit, perf_history/kernel/pf_be6ebd5/, then by prefetch.global.L2, pf_b4cbb8f/): 65k T=64 17-19% slower;
-// at 65k T=16 the steady loop (step 1 -> the last step) 1.0-1.2 us shorter and the prologue 1.7-2.3 us longer (its
-// step 0 prefetches ran into the start's DRAM burst), the call within the spread. At 65k T=16 a steady step takes ~1 us longer than at 16k T=64,
-// the same per-block work with a quarter of the DRAM stream (perf_history/kernel/pl_98b83ff/steps_6ef17ef/).
 // SEESAW2_BAR (SEESAW2's hand-offs on named barriers; SEESAW2 has them on mbarriers): 11 = warpgroup 0's running max after its tile published, 12 =
 // warpgroup 1's (the step's) published, 13 = P of the even tile (over its rope chunk) written, 14 = P of
 // the odd tile (over Q's rope chunk) written.
@@ -268,12 +259,15 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // longer at 65k, 9-12 us slower overall; the clusters alone, which put the row tiles of a split on different TPCs, cost
 // 5.7 us at 65k T=64 and under 1 us at T=16, the rest is its own build's) in cp_7ceb62a/; pl (the first two tiles'
 // page lookups together, ahead of the Q load: the prologue 0.25-0.6 us shorter in the timeline, nothing graph-replayed)
-// in pl_98b83ff/. Folded in on 2026-12-01: d32 (the
+// in pl_98b83ff/; pf (the next step's tiles prefetched into L2, three forms: by the TMA unit or prefetch.global.L2,
+// from row tile 0's block at every T: 65k T=64 17-19% slower; one tile per row tile's block from step 1 on, at T * H <=
+// 128 only: 65k T=16 within the spread, and its inactive code alone 4% slower at 65k T=64) in pf_{be6ebd5,b4cbb8f,
+// 659e0cb}/. Folded in on 2026-12-01: d32 (the
 // descriptors as 32-bit adds, d32_905c234/), unr (the TMA issue loop unrolled, g2_e0dfbe9/), spread (the stage-1
 // reloads from warp 1, la_ab24c16/).
-constexpr int NUM_SCHEDULES = SEESAW2_PF + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
+constexpr int NUM_SCHEDULES = SEESAW2_BAR + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
 __host__ __device__ constexpr bool is_seesaw2(int schedule) {
-  return schedule == SEESAW2 || schedule == SEESAW2_BAR || schedule == SEESAW2_PF;
+  return schedule == SEESAW2 || schedule == SEESAW2_BAR;
 }
 __host__ __device__ constexpr int threads_of(int schedule) { return is_seesaw2(schedule) ? 128 * CONSUMERS : THREADS; }
 __host__ __device__ constexpr int smem_of(int schedule) { return is_seesaw2(schedule) ? S2_SMEM : SMEM; }
@@ -926,16 +920,6 @@ __device__ __forceinline__ void load_chunks(const VerifyParams& p, const CUtenso
   }
 }
 
-// SEESAW2_PF: the KV tile at pool row `row` (tile_row; -1: pages shorter than a tile, nothing prefetched: a tile is
-// then not contiguous) prefetched into L2, 128-byte line by line from one warp (lane: its lane). Nothing waits for it.
-__device__ __forceinline__ void prefetch_tile_l2(const __nv_bfloat16* kv, int row, int lane) {
-  if (row < 0) return;
-  const char* tile = reinterpret_cast<const char*>(kv + static_cast<size_t>(row) * D_QK);
-#pragma unroll
-  for (int i = 0; i < TILE_BYTES / 128 / 32; ++i)
-    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(tile + (i * 32 + lane) * 128) : "memory");
-}
-
 // S k-steps of chunks [C0, C1) of a tile, each chunk once its full barrier (fb + 8 chunk, `parity`) has
 // flipped; the rope chunk (8) from Q in registers (q8), the others from shared memory. FIRST: the first
 // k-step starts S (scale-d 0). Not committed. Each k-step's descriptors in desc_at's 32-bit form (d32_905c234/).
@@ -1274,20 +1258,9 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
     // loader, row_b2 by loader_b) at the end of step i - 1 (after its S issue, under the S wait; t = ta + 2 of step i)
     // and at the first S.
     int row_a2 = 0, row_b2 = 0;
-    // SEESAW2_PF: warp 2 of warpgroup 0 looks up the row of tile t + 2 (row tile 0's block) or t + 3 (row tile 1's)
-    // here, every lane the same entry, and prefetches it into L2 at the top of the next step (its reload is that step's
-    // successor's); none from the prologue's look-ahead (t = 2): step 0 runs in the start's DRAM burst.
-    const bool pf_thread = SCHEDULE == SEESAW2_PF && w == 0 && wtid / 32 == 2 && gridDim.x == 2;
-    int pf_row = -1;
     auto look_ahead = [&](int t) {
       if (loader) row_a2 = t < ntiles ? tile_row(p, pages, start + t * BN) : 0;
       if (loader_b) row_b2 = t + 1 < ntiles ? tile_row(p, pages, start + (t + 1) * BN) : 0;
-      if constexpr (SCHEDULE == SEESAW2_PF) {
-        if (pf_thread) {
-          const int tp = t + 2 + blockIdx.x;
-          pf_row = t > 2 && tp < ntiles ? tile_row(p, pages, start + tp * BN) : -1;
-        }
-      }
     };
     auto zero_tail = [&](int t, int st, uint32_t fb) {  // rows past `end` of tile t (stage st), this warpgroup
       const int tile_start = start + t * BN;
@@ -1308,12 +1281,6 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
         const int ta = 2 * i, slot = (i & 1) * BM;
         const bool has_b = ta + 1 < ntiles, next_a = ta + 2 < ntiles, next_b = ta + 3 < ntiles;
         float mx[2], m_use[2], sc[2], sum[2];
-        if constexpr (SCHEDULE == SEESAW2_PF) {
-          if (pf_thread) {
-            prefetch_tile_l2(p.kv, pf_row, tid % 32);
-            pf_row = -1;  // (a last step has no look-ahead: nothing prefetched twice)
-          }
-        }
 #ifdef KDENGINE_TIMELINE  // the step marks: thread 0 keeps the times in shared memory (T_STEP_OFF), recorded at the end
         if (tid == 0 && i == 1) timeline::timeline_keep(sm + BAR_OFF + T_STEP_OFF, i);
         if (tid == 0 && i == steps - 1) timeline::timeline_keep(sm + BAR_OFF + T_STEP_OFF + 8, i);
@@ -1732,9 +1699,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
 // registers) beside a running split block, but that did not shorten the merge (res_8ce7d1a/). __maxnreg__ and
 // __launch_bounds__ cannot be combined, not even on a specialization, and the 384-thread schedules keep their launch
 // bounds (under __maxnreg__(168) in their place ptxas gave three of them a 536-byte stack), hence a second wrapper.
-__host__ __device__ constexpr int maxnreg_of(int schedule) {
-  return schedule == SEESAW2 || schedule == SEESAW2_PF ? 240 : 0;
-}
+__host__ __device__ constexpr int maxnreg_of(int schedule) { return schedule == SEESAW2 ? 240 : 0; }
 template <int SCHEDULE>
 __global__ void __maxnreg__(maxnreg_of(SCHEDULE))
     verify_sm90_kernel_capped(const VerifyParams p, const __grid_constant__ CUtensorMap kv_map,

@@ -8,8 +8,6 @@ implementation so torch.compile and CUDA graphs see it.
 
 from __future__ import annotations
 
-import os
-
 import torch
 
 from kdengine import env
@@ -192,18 +190,15 @@ SM90_MIN_TOKENS_PER_SPLIT = 128
 # score, trees for the row max and sums): 0.4-0.8% faster at T=64 (perf_history/kernel/s2soft_f222390/). The default
 # from SEESAW2_MIN_ROWS query rows and SEESAW2_MIN_TILES KV tiles per split (below).
 SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4, "staggered_small": 5, "staggered_tail": 6,
-             "seesaw2": 7, "seesaw2_bar": 8, "seesaw2_pf": 9}
+             "seesaw2": 7, "seesaw2_bar": 8}
 # Schedules compiled under a register cap (csrc/verify_sm90.cuh maxnreg_of; their kernel is verify_sm90_kernel_capped):
 # seesaw2 at 240, faster than at its launch bounds' 255 (perf_history/kernel/res_8ce7d1a/, res2_7053082/).
-REGISTER_CAPS = {"seesaw2": 240, "seesaw2_pf": 240}
-# Probe: seesaw2_pf = seesaw2 with the next step's reload tiles prefetched into L2 by row tile 0's block (csrc/
-# verify_sm90.cuh SEESAW2_PF). SM90_PF: the dispatched call uses it where it would use seesaw2.
-SM90_PF = os.environ.get("KDENGINE_SM90_PF") == "1"
+REGISTER_CAPS = {"seesaw2": 240}
 # seesaw2's probes (swap, early, se, qc, seq, eno, mid; 2-CTA multicast clusters; earlier v0, ahead, alate, apro, aolp;
-# ring4 and late of 2026-12-01; stream, stream-K over the SMs, mpf, bulk, ldst, cp and pl of 2026-12-02), each measured
+# ring4 and late of 2026-12-01; stream, stream-K over the SMs, mpf, bulk, ldst, cp, pl and pf of 2026-12-02), each measured
 # on the H200 slower than seesaw2 or within the spread, are gone (csrc/verify_sm90.cuh says where each one's evidence
 # is; their code: the csrc history up to dd10800, and the patches under perf_history/kernel/{ring4_1d11a74,
-# late_14c0a94,stream_d70f087,bulk_12bb1ab,ldst_03a138e,cp_7ceb62a,pl_98b83ff}/).
+# late_14c0a94,stream_d70f087,bulk_12bb1ab,ldst_03a138e,cp_7ceb62a,pl_98b83ff,pf_659e0cb}/).
 # The probe stsm (P written by stmatrix) became
 # seesaw2 (perf_history/kernel/stsm_8449746/), and so did d32 (its descriptors as 32-bit adds; d32_905c234/) and
 # unr (the TMA issue loops unrolled; g2_e0dfbe9/, where g2, two chunks per full barrier, was slower) and spread (a
@@ -315,7 +310,7 @@ def pick_schedule(T: int, H: int, tiles_per_split: int | None = None) -> str:
     call; None: not considered)."""
     if (SEESAW2_MIN_ROWS is not None and T * H >= SEESAW2_MIN_ROWS
             and (tiles_per_split is None or tiles_per_split >= SEESAW2_MIN_TILES)):
-        return "seesaw2_pf" if SM90_PF else "seesaw2"
+        return "seesaw2"
     if HALF_MIN_ROWS is not None and T * H >= HALF_MIN_ROWS:
         return "half"
     if PAIR_MIN_ROWS is not None and T * H >= PAIR_MIN_ROWS:
