@@ -121,6 +121,28 @@ def test_records_keep_the_kernel_harness_section(tmp_path):
     assert "kernel harness" in text and "# asv results" in text and "## gpu-a" in text
 
 
+def test_records_list_what_a_partial_newest_run_left_out_with_its_older_run():
+    """A gate check's filtered run (8 workloads) is the newest: the section still shows every workload history has, the
+    left-out ones once each, from the newest run that measured them, with that run's commit."""
+    P = history.Point
+    old = history.Run("1" * 40, "gpu-a", 1_700_000_000.0, {
+        "verify/cuda/ctx4096/T16": P(20e-6, "seconds", "lower"), "verify/triton/ctx4096/T16": P(40e-6, "seconds", "lower"),
+        "verify/triton/ctx65536/T16": P(130e-6, "seconds", "lower")}, {"gpu": "NVIDIA H200"})
+    mid = history.Run("2" * 40, "gpu-a", 1_700_000_100.0, {
+        "verify/triton/ctx4096/T16": P(39e-6, "seconds", "lower")}, {"gpu": "NVIDIA H200"})
+    new = history.Run("3" * 40, "gpu-a", 1_700_000_200.0, {
+        "verify/cuda/ctx4096/T16": P(12e-6, "seconds", "lower")}, {"gpu": "NVIDIA H200"})
+    text = record.format_record({"gpu-a": [old, mid, new]})
+    lines = text.splitlines()
+    assert "commit: " + "3" * 12 in text and "not in that run (2 workloads)" in text
+    left_out = lines[lines.index(next(ln for ln in lines if ln.startswith("not in that run"))) + 1:]
+    assert [ln.split()[2] for ln in left_out if ln.strip()] == ["triton", "triton"]
+    assert "2" * 12 in left_out[0] and " 39 µs" in left_out[0]  # the newest value of triton 4k, from mid
+    assert "1" * 12 in left_out[1] and " 64k " in left_out[1]
+    assert sum("  cuda " in ln for ln in lines) == 1  # cuda 4k from the newest run only
+    assert "not in that run" not in record.format_record({"gpu-a": [old]})  # a complete run: the table alone
+
+
 def test_records_show_ours_over_flashmla_where_the_run_has_the_peer():
     P = history.Point
     points = {"verify/cuda/ctx65536/T16": P(130e-6, "seconds", "lower"),
