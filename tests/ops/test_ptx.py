@@ -5,6 +5,7 @@ tensor cores (mma.sync). The same checker is shown to fail on the scalar-load ab
 from __future__ import annotations
 
 import re
+import subprocess
 
 import pytest
 
@@ -61,3 +62,36 @@ def test_checker_rejects_the_scalar_load_build():
     problems = check_vector_loads(compile_ptx("120", scalar_loads=True))
     assert any("no 128-bit" in p for p in problems)
     assert any("narrower than 16 bytes" in p for p in problems)
+
+
+# The mma.sync path's default kernel for 64-row blocks: pingpong 12, the lean layout (verify_wide_lean.cuh) that
+# csrc/verify_kernel.cu with_config instantiates as WideCfg<4, true, true, 8, true, true, 31 | 32>.
+DEFAULT_MMA_64_ROWS = "verify_split_kernel_leanINS_7WideCfgILi4ELb1ELb1ELi8ELb1ELb1ELi63EEE"
+
+
+def ptxas_spills(ptx: str, arch: str, names: list[str]) -> dict[str, tuple[int, int]]:
+    """ptxas -v on the entries `names` of a PTX unit (its text before the first entry kept: target, globals):
+    {entry: (spill store bytes, spill load bytes)}."""
+    head = ptx[: ptx.index(".visible .entry")]
+    bodies = kernel_bodies(ptx)
+    done = subprocess.run(["ptxas", f"-arch=sm_{arch}", "-v", "-o", "/dev/null", "-"], input=head + "".join(
+        bodies[n] for n in names), capture_output=True, text=True, check=True, timeout=300)
+    found = re.findall(r"Compiling entry function '(\w+)'.*?(\d+) bytes spill stores, (\d+) bytes spill loads",
+                       done.stdout + done.stderr, re.S)
+    return {name: (int(st), int(ld)) for name, st, ld in found}
+
+
+@pytest.mark.parametrize("arch", ["120", "90"])
+def test_the_default_mma_kernel_keeps_its_state_in_registers(arch):
+    """The user's fast path on sm_120 (and the mma.sync path on sm_90): the default 64-row kernel compiles without
+    register spills (254 of 255 registers today); a change that pushes it over spills to local memory inside the tile
+    loop, and this catches it without a GPU. (Not asserted: two lean probes, pingpongs 6 and 10, spill 4 bytes on
+    sm_90; the 32-row blocks, T * H <= 32, run wide2pp2 at 128 registers, which spills on both arches.)"""
+    from kdengine.ops import cuda_backend
+
+    assert cuda_backend.DEFAULT_PINGPONG == 12 and cuda_backend.DEFAULT_COL_WARPS == cuda_backend.WIDE2, \
+        "the default mma.sync layout changed: point DEFAULT_MMA_64_ROWS at its kernel"
+    ptx = compile_ptx(arch)
+    names = [n for n in kernel_bodies(ptx) if DEFAULT_MMA_64_ROWS in n]
+    assert len(names) == 1, names
+    assert ptxas_spills(ptx, arch, names) == {names[0]: (0, 0)}
