@@ -35,16 +35,23 @@ room 120 && timeout $(( DEADLINE - $(now) - ${NCU_ROOM:-60} )) python3 ci/gpu/sc
   ${ARGS:---sizes 65536:64 65536:16 16384:64 16384:16 4096:64 4096:16 --decode 65536 16384 4096} 2>&1 \
   | grep -v Warning | tee "$LOGS/ab.log" | grep -vE "^\s*$"
 step ncu
+STALLS=$(printf "smsp__average_warps_issue_stalled_%s_per_issue_active.ratio," no_instruction long_scoreboard barrier wait \
+  short_scoreboard gmma math_pipe_throttle mio_throttle)
+STALLS=${STALLS%,}
 if command -v ncu > /dev/null; then
   for T in 16 64; do
     for s in $BASE $PROBE; do
-      room 20 || break 2
-      timeout 25 ncu --clock-control none -k regex:verify_sm90 --launch-count 1 --section SpeedOfLight \
+      room 30 || break 2
+      # (wgmma's busy cycles are counted by the hmma metric on this ncu: the gmma one reads n/a) and the stalls per
+      # issue of the reasons that have mattered here (no_instruction: the loops' code size)
+      timeout 30 ncu --clock-control none -k regex:verify_sm90 --launch-count 1 --section SpeedOfLight \
         --section WarpStateStats --section SchedulerStats \
-        --metrics sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,lts__t_sectors_op_write.sum \
+        --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,lts__t_sectors_op_write.sum,$STALLS \
         python3 -m kdengine.bench.kernel once --path sm90_$s --T $T --prefix $((65536 - T)) > "$LOGS/ncu_${s}_T$T.txt" 2>&1
       echo "--- $s 65k T=$T"
       grep -E "Duration|cycles_active|Issue Slots|DRAM Throughput|Warp Cycles Per Issued|sectors_op_write" "$LOGS/ncu_${s}_T$T.txt" | head -8
+      grep -E "issue_stalled" "$LOGS/ncu_${s}_T$T.txt" | awk '{sub("smsp__average_warps_issue_stalled_", "stall "); \
+        sub("_per_issue_active.ratio", ""); print "   ", $1, $2, $NF}' 
     done
   done
 fi
