@@ -42,8 +42,8 @@ if command -v ncu > /dev/null; then
   for T in 16 64; do
     for s in $BASE $PROBE; do
       room 30 || break 2
-      # (wgmma's busy cycles are counted by the hmma metric on this ncu: the gmma one reads n/a) and the stalls per
-      # issue of the reasons that have mattered here (no_instruction: the loops' code size)
+      # the tensor pipe (wgmma's busy cycles count in the hmma metric on this ncu; the gmma one reads n/a), and the
+      # stalls per issue of the reasons that have mattered here (no_instruction: the loops' code size)
       timeout 30 ncu --clock-control none -k regex:verify_sm90 --launch-count 1 --section SpeedOfLight \
         --section WarpStateStats --section SchedulerStats \
         --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,lts__t_sectors_op_write.sum,$STALLS \
@@ -51,7 +51,7 @@ if command -v ncu > /dev/null; then
       echo "--- $s 65k T=$T"
       grep -E "Duration|cycles_active|Issue Slots|DRAM Throughput|Warp Cycles Per Issued|sectors_op_write" "$LOGS/ncu_${s}_T$T.txt" | head -8
       grep -E "issue_stalled" "$LOGS/ncu_${s}_T$T.txt" | awk '{sub("smsp__average_warps_issue_stalled_", "stall "); \
-        sub("_per_issue_active.ratio", ""); print "   ", $1, $2, $NF}' 
+        sub("_per_issue_active.ratio", ""); print "   ", $1, $2, $NF}'
     done
   done
 fi
