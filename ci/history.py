@@ -77,6 +77,7 @@ class Run:
     env: str | None = None  # asv's env_name (python and environment): part of the identity
     run_id: str = ""  # the sidecar's run id ("" for a run known from its asv file only)
     has_samples: bool = False  # a samples sidecar belongs to this run
+    branch: str | None = None  # the tracked branch that held the commit when it ran (sidecar; None: none or unknown)
 
     @property
     def label(self) -> str:
@@ -348,7 +349,7 @@ def load_machine(results_dir: Path, machine: str, benchmarks: dict | None = None
             env = candidates[0] if candidates else ""
         created = _run_id_epoch(doc.get("run_id")) or _iso_to_epoch(doc.get("date"))
         run = Run(commit, machine, created, env=env, run_id=str(doc.get("run_id") or ""), has_samples=True,
-                  paths=[str(path)])
+                  paths=[str(path)], branch=doc.get("branch") if isinstance(doc.get("branch"), str) else None)
         sidecar_of[id(run)] = (path, doc)
         by_key.setdefault((commit, env), []).append(run)
     runs = []

@@ -99,15 +99,30 @@ def asv_env(results: Path, machine: str, sha: str) -> str | None:
     return None
 
 
-def write_samples(jsonl: Path, sha: str, machine: str, results: Path) -> Path | None:
+def tracked_branch(root: Path, sha: str) -> str | None:
+    """The first of asv.conf.json's "branches" whose history (in `root`, as it is now) holds `sha`; None when none
+    does or git cannot tell. Recorded with the run, so the records can show the tracked line's newest run first."""
+    try:
+        branches = json.loads((root / "asv.conf.json").read_text()).get("branches") or []
+    except (OSError, ValueError):
+        return None
+    for name in branches:
+        done = subprocess.run(["git", "merge-base", "--is-ancestor", sha, f"refs/heads/{name}"], cwd=root,
+                              capture_output=True, text=True)
+        if done.returncode == 0:
+            return str(name)
+    return None
+
+
+def write_samples(jsonl: Path, sha: str, machine: str, results: Path, branch: str | None = None) -> Path | None:
     """Fold the JSONL into the samples sidecar of this run; None when nothing was recorded."""
     from kdengine.bench import samples
 
     if not jsonl.exists() or not jsonl.read_text().strip():
         say("no samples were written (KDENGINE_SAMPLES_OUT unused by the suites?)")
         return None
-    return samples.write_sidecar(samples.collect_jsonl(jsonl, sha, machine, asv_env(results, machine, sha)),
-                                 results)
+    return samples.write_sidecar(samples.collect_jsonl(jsonl, sha, machine, asv_env(results, machine, sha),
+                                                       branch=branch), results)
 
 
 def summarize_run(jsonl: Path, results: Path, machine: str, sha: str) -> None:
@@ -261,7 +276,7 @@ def perf(args) -> int:
         new = tmp / "new"
         bench = [args.bench_filter] if args.bench_filter else []
         jsonl = run_asv(root, head, machine, new, tmp, bench, args.asv_arg or [], args.verbose)
-        write_samples(jsonl, head, machine, new)
+        write_samples(jsonl, head, machine, new, tracked_branch(root, head))
         summarize_run(jsonl, new, machine, head)
         if not any((new / machine).glob(f"{head[:8]}-*.json")):
             raise RuntimeError(f"asv wrote no results for {head[:10]} on {machine}: nothing to judge or record "

@@ -116,9 +116,11 @@ def _record_throttled(record: dict) -> bool:
 
 
 def collect_jsonl(jsonl_path: Path | str, commit: str, machine: str, env: str | None = None,
-                  run_id: str | None = None) -> dict:
+                  run_id: str | None = None, branch: str | None = None) -> dict:
     """The sidecar dict (schema 2) of one run: one entry per workload, the last record winning.
-    env: the environment the run used (asv's env_name), part of the run's identity; run_id: default new."""
+    env: the environment the run used (asv's env_name), part of the run's identity; run_id: default new;
+    branch: the tracked branch (asv.conf.json "branches") whose history held the commit when it was measured, None
+    when none did (a side branch, an empty commit of a gate check) or it was not known."""
     if not commit or not isinstance(commit, str):
         raise ValueError(f"commit: expected a commit sha, got {commit!r}")
     names.check_machine_name(machine, "machine")
@@ -136,6 +138,7 @@ def collect_jsonl(jsonl_path: Path | str, commit: str, machine: str, env: str | 
         "machine": machine,
         "run_id": run_id,
         "env": env,
+        "branch": branch,
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "fingerprint": {**_merge_fingerprints(records), "commit": commit},
         "results": dict(sorted(results.items())),

@@ -143,6 +143,66 @@ def test_records_list_what_a_partial_newest_run_left_out_with_its_older_run():
     assert "not in that run" not in record.format_record({"gpu-a": [old]})  # a complete run: the table alone
 
 
+def test_records_lead_with_the_tracked_branch_and_name_newer_runs_off_it():
+    """A gate check's empty commit (off main) ran last: the table is main's newest run, the newer one is named below
+    it, and what only it measured is still shown with its commit."""
+    P = history.Point
+    on_main = history.Run("4" * 40, "gpu-a", 1_700_000_000.0, {
+        "verify/cuda/ctx4096/T16": P(20e-6, "seconds", "lower")}, {"gpu": "NVIDIA H200"}, branch="main")
+    side = history.Run("5" * 40, "gpu-a", 1_700_000_100.0, {
+        "verify/cuda/ctx4096/T16": P(12e-6, "seconds", "lower"),
+        "verify/triton/ctx4096/T16": P(40e-6, "seconds", "lower")}, {"gpu": "NVIDIA H200"})
+    lines = record.format_record({"gpu-a": [on_main, side]}).splitlines()
+    assert any(ln.startswith("gpu: ") and "4" * 12 in ln for ln in lines)
+    assert [ln for ln in lines if "  cuda " in ln] == [next(ln for ln in lines if "  cuda " in ln)]
+    assert "20 µs" in next(ln for ln in lines if "  cuda " in ln)  # main's figure, not the side run's
+    assert "5" * 12 in next(ln for ln in lines if "  triton " in ln)  # only the side run has it: shown, attributed
+    assert any(ln.startswith("newer runs off the tracked branch: " + "5" * 12) for ln in lines)
+    # without any run on the branch (results from before the flag): the newest run, as before
+    on_main.branch = None
+    lines = record.format_record({"gpu-a": [on_main, side]}).splitlines()
+    assert any(ln.startswith("gpu: ") and "5" * 12 in ln for ln in lines)
+    assert not any(ln.startswith("newer runs") for ln in lines)
+
+
+def test_a_sidecars_branch_reaches_the_run(tmp_path):
+    """The branch a sidecar carries is the loaded run's; a sidecar without one (before the flag) loads as None."""
+    import json
+
+    from kdengine.bench import samples
+
+    results = make_results(tmp_path, "a", "6" * 40, 6)
+    jsonl = tmp_path / "run.jsonl"
+    jsonl.write_text(json.dumps({"name": "verify/triton/ctx4096/T16", "unit": "seconds", "direction": "lower",
+                                 "median": 1e-4, "samples": [1e-4]}) + "\n")
+    for branch in ("main", None):
+        side = samples.collect_jsonl(jsonl, "6" * 40, "gpu-a", env="existing-py", branch=branch)
+        path = samples.write_sidecar(side, results)
+        run = next(r for r in history.load_all(str(results), "gpu-a")["gpu-a"] if r.run_id == side["run_id"])
+        assert run.branch == branch
+        path.unlink()
+
+
+def test_perf_records_which_tracked_branch_held_the_commit(tmp_path):
+    """ci perf stores the branch (asv.conf.json "branches") whose history holds the measured commit, None off it."""
+    from ci import perf
+
+    sh("git", "init", "-q", "-b", "main", cwd=tmp_path)
+    sh("git", "config", "user.email", "t@t.invalid", cwd=tmp_path)
+    sh("git", "config", "user.name", "t", cwd=tmp_path)
+    (tmp_path / "asv.conf.json").write_text('{"branches": ["main"]}')
+    sh("git", "add", "-A", cwd=tmp_path)
+    sh("git", "commit", "-q", "-m", "a", cwd=tmp_path)
+    on_main = sh("git", "rev-parse", "HEAD", cwd=tmp_path).strip()
+    sh("git", "checkout", "-q", "-b", "side", cwd=tmp_path)
+    sh("git", "commit", "-q", "--allow-empty", "-m", "b", cwd=tmp_path)
+    off = sh("git", "rev-parse", "HEAD", cwd=tmp_path).strip()
+    assert perf.tracked_branch(tmp_path, on_main) == "main"
+    assert perf.tracked_branch(tmp_path, off) is None
+    (tmp_path / "asv.conf.json").write_text("not json")
+    assert perf.tracked_branch(tmp_path, on_main) is None
+
+
 def test_records_show_ours_over_flashmla_where_the_run_has_the_peer():
     P = history.Point
     points = {"verify/cuda/ctx65536/T16": P(130e-6, "seconds", "lower"),
