@@ -100,17 +100,19 @@ def asv_env(results: Path, machine: str, sha: str) -> str | None:
 
 
 def tracked_branch(root: Path, sha: str) -> str | None:
-    """The first of asv.conf.json's "branches" whose history (in `root`, as it is now) holds `sha`; None when none
-    does or git cannot tell. Recorded with the run, so the records can show the tracked line's newest run first."""
+    """The first of asv.conf.json's "branches" whose history (in `root`, as it is now: the local branch, else origin's,
+    as a detached CI checkout has it) holds `sha`; None when none does or git cannot tell. Recorded with the run, so
+    the records can show the tracked line's newest run first."""
     try:
         branches = json.loads((root / "asv.conf.json").read_text()).get("branches") or []
     except (OSError, ValueError):
         return None
     for name in branches:
-        done = subprocess.run(["git", "merge-base", "--is-ancestor", sha, f"refs/heads/{name}"], cwd=root,
-                              capture_output=True, text=True)
-        if done.returncode == 0:
-            return str(name)
+        for ref in (f"refs/heads/{name}", f"refs/remotes/origin/{name}"):
+            done = subprocess.run(["git", "merge-base", "--is-ancestor", sha, ref], cwd=root, capture_output=True,
+                                  text=True)
+            if done.returncode == 0:
+                return str(name)
     return None
 
 

@@ -199,6 +199,11 @@ def test_perf_records_which_tracked_branch_held_the_commit(tmp_path):
     off = sh("git", "rev-parse", "HEAD", cwd=tmp_path).strip()
     assert perf.tracked_branch(tmp_path, on_main) == "main"
     assert perf.tracked_branch(tmp_path, off) is None
+    # a detached CI checkout: no local main, origin's
+    sh("git", "update-ref", "refs/remotes/origin/main", on_main, cwd=tmp_path)
+    sh("git", "checkout", "-q", "--detach", off, cwd=tmp_path)
+    sh("git", "branch", "-q", "-D", "main", cwd=tmp_path)
+    assert perf.tracked_branch(tmp_path, on_main) == "main" and perf.tracked_branch(tmp_path, off) is None
     (tmp_path / "asv.conf.json").write_text("not json")
     assert perf.tracked_branch(tmp_path, on_main) is None
 
