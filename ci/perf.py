@@ -104,10 +104,13 @@ def tracked_branch(root: Path, sha: str) -> str | None:
     as a detached CI checkout has it) holds `sha`; None when none does or git cannot tell. Recorded with the run, so
     the records can show the tracked line's newest run first."""
     try:
-        branches = json.loads((root / "asv.conf.json").read_text()).get("branches") or []
+        conf = json.loads((root / "asv.conf.json").read_text())
     except (OSError, ValueError):
         return None
-    for name in branches:
+    branches = conf.get("branches") if isinstance(conf, dict) else None
+    for name in branches if isinstance(branches, list) else []:
+        if not isinstance(name, str):
+            continue
         for ref in (f"refs/heads/{name}", f"refs/remotes/origin/{name}"):
             done = subprocess.run(["git", "merge-base", "--is-ancestor", sha, ref], cwd=root, capture_output=True,
                                   text=True)
