@@ -33,13 +33,14 @@ constexpr int MERGE_BLOCKS = 32768;  // slots per merge kind
 
 __host__ __device__ constexpr bool is_split(int kind) { return kind < MERGE_START || kind >= SPLIT_STEP1; }
 __host__ __device__ constexpr int capacity_of(int kind) { return is_split(kind) ? SPLIT_BLOCKS : MERGE_BLOCKS; }
-// the slots: the split kinds 0-2, the merge kinds 3-5, then the split kinds from 6
+// the slots: the split kinds 0-2, the merge kinds 3-5 (from MERGE_OFF), then the split kinds from 6 (from STEP_OFF)
 // (not recursive: a call left in a kernel serializes its wgmma)
+constexpr int MERGE_OFF = MERGE_START * SPLIT_BLOCKS;
+constexpr int STEP_OFF = MERGE_OFF + (SPLIT_STEP1 - MERGE_START) * MERGE_BLOCKS;
 __host__ __device__ constexpr int offset_of(int kind) {
-  return kind <= MERGE_START ? kind * SPLIT_BLOCKS
-         : kind <= SPLIT_STEP1 ? MERGE_START * SPLIT_BLOCKS + (kind - MERGE_START) * MERGE_BLOCKS
-                               : MERGE_START * SPLIT_BLOCKS + (SPLIT_STEP1 - MERGE_START) * MERGE_BLOCKS +
-                                     (kind - SPLIT_STEP1) * SPLIT_BLOCKS;
+  return kind <= MERGE_START   ? kind * SPLIT_BLOCKS
+         : kind <= SPLIT_STEP1 ? MERGE_OFF + (kind - MERGE_START) * MERGE_BLOCKS
+                               : STEP_OFF + (kind - SPLIT_STEP1) * SPLIT_BLOCKS;
 }
 constexpr int SLOTS = offset_of(NUM_KINDS);
 

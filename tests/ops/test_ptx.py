@@ -5,13 +5,12 @@ tensor cores (mma.sync). The same checker is shown to fail on the scalar-load ab
 from __future__ import annotations
 
 import re
-import subprocess
 
 import pytest
 
 from kdengine.ops import build
 
-from .ptx import kernel_bodies, unit_ptx
+from .ptx import kernel_bodies, ptxas_spills, unit_ptx
 
 pytestmark = pytest.mark.nvcc
 
@@ -67,18 +66,6 @@ def test_checker_rejects_the_scalar_load_build():
 # The mma.sync path's default kernel for 64-row blocks: pingpong 12, the lean layout (verify_wide_lean.cuh) that
 # csrc/verify_kernel.cu with_config instantiates as WideCfg<4, true, true, 8, true, true, 31 | 32>.
 DEFAULT_MMA_64_ROWS = "verify_split_kernel_leanINS_7WideCfgILi4ELb1ELb1ELi8ELb1ELb1ELi63EEE"
-
-
-def ptxas_spills(ptx: str, arch: str, names: list[str]) -> dict[str, tuple[int, int]]:
-    """ptxas -v on the entries `names` of a PTX unit (its text before the first entry kept: target, globals):
-    {entry: (spill store bytes, spill load bytes)}."""
-    head = ptx[: ptx.index(".visible .entry")]
-    bodies = kernel_bodies(ptx)
-    done = subprocess.run(["ptxas", f"-arch=sm_{arch}", "-v", "-o", "/dev/null", "-"], input=head + "".join(
-        bodies[n] for n in names), capture_output=True, text=True, check=True, timeout=300)
-    found = re.findall(r"Compiling entry function '(\w+)'.*?(\d+) bytes spill stores, (\d+) bytes spill loads",
-                       done.stdout + done.stderr, re.S)
-    return {name: (int(st), int(ld)) for name, st, ld in found}
 
 
 @pytest.mark.parametrize("arch", ["120", "90"])
