@@ -3,9 +3,25 @@ confirmed again from its stored interleaved round medians (real GPU runs), the t
 Perf-Accepted trailers) applied, and the verdicts, exit code and trade notes printed.
 
     python replay.py                                  the four runs of perf_history/gate/gpu_accept_4617adb/
-    python replay.py DIR RUN.json[:COMMIT] ...        other runs (COMMIT: the plant whose trailers apply)"""
-import copy, json, sys, tomllib
+    python replay.py DIR RUN.json[:COMMIT] ...        other runs (COMMIT: the plant whose trailers apply)
+
+A plant's commit lives on a local branch of the session that ran it; where git no longer has it, its trailers are read
+from planted.patch beside the run's JSON (`git show` or `git format-patch` of that commit)."""
+import copy, json, os, re, subprocess, sys, tomllib
 from ci import accept, gate
+
+
+def trailers(commit, directory):
+    """The Perf-Accepted trailers of `commit`: from git, else from directory/planted.patch if it is that commit's."""
+    if subprocess.run(["git", "cat-file", "-e", commit + "^{commit}"], capture_output=True).returncode == 0:
+        return accept.read(".", commit + "^", commit)[0]
+    text = open(directory + "planted.patch").read()
+    message = text.split("\ndiff --git", 1)[0]
+    sha = re.search(r"^(?:From|commit) ([0-9a-f]{40})", message, re.M)
+    if not sha or not sha[1].startswith(commit):
+        sys.exit(f"{commit}: not in git, and {directory}planted.patch is another commit's")
+    return [accept.parse_value(v, sha[1]) for v in re.findall(r"^\s*Perf-Accepted:\s*(.+)$", message, re.M)]
+
 
 config = tomllib.loads(open("ci/thresholds.toml").read())
 DIR = "perf_history/gate/gpu_accept_4617adb/"
@@ -26,7 +42,7 @@ for path, commit in RUNS:
         rows.append(b)
     acc = []
     if commit:
-        acc, _ = accept.read(".", commit + "^", commit)
+        acc = trailers(commit, os.path.join(DIR, os.path.dirname(path), ""))
         acc = [a._asdict() if hasattr(a, "_asdict") else dict(vars(a)) if not isinstance(a, dict) else a for a in acc]
     out = gate.summarize(doc["base"], doc["head"], [{"machine": "h200", "notes": [], "benchmarks": rows}], acc)
     stored = {b["name"]: b["verdict"] for b in doc["benchmarks"]}
