@@ -3,16 +3,23 @@ against the recorded history of this machine (ci/gate.py), re-measure only the s
 head interleaved on the same machine (confirmation), print and write the verdict, and only then record
 into perf_history/ (and push with --push). Exit codes as the gate's: 1 only on a confirmed regression.
 
+While the suspects are re-measured, --json / --markdown already hold the first pass, marked undecided ("pending"), so
+that a job killed then leaves its measurements and suspects behind. SIGTERM or Ctrl-C during confirmation stops it
+after the rounds done so far: the report is judged from them and says it was interrupted, nothing is recorded (a
+rerun judges the commit again), and the exit is 128 + the signal (1 if a regression was already confirmed).
+
 `python -m ci perf [--no-record] [--base SHA | --base-sha SHA] [--bench-filter REGEX] [--confirm-budget S]`
 A rerun of a commit that already has results is judged against its earlier run (an A/A pair).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -25,6 +32,18 @@ from kdengine.bench import names
 ROOT = Path(__file__).resolve().parents[1]
 MIN_ROUNDS = 2  # a confirmation needs two runs a side to know its own spread, whatever the budget
 PROGRESS = re.compile(r"^\s*\[\s*\d+(\.\d+)?%\]")
+
+
+class Interrupted(BaseException):
+    """SIGTERM during confirmation (raised by the handler perf() installs; Ctrl-C is KeyboardInterrupt)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _interrupt(signum, _frame):
+    raise Interrupted(signum)
 
 
 def say(msg: str) -> None:
@@ -78,18 +97,37 @@ def run_asv(code_tree: Path, sha: str, machine: str, results: Path, tmp: Path, b
     say("running: asv run --set-commit-hash " + sha[:10] + (f" ({len(bench)} filters)" if bench else "")
         + f"; log {log}")
     with open(log, "w", encoding="utf-8") as fh:
+        # its own process group: interrupted here (SIGTERM, Ctrl-C), asv and its benchmark processes are stopped
         proc = subprocess.Popen(cmd, env=env, cwd=bench_tree, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True)
-        for line in proc.stdout:  # type: ignore[union-attr]
-            fh.write(line)
-            if verbose or (PROGRESS.match(line) and "n/a" not in line) or "Traceback" in line:
-                print("  " + line.rstrip()[:160], flush=True)
-        proc.wait()
+                                text=True, start_new_session=True)
+        try:
+            for line in proc.stdout:  # type: ignore[union-attr]
+                fh.write(line)
+                if verbose or (PROGRESS.match(line) and "n/a" not in line) or "Traceback" in line:
+                    print("  " + line.rstrip()[:160], flush=True)
+            proc.wait()
+        except BaseException:
+            stop_group(proc)
+            raise
     if proc.returncode != 0:
         tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-15:]
         say(f"asv run exited {proc.returncode} (failed benchmarks are recorded as missing); the end of {log}:")
         print("\n".join("  | " + line[:200] for line in tail), flush=True)
     return jsonl
+
+
+def stop_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """SIGTERM to proc's process group, SIGKILL after `grace` seconds if it is still there."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def asv_env(results: Path, machine: str, sha: str) -> str | None:
@@ -168,9 +206,10 @@ def medians(jsonl: Path) -> dict[str, float]:
 
 
 def confirm(args, result: dict, machine: str, head: str, new: Path, tmp: Path, root: Path,
-            config: dict) -> None:
+            config: dict) -> int | None:
     """Re-measure the suspects of `result` (base and head interleaved, ABAB) within the time budget and
-    replace their verdicts by the confirmed ones."""
+    replace their verdicts by the confirmed ones. Interrupted (SIGTERM, Ctrl-C): judged from the complete rounds
+    so far, result["interrupted"] says so, and the signal's number is returned (else None)."""
     rows = gate.suspects(result)
     base = result.get("base")
     if not rows:
@@ -202,6 +241,7 @@ def confirm(args, result: dict, machine: str, head: str, new: Path, tmp: Path, r
         trees[sha] = tree
     values = {r["name"]: {"base": [], "head": []} for r in todo}
     start = time.monotonic()
+    stopped, rounds_done = None, 0
     try:
         for rnd in range(max_rounds):
             order = [("base", base), ("head", head)] if rnd % 2 == 0 else [("head", head), ("base", base)]
@@ -213,6 +253,7 @@ def confirm(args, result: dict, machine: str, head: str, new: Path, tmp: Path, r
                 for r in todo:
                     if r["name"] in got:
                         values[r["name"]][side].append(got[r["name"]])
+            rounds_done = rnd + 1
             elapsed = time.monotonic() - start
             open_rows = [r for r in todo if not confirmed(r, values[r["name"]], config)]
             say(f"confirmation round {rnd + 1}/{max_rounds} done ({elapsed:.0f} s): "
@@ -223,6 +264,16 @@ def confirm(args, result: dict, machine: str, head: str, new: Path, tmp: Path, r
                 if rnd + 1 < max_rounds:
                     say(f"stopping after {rnd + 1} rounds: another would pass the {args.confirm_budget:.0f} s budget")
                 break
+    except (Interrupted, KeyboardInterrupt) as e:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one while the report is written (perf() restores)
+        stopped = e.signum if isinstance(e, Interrupted) else signal.SIGINT
+        name = signal.Signals(stopped).name
+        result["interrupted"] = (f"confirmation stopped by {name} after {rounds_done} complete round(s) of at most "
+                                 f"{max_rounds}: the suspects are judged from those (two a side are needed to "
+                                 "confirm); not recorded: rerun the job")
+        say(result["interrupted"])
+        for v in values.values():  # a round cut short counts for neither side
+            v["base"], v["head"] = v["base"][:rounds_done], v["head"][:rounds_done]
     finally:
         for tree in trees.values():
             subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=root, capture_output=True)
@@ -232,6 +283,21 @@ def confirm(args, result: dict, machine: str, head: str, new: Path, tmp: Path, r
             gate.confirm(r, v["base"], v["head"], config)
         else:
             r["verdict"], r["reason"] = "noisy", "the confirmation reruns did not measure it; " + r["reason"]
+    return stopped
+
+
+def write_pending(args, result: dict, head: str, first: dict) -> None:
+    """The first pass into --json / --markdown before the confirmation rounds, marked undecided (replaced at the
+    end; what a job killed during confirmation leaves)."""
+    todo = gate.suspects(result)
+    if not todo or not (args.json or args.markdown) or not result.get("base"):
+        return
+    pending = gate.summarize(result["base"], head, copy.deepcopy(result["machines"]), result.get("accepted"),
+                             result.get("accept_notes"), apply=False)
+    pending.update(first_pass=first, exit_code=None,
+                   pending=f"first pass only: {len(todo)} suspect(s) were being re-measured when this was written "
+                           "(base and head interleaved); the job did not finish its confirmation")
+    report.write_outputs(pending, args.json, args.markdown)
 
 
 def drop_unselected(result: dict, bench_filter: str) -> None:
@@ -299,16 +365,27 @@ def perf(args) -> int:
         if args.bench_filter:
             drop_unselected(result, args.bench_filter)
         first = dict(result["counts"])
-        confirm(args, result, machine, head, new, tmp, root, config)
+        write_pending(args, result, head, first)
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            stopped = confirm(args, result, machine, head, new, tmp, root, config)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        interrupted = result.get("interrupted")
         result = gate.summarize(result["base"], head, result["machines"], result.get("accepted"),
                                 result.get("accept_notes"))
         result["first_pass"] = first
+        if interrupted:
+            result["interrupted"] = interrupted
         report.write_outputs(result, args.json, args.markdown)
         print(report.render_markdown(result), flush=True)
         verdict = {1: "RED: confirmed regression",
                    3: f"AMBER: unsettled slowdown ({', '.join(result['unsettled'])}): not confirmed, not dismissed"}
         say(f"verdict: {verdict.get(result['exit_code'], 'green')} "
             f"(first pass {first}, final {result['counts']})")
+        if stopped is not None:
+            say("not recorded (interrupted)")
+            return 1 if result["exit_code"] == 1 else 128 + int(stopped)
         if not args.no_record:
             out = record.record(new, results_dir, root if args.commit else None, args.push, args.remote,
                                 args.branch)

@@ -31,7 +31,7 @@ ROW_FIELDS = ("name", "machine", "unit", "direction", "base", "head", "change", 
               "reason", "change_points", "attribution", "confirmation", "acceptance")
 MACHINE_FIELDS = ("machine", "base", "head", "notes", "benchmarks")
 RESULT_FIELDS = ("base", "head", "machines", "benchmarks", "regressed", "unsettled", "exit_code", "counts", "accepted",
-                 "accept_notes")
+                 "accept_notes", "pending", "interrupted")
 # Markdown: characters that could open a link, image, heading, list, emphasis, table cell, code span or
 # HTML are backslash-escaped; autolink triggers get an invisible word joiner so GitHub links nothing.
 MD_PUNCT = re.compile(r"([\\`*_{}\[\]()#+\-.!|~:=\"'$^])")

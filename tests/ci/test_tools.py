@@ -159,6 +159,47 @@ def test_perf_confirms_a_planted_slowdown_and_a_rerun_is_an_a_a_pair(tmp_path):
 
 
 @pytest.mark.slow
+def test_perf_interrupted_during_confirmation_reports_what_it_measured_and_records_nothing(tmp_path):
+    """SIGTERM while the suspects are re-measured (a CI job cancelled, a device's time limit): while they run, the
+    report files already hold the first pass marked undecided; after the signal the job stops asv, judges from the
+    complete rounds (one: too few to confirm), writes a report that says it was interrupted, records nothing and
+    exits 128 + SIGTERM."""
+    import signal
+
+    clone, cmd = planted_run(tmp_path)
+    plant_slowdown(clone, "planted slowdown")
+    ph = tmp_path / "ph"
+    before = sorted(p.relative_to(ph) for p in ph.rglob("*") if p.is_file())
+    proc = subprocess.Popen(cmd, cwd=clone, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if "confirming 1 suspects" in line:
+                pending = json.loads((tmp_path / "g.json").read_text())
+                assert pending["pending"] and pending["exit_code"] is None
+                assert "undecided" in (tmp_path / "g.md").read_text()
+            if "confirmation round 1/" in line:
+                proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=120)
+    finally:
+        proc.kill()
+    out = "".join(lines)
+    assert rc == 128 + signal.SIGTERM, out[-3000:]
+    assert "confirmation stopped by SIGTERM after 1 complete round(s)" in out and "not recorded" in out
+    data = json.loads((tmp_path / "g.json").read_text())
+    assert "pending" not in data and "SIGTERM" in data["interrupted"]
+    row = {b["name"]: b for b in data["benchmarks"]}[PLANTED]
+    assert row["verdict"] == "noisy" and row["confirmation"]["rounds"] == 1, row
+    assert row["confirmation"]["worse"] > 0.05  # the plant, measured once a side
+    assert data["exit_code"] == 3  # past the floor, not confirmed: amber, not green
+    assert "Interrupted" in (tmp_path / "g.md").read_text()
+    assert sorted(p.relative_to(ph) for p in ph.rglob("*") if p.is_file()) == before
+    listed = subprocess.run(["git", "worktree", "list"], cwd=clone, capture_output=True, text=True).stdout
+    assert len(listed.strip().splitlines()) == 1, listed  # the confirmation worktrees are gone
+
+
+@pytest.mark.slow
 def test_perf_accepts_a_confirmed_slowdown_its_commit_names_as_a_trade(tmp_path):
     """A planted sleep as in the test above (5 ms), committed with a Perf-Accepted trailer whose bound covers it (a
     thresholds file raising max_accept): the main job confirms the slowdown over its interleaved rounds and shows it as
