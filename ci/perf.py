@@ -335,6 +335,20 @@ def previous_base(results_dir: Path, machine: str, head: str, root: Path = ROOT)
 
 
 def perf(args) -> int:
+    """The main job under a SIGTERM handler: stopped before its confirmation (SIGTERM, Ctrl-C), asv is stopped and
+    nothing is judged or recorded; during it, see confirm(); during recording, the record (and the job) is finished."""
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return _perf(args)
+    except (Interrupted, KeyboardInterrupt) as e:
+        signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
+        say(f"stopped by {signal.Signals(signum).name} before the confirmation: nothing judged or recorded")
+        return 128 + int(signum)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _perf(args) -> int:
     machine = args.machine or machine_name()
     root = Path(args.tree).resolve() if args.tree else ROOT
     head = git("rev-parse", "HEAD", cwd=root)
@@ -366,11 +380,7 @@ def perf(args) -> int:
             drop_unselected(result, args.bench_filter)
         first = dict(result["counts"])
         write_pending(args, result, head, first)
-        previous = signal.signal(signal.SIGTERM, _interrupt)
-        try:
-            stopped = confirm(args, result, machine, head, new, tmp, root, config)
-        finally:
-            signal.signal(signal.SIGTERM, previous)
+        stopped = confirm(args, result, machine, head, new, tmp, root, config)
         interrupted = result.get("interrupted")
         result = gate.summarize(result["base"], head, result["machines"], result.get("accepted"),
                                 result.get("accept_notes"))
@@ -387,10 +397,14 @@ def perf(args) -> int:
             say("not recorded (interrupted)")
             return 1 if result["exit_code"] == 1 else 128 + int(stopped)
         if not args.no_record:
+            deferred: list[int] = []
+            signal.signal(signal.SIGTERM, lambda signum, _frame: deferred.append(signum))  # a record is finished
             out = record.record(new, results_dir, root if args.commit else None, args.push, args.remote,
                                 args.branch)
             say(f"recorded {len(out['written'])} files into {results_dir}"
                 + (" and committed" if out.get("committed") else ""))
+            if deferred:
+                say("SIGTERM while recording: the record was finished first, and so was the job")
         return result["exit_code"]
 
 

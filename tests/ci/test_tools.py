@@ -200,6 +200,43 @@ def test_perf_interrupted_during_confirmation_reports_what_it_measured_and_recor
 
 
 @pytest.mark.slow
+def test_perf_stopped_while_measuring_the_head_leaves_no_asv_running(tmp_path):
+    """SIGTERM while asv measures the head (asv runs in its own process group): the job stops asv and its benchmark
+    processes, judges and records nothing, and exits 128 + SIGTERM."""
+    import signal
+    import time
+
+    clone = clone_repo(tmp_path)
+    cmd = [sys.executable, "-m", "ci", "perf", "--bench-filter", "CpuVerify", "--results-dir", str(tmp_path / "ph"),
+           "--json", str(tmp_path / "g.json")]
+    proc = subprocess.Popen(cmd, cwd=clone, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if "running: asv run" in line:
+                time.sleep(2)  # asv and its benchmark processes started
+                proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    out = "".join(lines)
+    assert rc == 128 + signal.SIGTERM, out[-3000:]
+    assert "stopped by SIGTERM before the confirmation: nothing judged or recorded" in out
+    assert not (tmp_path / "g.json").exists() and not (tmp_path / "ph").exists()
+    time.sleep(1)
+    left = []
+    for proc_dir in Path("/proc").glob("[0-9]*"):
+        try:
+            cmdline = (proc_dir / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "kdengine-perf-" in cmdline and "asv" in cmdline:
+            left.append(cmdline)
+    assert not left, left
+
+
+@pytest.mark.slow
 def test_perf_accepts_a_confirmed_slowdown_its_commit_names_as_a_trade(tmp_path):
     """A planted sleep as in the test above (5 ms), committed with a Perf-Accepted trailer whose bound covers it (a
     thresholds file raising max_accept): the main job confirms the slowdown over its interleaved rounds and shows it as
