@@ -199,6 +199,25 @@ def test_perf_interrupted_during_confirmation_reports_what_it_measured_and_recor
     assert len(listed.strip().splitlines()) == 1, listed  # the confirmation worktrees are gone
 
 
+def descendants(pid: int) -> dict[int, str]:
+    """{pid: cmdline} of the live processes below `pid` (from /proc)."""
+    parent, cmd = {}, {}
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmd[int(d.name)] = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError, IndexError):
+            continue
+    out, todo = {}, [pid]
+    while todo:
+        p = todo.pop()
+        for child, par in parent.items():
+            if par == p and child not in out:
+                out[child] = cmd.get(child, "")
+                todo.append(child)
+    return out
+
+
 @pytest.mark.slow
 def test_perf_stopped_while_measuring_the_head_leaves_no_asv_running(tmp_path):
     """SIGTERM while asv measures the head (asv runs in its own process group): the job stops asv and its benchmark
@@ -210,12 +229,13 @@ def test_perf_stopped_while_measuring_the_head_leaves_no_asv_running(tmp_path):
     cmd = [sys.executable, "-m", "ci", "perf", "--bench-filter", "CpuVerify", "--results-dir", str(tmp_path / "ph"),
            "--json", str(tmp_path / "g.json")]
     proc = subprocess.Popen(cmd, cwd=clone, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines = []
+    lines, below = [], {}
     try:
         for line in proc.stdout:
             lines.append(line)
             if "running: asv run" in line:
                 time.sleep(2)  # asv and its benchmark processes started
+                below = descendants(proc.pid)
                 proc.send_signal(signal.SIGTERM)
         rc = proc.wait(timeout=60)
     finally:
@@ -224,16 +244,16 @@ def test_perf_stopped_while_measuring_the_head_leaves_no_asv_running(tmp_path):
     assert rc == 128 + signal.SIGTERM, out[-3000:]
     assert "stopped by SIGTERM before the confirmation: nothing judged or recorded" in out
     assert not (tmp_path / "g.json").exists() and not (tmp_path / "ph").exists()
+    assert any("asv" in c for c in below.values()), below  # it was running when stopped
     time.sleep(1)
-    left = []
-    for proc_dir in Path("/proc").glob("[0-9]*"):
+    alive = {}
+    for pid, c in below.items():
         try:
-            cmdline = (proc_dir / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace") == c:
+                alive[pid] = c
         except OSError:
             continue
-        if "kdengine-perf-" in cmdline and "asv" in cmdline:
-            left.append(cmdline)
-    assert not left, left
+    assert not alive, alive
 
 
 @pytest.mark.slow
