@@ -43,6 +43,8 @@ class Interrupted(BaseException):
 
 
 def _interrupt(signum, _frame):
+    # once: a second SIGTERM (a process-group signal and a forwarded one arrive together) must not cut the report
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise Interrupted(signum)
 
 
@@ -265,7 +267,6 @@ def confirm(args, result: dict, machine: str, head: str, new: Path, tmp: Path, r
                     say(f"stopping after {rnd + 1} rounds: another would pass the {args.confirm_budget:.0f} s budget")
                 break
     except (Interrupted, KeyboardInterrupt) as e:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one while the report is written (perf() restores)
         stopped = e.signum if isinstance(e, Interrupted) else signal.SIGINT
         name = signal.Signals(stopped).name
         result["interrupted"] = (f"confirmation stopped by {name} after {rounds_done} complete round(s) of at most "

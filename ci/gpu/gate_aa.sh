@@ -54,10 +54,17 @@ for sha in $RUNS; do
   record=(); [[ -n ${NO_RECORD_FROM:-} ]] && (( i >= NO_RECORD_FROM )) && record=(--no-record)
   echo "=== run $i: $(git log -1 --format='%h %s') (confirm budget $budget s) at $now s"
   t0=$(date +%s)
-  (cd "$TOOL" && python3 -m ci perf --tree "$KD" --bench-filter "$BENCH" --confirm-budget "$budget" "${record[@]}" \
+  (cd "$TOOL" && exec python3 -m ci perf --tree "$KD" --bench-filter "$BENCH" --confirm-budget "$budget" "${record[@]}" \
     --json "$W/gate/run${i}_${sha:0:10}.json" --markdown "$W/gate/run${i}_${sha:0:10}.md" \
-    > "$LOG/perf_run${i}_${sha:0:10}.log" 2>&1)
-  rc=$?
+    > "$LOG/perf_run${i}_${sha:0:10}.log" 2>&1) &
+  perf_pid=$!
+  # a SIGTERM here (the device's time limit) goes on to `ci perf`, which then writes the rounds it completed as an
+  # interrupted report (exit 143) before pack runs; the first pass is on disk from the start of the confirmation
+  trap 'stopped=1; kill -TERM "$perf_pid" 2>/dev/null' TERM INT
+  wait "$perf_pid"; rc=$?
+  while kill -0 "$perf_pid" 2>/dev/null; do wait "$perf_pid"; rc=$?; done
+  trap - TERM INT
+  [[ -n ${stopped:-} ]] && { echo "=== run $i stopped (exit $rc): no further runs"; status=1; break; }
   last=$(( $(date +%s) - t0 ))
   echo "=== run $i exit $rc in $last s"
   pack  # after every run, not only on exit: a call cut at the device's limit still returns the runs it finished
