@@ -181,6 +181,7 @@ def test_perf_interrupted_during_confirmation_reports_what_it_measured_and_recor
                 assert "undecided" in (tmp_path / "g.md").read_text()
             if "confirmation round 1/" in line:
                 proc.send_signal(signal.SIGTERM)
+                proc.send_signal(signal.SIGTERM)  # twice, as a process-group signal and a forwarded one arrive
         rc = proc.wait(timeout=120)
     finally:
         proc.kill()
