@@ -5,8 +5,9 @@ into perf_history/ (and push with --push). Exit codes as the gate's: 1 only on a
 
 While the suspects are re-measured, --json / --markdown already hold the first pass, marked undecided ("pending"), so
 that a job killed then leaves its measurements and suspects behind. SIGTERM or Ctrl-C during confirmation stops it
-after the rounds done so far: the report is judged from them and says it was interrupted, nothing is recorded (a
-rerun judges the commit again), and the exit is 128 + the signal (1 if a regression was already confirmed).
+after the rounds done so far: the report is judged from them, says it was interrupted and is undecided (exit_code
+null) unless a regression was already confirmed; nothing is recorded (a rerun judges the commit again), and the exit
+is 128 + the signal (1 if a regression was already confirmed).
 
 `python -m ci perf [--no-record] [--base SHA | --base-sha SHA] [--bench-filter REGEX] [--confirm-budget S]`
 A rerun of a commit that already has results is judged against its earlier run (an A/A pair).
@@ -388,9 +389,11 @@ def _perf(args) -> int:
         result["first_pass"] = first
         if interrupted:
             result["interrupted"] = interrupted
+            if result["exit_code"] != 1:
+                result["exit_code"] = None  # undecided: not green, not amber (no verdict without the rounds)
         report.write_outputs(result, args.json, args.markdown)
         print(report.render_markdown(result), flush=True)
-        verdict = {1: "RED: confirmed regression",
+        verdict = {1: "RED: confirmed regression", None: "undecided (confirmation interrupted)",
                    3: f"AMBER: unsettled slowdown ({', '.join(result['unsettled'])}): not confirmed, not dismissed"}
         say(f"verdict: {verdict.get(result['exit_code'], 'green')} "
             f"(first pass {first}, final {result['counts']})")
