@@ -9,6 +9,9 @@
 #   device: RUNS="sha1 sha2 ..." bash ci/gpu/gate_aa.sh          (carry .whl)
 #   Resolve RUNS here (git rev-parse): the device's copy of the tree may carry a stale .git, where `main`
 #   named the previous commit (an A/A pair meant for an empty commit measured its parent twice).
+#   or:     PLANT=perf_history/gate/gpu_accept_4617adb/planted.patch bash ci/gpu/gate_aa.sh   (the bundle's main)
+#   PLANT (a `git format-patch` file, trailers included), RUNS unset: the measured clone gets an empty commit on
+#   main (the A/A half, recorded) and the patch on top of it (`git am`; judged, not recorded): no branch to make here.
 # Env: RUNS (commits, in order), BENCH (asv --bench regex; default verify + tree + decode suites),
 #      CONFIRM (seconds of confirmation per run, default 300), FIRST_CONFIRM (for the first run, default 0),
 #      CONFIRMS ("60 240": a budget per run, overriding both),
@@ -39,8 +42,14 @@ rm -rf "$KD" "$TOOL"
 git clone -q -b main "$SRC/.whl/kdengine.bundle" "$TOOL" || { echo "clone of the bundle failed"; exit 1; }
 git clone -q -b main "$SRC/.whl/kdengine.bundle" "$KD" || exit 1
 cd "$KD" || exit 1
-git checkout -q "${RUNS%% *}" || exit 1
 git config user.name kdengine-perf; git config user.email perf@kdengine.invalid
+if [[ -n ${PLANT:-} && -z ${RUNS:-} ]]; then
+  git commit -q --allow-empty -m "gate check: an empty commit on main $(git rev-parse --short HEAD) [skip perf]" \
+    && git am -q "$SRC/$PLANT" || { echo "PLANT: $PLANT does not apply to the bundle's main (git am)"; exit 1; }
+  RUNS="$(git rev-parse HEAD~1) $(git rev-parse HEAD)"; NO_RECORD_FROM=${NO_RECORD_FROM:-1}
+  echo "=== PLANT: A/A $(git rev-parse --short HEAD~1), plant $(git log -1 --format='%h %s')"
+fi
+git checkout -q "${RUNS%% *}" || exit 1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv | tee "$LOG/smi.txt"
 python3 -m kdengine.ops.build --arch native 2>&1 | tail -3 | tee "$LOG/build.log"
 
