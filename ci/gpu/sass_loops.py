@@ -3,6 +3,8 @@
 of out-of-line retry paths show up too: read the HGMMA / FMUL columns to find the consumer's main loop).
 
     python ci/gpu/sass_loops.py LISTING [kernel-regex]
+    python ci/gpu/sass_loops.py --compare LISTING:kernel-regex:0xLOOP ...   opcode counts of loops side by side
+                                                                          (0xLOOP: a loop's first address above)
 """
 
 from __future__ import annotations
@@ -64,5 +66,28 @@ def main(path: str, pattern: str) -> None:
                   f"BRA {kinds['BRA']}, FMUL {kinds['FMUL']}; {top}")
 
 
+def compare(specs: list[str], top: int = 25) -> None:
+    """Opcode counts of the loops named by LISTING:kernel-regex:0xLOOP, one column each, the opcodes where the
+    first loop has the most over the second first."""
+    columns = []
+    for spec in specs:
+        path, pattern, start = spec.rsplit(":", 2)
+        found = [(name, kinds) for name, ins in kernels(open(path, errors="replace").read()).items()
+                 if re.search(pattern, name) for lo, _, kinds in loops(ins) if lo == int(start, 16)]
+        if len(found) != 1:
+            sys.exit(f"{spec}: {len(found)} loops match (a kernel regex and a loop's first address, one loop)")
+        columns.append((spec, found[0][1]))
+    for i, (spec, kinds) in enumerate(columns):
+        print(f"[{i}] {spec}: {sum(kinds.values())} instructions")
+    second = columns[1][1] if len(columns) > 1 else Counter()
+    ops = sorted({k for _, kinds in columns for k in kinds}, key=lambda k: (second[k] - columns[0][1][k], k))
+    print(f"{'opcode':10s}" + "".join(f"{f'[{i}]':>8s}" for i in range(len(columns))))
+    for k in ops[:top]:
+        print(f"{k:10s}" + "".join(f"{kinds[k]:8d}" for _, kinds in columns))
+
+
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "verify_sm90_kernel")
+    if sys.argv[1:2] == ["--compare"]:
+        compare(sys.argv[2:])
+    else:
+        main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "verify_sm90_kernel")
