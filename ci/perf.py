@@ -43,6 +43,11 @@ class Interrupted(BaseException):
         self.signum = signum
 
 
+def stop_signal(e: BaseException) -> int:
+    """The signal behind an Interrupted or a KeyboardInterrupt (SIGINT)."""
+    return e.signum if isinstance(e, Interrupted) else signal.SIGINT
+
+
 def _interrupt(signum, _frame):
     # once: a second SIGTERM (a process-group signal and a forwarded one arrive together) must not cut the report
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -268,7 +273,7 @@ def confirm(args, result: dict, machine: str, head: str, new: Path, tmp: Path, r
                     say(f"stopping after {rnd + 1} rounds: another would pass the {args.confirm_budget:.0f} s budget")
                 break
     except (Interrupted, KeyboardInterrupt) as e:
-        stopped = e.signum if isinstance(e, Interrupted) else signal.SIGINT
+        stopped = stop_signal(e)
         name = signal.Signals(stopped).name
         result["interrupted"] = (f"confirmation stopped by {name} after {rounds_done} complete round(s) of at most "
                                  f"{max_rounds}: the suspects are judged from those (two a side are needed to "
@@ -343,7 +348,7 @@ def perf(args) -> int:
     try:
         return _perf(args)
     except (Interrupted, KeyboardInterrupt) as e:
-        signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
+        signum = stop_signal(e)
         say(f"stopped by {signal.Signals(signum).name} before the confirmation: nothing judged or recorded")
         return 128 + int(signum)
     finally:

@@ -15,6 +15,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from sass_loops import INSTR  # (this directory: run as a script)
+
 SOURCE = Path(__file__).resolve().parents[2] / "csrc" / "verify_sm90.cuh"
 FUNC = re.compile(r"(?:template <[^>]*>\s*)?__device__ __forceinline__ [\w:<>,&\s*]+?\b(\w+)\(")
 LAMBDA = re.compile(r"\s+auto (\w+) = \[&\]")
@@ -56,7 +58,7 @@ def attribute(text: str, lo: int, hi: int, starts: list[tuple[int, str]]) -> Cou
     for line in text.splitlines():
         if m := re.search(r'File "([^"]+)", line (\d+)', line):
             where = (m.group(1), int(m.group(2)))
-        elif (m := re.match(r"\s*/\*([0-9a-f]{4,})\*/\s", line)) and where and lo <= int(m.group(1), 16) <= hi:
+        elif (m := INSTR.search(line)) and where and lo <= int(m.group(1), 16) <= hi:
             out[owner(starts, *where)] += 1
     return out
 

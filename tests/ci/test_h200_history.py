@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import shutil
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -71,8 +72,9 @@ def plant(results: Path, src: str, commit: str, factors: dict[str, float]) -> No
         i = grid.index(tuple(entry["asv_params"]))
         values[0][i] *= f
     side["commit"] = commit
-    side["date"] = side["date"].replace("T15:", "T16:")
-    side["run_id"] = side["run_id"].replace("T15", "T16")
+    later = datetime.fromisoformat(side["date"]) + timedelta(hours=1)
+    side["date"] = later.isoformat()
+    side["run_id"] = later.strftime("%Y%m%dT%H%M%SZ") + side["run_id"][16:]
     (results / MACHINE / f"{commit[:8]}-{data['env_name']}.json").write_text(json.dumps(data))
     (results / "samples" / MACHINE / f"{commit}-{side['run_id']}.json").write_text(json.dumps(side))
 

@@ -201,13 +201,17 @@ def test_perf_interrupted_during_confirmation_reports_what_it_measured_and_recor
     assert len(listed.strip().splitlines()) == 1, listed  # the confirmation worktrees are gone
 
 
+def cmdline(pid: int | str) -> str:
+    return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+
+
 def descendants(pid: int) -> dict[int, str]:
     """{pid: cmdline} of the live processes below `pid` (from /proc)."""
     parent, cmd = {}, {}
     for d in Path("/proc").glob("[0-9]*"):
         try:
             parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            cmd[int(d.name)] = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cmd[int(d.name)] = cmdline(d.name)
         except (OSError, ValueError, IndexError):
             continue
     out, todo = {}, [pid]
@@ -251,7 +255,7 @@ def test_perf_stopped_while_measuring_the_head_leaves_no_asv_running(tmp_path):
     alive = {}
     for pid, c in below.items():
         try:
-            if (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace") == c:
+            if cmdline(pid) == c:
                 alive[pid] = c
         except OSError:
             continue
