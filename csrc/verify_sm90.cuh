@@ -210,9 +210,10 @@ constexpr int S2_HANDOFFS = 5;  // SEESAW2's hand-off mbarriers after the q barr
 constexpr int S2_STATE_OFF = BAR_OFF + S2_BAR_BYTES;  // the same three [2][BM] fp32 tables
 constexpr int S2_SMEM = S2_STATE_OFF + 3 * 2 * BM * 4 + 1024;
 static_assert((STAGES * NCHUNK + 1 + S2_HANDOFFS) * 8 <= S2_BAR_BYTES && S2_SMEM <= 227 * 1024, "SEESAW2 layout");
-// The timeline build's two step times (thread 0 of seesaw2's warpgroup 0), after the hand-off barriers
+// The timeline build's two step times and its first S's end (thread 0 of seesaw2's warpgroup 0), after the hand-off
+// barriers
 constexpr int T_STEP_OFF = 8 * (STAGES * NCHUNK + 1 + S2_HANDOFFS);  // from BAR_OFF
-static_assert(T_STEP_OFF + 2 * 8 <= S2_BAR_BYTES, "SEESAW2 layout: the step times");
+static_assert(T_STEP_OFF + 3 * 8 <= S2_BAR_BYTES, "SEESAW2 layout: the step times");
 static_assert(NCHUNK % NGROUP == 0 && (STAGES * (2 * NGROUP + 1) + 1) * 8 <= 128, "barrier layout");
 // setmaxnreg: 384 threads x 168 registers at launch; the producer gives 128 of its 168 back.
 constexpr int PRODUCER_REGS = 40;
@@ -1075,10 +1076,12 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
         load_chunks(p, &kv_map, pages, start + BN, row1, end, kv_s + TILE_BYTES, 4, NCHUNK, full_bar + 8 * NCHUNK);
         load_chunks(p, &kv_map, pages, start + BN, row1, end, kv_s + TILE_BYTES, 0, 4, full_bar + 8 * NCHUNK);
       }
+      timeline::timeline_mark(timeline::SPLIT_ISSUED);  // (-DKDENGINE_TIMELINE only, as every mark)
     }
   }
   const int w = wg;
   mbar_wait(q_bar, 0);
+  if (is_seesaw2(SCHEDULE) && tid == 0) timeline::timeline_mark(timeline::SPLIT_Q_READY);
   const Rows rows = make_rows(p, b, row0, wtid);
   float o[128];
 #pragma unroll
@@ -1279,6 +1282,9 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
       look_ahead(2);
       wgmma_wait<0>();
       reg_fence(s);
+#ifdef KDENGINE_TIMELINE  // the first S complete (the timer read depends on its result), recorded at the end
+      if (tid == 0) timeline::timeline_keep(sm + BAR_OFF + T_STEP_OFF + 16, __float_as_int(s[0]));
+#endif
       for (int i = 0; i < steps; ++i) {
         const int ta = 2 * i, slot = (i & 1) * BM;
         const bool has_b = ta + 1 < ntiles, next_a = ta + 2 < ntiles, next_b = ta + 3 < ntiles;
@@ -1680,6 +1686,8 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
     timeline::timeline_mark_at(timeline::SPLIT_STEP1, timeline::timeline_kept(sm + BAR_OFF + T_STEP_OFF));
     timeline::timeline_mark_at(timeline::SPLIT_LAST_STEP, timeline::timeline_kept(sm + BAR_OFF + T_STEP_OFF + 8));
   }
+  if (is_seesaw2(SCHEDULE) && tid == 0)
+    timeline::timeline_mark_at(timeline::SPLIT_S0, timeline::timeline_kept(sm + BAR_OFF + T_STEP_OFF + 16));
 #endif
 #else
   __trap();  // built without sm_90a: the launcher never selects this kernel there

@@ -25,7 +25,10 @@ enum Kind : int {
   MERGE_END = 5,      // after thread 0's stores
   SPLIT_STEP1 = 6,    // sm90 seesaw2: warpgroup 0 starts step 1 (tiles 2, 3), steps 0 behind it
   SPLIT_LAST_STEP = 7,  // sm90 seesaw2: warpgroup 0 starts the split's last step (the tile loop's steady part behind)
-  NUM_KINDS = 8,
+  SPLIT_ISSUED = 8,   // sm90 seesaw2: thread 0 has looked up tiles 0 and 1's pages and issued the prologue's loads
+  SPLIT_Q_READY = 9,  // sm90 seesaw2: thread 0 is past the Q tile's wait
+  SPLIT_S0 = 10,      // sm90 seesaw2: warpgroup 0's first S (tile 0) is complete
+  NUM_KINDS = 11,
 };
 
 constexpr int SPLIT_BLOCKS = 8192;   // slots per split kind: blocks past it are not recorded

@@ -16,11 +16,12 @@ from dataclasses import dataclass
 
 # The record kinds, in csrc/verify_timeline.cuh's enum order (tests/bench/test_timeline.py checks the header).
 KINDS = ("split_start", "split_trigger", "split_end", "merge_start", "merge_waited", "merge_end", "split_step1",
-         "split_last_step")
-SPLIT_START, SPLIT_TRIGGER, SPLIT_END, MERGE_START, MERGE_WAITED, MERGE_END, SPLIT_STEP1, SPLIT_LAST_STEP = \
-    range(len(KINDS))
-# The split kernel's kinds (the rest are the merge's); the step marks come from the sm90 seesaw2 kernel only.
-SPLIT_KINDS = frozenset((SPLIT_START, SPLIT_TRIGGER, SPLIT_END, SPLIT_STEP1, SPLIT_LAST_STEP))
+         "split_last_step", "split_issued", "split_q_ready", "split_s0")
+(SPLIT_START, SPLIT_TRIGGER, SPLIT_END, MERGE_START, MERGE_WAITED, MERGE_END, SPLIT_STEP1, SPLIT_LAST_STEP,
+ SPLIT_ISSUED, SPLIT_Q_READY, SPLIT_S0) = range(len(KINDS))
+# The split kernel's kinds (the rest are the merge's); the step and prologue marks come from the sm90 seesaw2 kernel.
+SPLIT_KINDS = frozenset((SPLIT_START, SPLIT_TRIGGER, SPLIT_END, SPLIT_STEP1, SPLIT_LAST_STEP, SPLIT_ISSUED,
+                         SPLIT_Q_READY, SPLIT_S0))
 COARSE_NS = 500  # a granularity at or above this: the timeline cannot resolve the merge's ~3 us share
 
 
@@ -54,6 +55,11 @@ class TimelineSummary:
     prologue_ns: float | None = None
     steady_ns: float | None = None
     last_step_ns: float | None = None
+    # the prologue's marks, medians over the blocks that recorded start and the mark: start -> the loads issued (tiles
+    # 0 and 1's page lookups behind), -> Q landed, -> warpgroup 0's first S complete (tile 0 landed)
+    issued_ns: float | None = None
+    q_ready_ns: float | None = None
+    s0_ns: float | None = None
 
     @property
     def coarse(self) -> bool:
@@ -96,6 +102,12 @@ def summarize(records: Iterable[Sequence[int]]) -> TimelineSummary:
     at = {k: {r[1]: r[3] for r in rows if r[0] == k} for k in (SPLIT_START, SPLIT_STEP1, SPLIT_LAST_STEP, SPLIT_TRIGGER)}
     stepped = [b for b in at[SPLIT_STEP1] if all(b in at[k] for k in at)]
     between = lambda k0, k1: float(statistics.median(at[k1][b] - at[k0][b] for b in stepped)) if stepped else None
+    def since_start(kind: int) -> float | None:
+        marked = [b for b in at_start if b in at_mark[kind]]
+        return float(statistics.median(at_mark[kind][b] - at_start[b] for b in marked)) if marked else None
+
+    at_start = at[SPLIT_START]
+    at_mark = {k: {r[1]: r[3] for r in rows if r[0] == k} for k in (SPLIT_ISSUED, SPLIT_Q_READY, SPLIT_S0)}
     after_last = lambda kind, pick: pick(times[kind]) - last_split_end if times[kind] and last_split_end is not None \
         else None
     return TimelineSummary(
@@ -115,6 +127,9 @@ def summarize(records: Iterable[Sequence[int]]) -> TimelineSummary:
         prologue_ns=between(SPLIT_START, SPLIT_STEP1),
         steady_ns=between(SPLIT_STEP1, SPLIT_LAST_STEP),
         last_step_ns=between(SPLIT_LAST_STEP, SPLIT_TRIGGER),
+        issued_ns=since_start(SPLIT_ISSUED),
+        q_ready_ns=since_start(SPLIT_Q_READY),
+        s0_ns=since_start(SPLIT_S0),
     )
 
 
@@ -159,6 +174,9 @@ AGGREGATE_FIGURES = {
     if s.kinds["merge_end"] and s.kinds["merge_waited"] else None,
     "last split end -> last merge end": lambda s: s.merge_tail_ns,
     "merge SMs": lambda s: s.merge_sms,
+    "start -> loads issued (median block; sm90)": lambda s: s.issued_ns,
+    "start -> Q landed (median block; sm90)": lambda s: s.q_ready_ns,
+    "start -> first S done (median block; sm90)": lambda s: s.s0_ns,
     "start -> step 1 (median block; sm90)": lambda s: s.prologue_ns,
     "step 1 -> last step (median block; sm90)": lambda s: s.steady_ns,
     "last step -> trigger (median block; sm90)": lambda s: s.last_step_ns,

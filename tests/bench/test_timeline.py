@@ -54,7 +54,7 @@ def test_records_missing():
     with pytest.raises(ValueError, match="no"):
         tl.summarize([])
     with pytest.raises(ValueError, match="unknown kinds"):
-        tl.summarize([(9, 0, 0, T0)])
+        tl.summarize([(len(tl.KINDS), 0, 0, T0)])
 
 
 def test_the_step_marks():
@@ -71,6 +71,23 @@ def test_the_step_marks():
     assert (s.split_sms, s.merge_sms) == (8, 3)
     text = tl.format_aggregate([s, s])
     assert "step 1 -> last step (median block; sm90)" in text and "0.55 [0.55, 0.55] us" in text
+
+
+def test_the_prologue_marks():
+    """start -> loads issued / Q landed / first S done, medians over the blocks with start and that mark (each mark on
+    its own: a block without one still counts for the others); without them None."""
+    rows = call_records()  # starts 0, 100, 200
+    assert tl.summarize(rows).s0_ns is None and tl.summarize(rows).issued_ns is None
+    for b, (issued, q, s0) in enumerate([(40, 900, 2000), (160, 1100, 2600), (None, 1250, 2400)]):
+        if issued is not None:
+            rows.append((tl.SPLIT_ISSUED, b, 20 + b, T0 + issued))
+        rows += [(tl.SPLIT_Q_READY, b, 20 + b, T0 + q), (tl.SPLIT_S0, b, 20 + b, T0 + s0)]
+    rows.append((tl.SPLIT_S0, 9, 9, T0 + 10))  # a block without a start: left out
+    s = tl.summarize(rows)
+    assert (s.issued_ns, s.q_ready_ns, s.s0_ns) == (50, 1000, 2200)  # medians of (40, 60), (900, 1000, 1050), (2000, 2500, 2200)
+    assert s.kinds["split_s0"].n == 4 and s.split_sms == 8  # 0-3, the marks' 20-22 and 9
+    text = tl.format_aggregate([s])
+    assert "start -> Q landed (median block; sm90)" in text and "1.00 [1.00, 1.00] us" in text
 
 
 def test_a_coarse_timer_is_reported():
