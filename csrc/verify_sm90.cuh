@@ -1070,7 +1070,11 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
       const int* pages = p.page_table + (size_t)b * p.max_pages;
       mbar_expect_tx(q_bar, TILE_BYTES);
       for (int k = 0; k < NCHUNK; ++k) tma_load(q_s + k * CHUNK_BYTES, &q_map, k * SW, b * p.R + row0, q_bar);
-      load_chunks(p, &kv_map, pages, start, tile_row(p, pages, start), end, kv_s, 0, NCHUNK, full_bar);
+      timeline::timeline_mark(timeline::SPLIT_Q_ISSUED);
+      const int r0 = tile_row(p, pages, start);
+      timeline::timeline_mark_after(timeline::SPLIT_ROW0, r0);
+      load_chunks(p, &kv_map, pages, start, r0, end, kv_s, 0, NCHUNK, full_bar);
+      timeline::timeline_mark(timeline::SPLIT_T0_ISSUED);
       if (ntiles > 1) {
         const int row1 = tile_row(p, pages, start + BN);
         load_chunks(p, &kv_map, pages, start + BN, row1, end, kv_s + TILE_BYTES, 4, NCHUNK, full_bar + 8 * NCHUNK);
@@ -1362,6 +1366,7 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
         look_ahead(2);
         wgmma_wait<0>();
         reg_fence(s);
+        if (wtid == 0) timeline::timeline_mark_after(timeline::SPLIT_S1, __float_as_int(s[0]));
       }
       for (int i = 0; i < steps; ++i) {
         const int ta = 2 * i, tb = ta + 1, slot = (i & 1) * BM;

@@ -28,7 +28,11 @@ enum Kind : int {
   SPLIT_ISSUED = 8,   // sm90 seesaw2: thread 0 has looked up tiles 0 and 1's pages and issued the prologue's loads
   SPLIT_Q_READY = 9,  // sm90 seesaw2: thread 0 is past the Q tile's wait
   SPLIT_S0 = 10,      // sm90 seesaw2: warpgroup 0's first S (tile 0) is complete
-  NUM_KINDS = 11,
+  SPLIT_Q_ISSUED = 11,   // sm90 seesaw2: thread 0 has issued the Q tile's loads
+  SPLIT_ROW0 = 12,       // sm90 seesaw2: thread 0 has tile 0's pool row (its page lookup returned)
+  SPLIT_T0_ISSUED = 13,  // sm90 seesaw2: thread 0 has issued tile 0's loads
+  SPLIT_S1 = 14,         // sm90 seesaw2: warpgroup 1's first S (tile 1) is complete
+  NUM_KINDS = 15,
 };
 
 constexpr int SPLIT_BLOCKS = 8192;   // slots per split kind: blocks past it are not recorded
@@ -108,6 +112,17 @@ __device__ __forceinline__ void timeline_mark(int kind) {
   timeline_mark_at(kind, t);
 #else
   (void)kind;
+#endif
+}
+// The same once `after` (a loaded value) is in its register: the timer read waits for the load.
+__device__ __forceinline__ void timeline_mark_after(int kind, int after) {
+#ifdef KDENGINE_TIMELINE
+  long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : "r"(after) : "memory");
+  timeline_mark_at(kind, t);
+#else
+  (void)kind;
+  (void)after;
 #endif
 }
 #endif  // __CUDACC__

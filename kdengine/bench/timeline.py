@@ -16,12 +16,18 @@ from dataclasses import dataclass
 
 # The record kinds, in csrc/verify_timeline.cuh's enum order (tests/bench/test_timeline.py checks the header).
 KINDS = ("split_start", "split_trigger", "split_end", "merge_start", "merge_waited", "merge_end", "split_step1",
-         "split_last_step", "split_issued", "split_q_ready", "split_s0")
+         "split_last_step", "split_issued", "split_q_ready", "split_s0", "split_q_issued", "split_row0",
+         "split_t0_issued", "split_s1")
 (SPLIT_START, SPLIT_TRIGGER, SPLIT_END, MERGE_START, MERGE_WAITED, MERGE_END, SPLIT_STEP1, SPLIT_LAST_STEP,
- SPLIT_ISSUED, SPLIT_Q_READY, SPLIT_S0) = range(len(KINDS))
+ SPLIT_ISSUED, SPLIT_Q_READY, SPLIT_S0, SPLIT_Q_ISSUED, SPLIT_ROW0, SPLIT_T0_ISSUED, SPLIT_S1) = range(len(KINDS))
+MERGE_KINDS = frozenset((MERGE_START, MERGE_WAITED, MERGE_END))
 # The split kernel's kinds (the rest are the merge's); the step and prologue marks come from the sm90 seesaw2 kernel.
-SPLIT_KINDS = frozenset((SPLIT_START, SPLIT_TRIGGER, SPLIT_END, SPLIT_STEP1, SPLIT_LAST_STEP, SPLIT_ISSUED,
-                         SPLIT_Q_READY, SPLIT_S0))
+SPLIT_KINDS = frozenset(range(len(KINDS))) - MERGE_KINDS
+# The sm90 seesaw2 prologue's marks in the order a block passes them (thread 0, then warpgroup 1's first S), each
+# reported as the median over blocks of its time since the block's start
+PROLOGUE = {SPLIT_Q_ISSUED: "Q issued", SPLIT_ROW0: "tile 0's page looked up", SPLIT_T0_ISSUED: "tile 0 issued",
+            SPLIT_ISSUED: "tile 1 issued", SPLIT_Q_READY: "Q landed", SPLIT_S0: "first S done (tile 0, warpgroup 0)",
+            SPLIT_S1: "first S done (tile 1, warpgroup 1)"}
 COARSE_NS = 500  # a granularity at or above this: the timeline cannot resolve the merge's ~3 us share
 
 
@@ -55,11 +61,9 @@ class TimelineSummary:
     prologue_ns: float | None = None
     steady_ns: float | None = None
     last_step_ns: float | None = None
-    # the prologue's marks, medians over the blocks that recorded start and the mark: start -> the loads issued (tiles
-    # 0 and 1's page lookups behind), -> Q landed, -> warpgroup 0's first S complete (tile 0 landed)
-    issued_ns: float | None = None
-    q_ready_ns: float | None = None
-    s0_ns: float | None = None
+    # the prologue's marks (PROLOGUE's kinds -> the median over the blocks that recorded start and the mark of its time
+    # since the block's start; None without such blocks)
+    prologue_marks_ns: dict[int, float | None] | None = None
 
     @property
     def coarse(self) -> bool:
@@ -107,7 +111,7 @@ def summarize(records: Iterable[Sequence[int]]) -> TimelineSummary:
         return float(statistics.median(at_mark[kind][b] - at_start[b] for b in marked)) if marked else None
 
     at_start = at[SPLIT_START]
-    at_mark = {k: {r[1]: r[3] for r in rows if r[0] == k} for k in (SPLIT_ISSUED, SPLIT_Q_READY, SPLIT_S0)}
+    at_mark = {k: {r[1]: r[3] for r in rows if r[0] == k} for k in PROLOGUE}
     after_last = lambda kind, pick: pick(times[kind]) - last_split_end if times[kind] and last_split_end is not None \
         else None
     return TimelineSummary(
@@ -127,9 +131,7 @@ def summarize(records: Iterable[Sequence[int]]) -> TimelineSummary:
         prologue_ns=between(SPLIT_START, SPLIT_STEP1),
         steady_ns=between(SPLIT_STEP1, SPLIT_LAST_STEP),
         last_step_ns=between(SPLIT_LAST_STEP, SPLIT_TRIGGER),
-        issued_ns=since_start(SPLIT_ISSUED),
-        q_ready_ns=since_start(SPLIT_Q_READY),
-        s0_ns=since_start(SPLIT_S0),
+        prologue_marks_ns={k: since_start(k) for k in PROLOGUE},
     )
 
 
@@ -174,9 +176,8 @@ AGGREGATE_FIGURES = {
     if s.kinds["merge_end"] and s.kinds["merge_waited"] else None,
     "last split end -> last merge end": lambda s: s.merge_tail_ns,
     "merge SMs": lambda s: s.merge_sms,
-    "start -> loads issued (median block; sm90)": lambda s: s.issued_ns,
-    "start -> Q landed (median block; sm90)": lambda s: s.q_ready_ns,
-    "start -> first S done (median block; sm90)": lambda s: s.s0_ns,
+    **{f"start -> {label} (median block; sm90)": (lambda s, k=k: (s.prologue_marks_ns or {}).get(k))
+       for k, label in PROLOGUE.items()},
     "start -> step 1 (median block; sm90)": lambda s: s.prologue_ns,
     "step 1 -> last step (median block; sm90)": lambda s: s.steady_ns,
     "last step -> trigger (median block; sm90)": lambda s: s.last_step_ns,
