@@ -97,6 +97,9 @@ def apply(rows: list[dict], accepted: list[dict], needs_it) -> list[str]:
     by_name: dict[str, list[int]] = {}
     for i, a in enumerate(accepted):
         by_name.setdefault(a["name"], []).append(i)
+    verdicts: dict[str, set[str]] = {}  # the verdicts of each benchmark's rows (one per machine)
+    for row in rows:
+        verdicts.setdefault(row.get("name"), set()).add(str(row.get("verdict")))
     for row in rows:
         if row.get("verdict") == "accepted" or not needs_it(row) or row.get("name") not in by_name:
             continue
@@ -119,6 +122,11 @@ def apply(rows: list[dict], accepted: list[dict], needs_it) -> list[str]:
         a = accepted[i]
         head = f"{TRAILER} in {a['commit'][:10]} for {a['name']} (up to {a['bound']:.1%})"
         if i not in decided_by:
+            seen = verdicts.get(a["name"], set())
+            if not seen:
+                return f"{head}: not measured here"
+            if "noisy" in seen:  # e.g. a confirmation cut short: undecided, not a slowdown it covered
+                return f"{head}: its row is undecided here (noisy); the bound applies to a confirmed slowdown"
             return f"{head}: no slowdown of it needed accepting here"
         w = accepted[decided_by[i]]
         which = "the wider bound" if w["bound"] > a["bound"] else "the same bound, named again"

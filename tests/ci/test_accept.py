@@ -108,6 +108,19 @@ def test_the_confirmed_figure_is_held_to_the_bound():
     assert any("no slowdown of it needed accepting" in n for n in improved["accept_notes"])
 
 
+def test_an_undecided_or_missing_row_is_not_called_a_row_that_needed_no_acceptance():
+    """A confirmation cut short leaves a first-pass slowdown "noisy" with no rounds (the H200 stop check,
+    perf_history/gate/gpu_stop_fff7dcd/): the trailer's note must not say that no slowdown needed accepting."""
+    acc = [{"commit": "ab" * 20, "name": W, "bound": 0.1, "reason": "r"},
+           {"commit": "ab" * 20, "name": "verify/cuda/ctx1/T1", "bound": 0.1, "reason": "r"}]
+    row = {"name": W, "verdict": "noisy", "worse": 0.044, "threshold": 0.01, "reason": "not measured again"}
+    out = gate.summarize("a" * 40, "b" * 40, [{"machine": MACHINE, "notes": [], "benchmarks": [row]}], acc)
+    assert out["benchmarks"][0]["verdict"] == "noisy" and out["exit_code"] == 0
+    first, second = out["accept_notes"]
+    assert "undecided here (noisy)" in first and "needed accepting" not in first
+    assert second.endswith("not measured here")
+
+
 def test_two_trailers_for_one_benchmark_the_widest_decides_and_the_other_is_named_as_such():
     acc = [{"commit": "ab" * 20, "name": W, "bound": 0.03, "reason": "narrow"},
            {"commit": "cd" * 20, "name": W, "bound": 0.06, "reason": "wide"}]
