@@ -973,6 +973,7 @@ template <int SCHEDULE>
 __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CUtensorMap& kv_map,
                                                  const CUtensorMap& q_map) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  if (is_seesaw2(SCHEDULE) && threadIdx.x == 0) timeline::timeline_mark(timeline::SPLIT_ENTRY);
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   unsigned char* sm = smem_raw + (((raw + 1023) & ~1023u) - raw);  // 1024-byte aligned (swizzle atoms)

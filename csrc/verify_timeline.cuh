@@ -32,7 +32,9 @@ enum Kind : int {
   SPLIT_ROW0 = 12,       // sm90 seesaw2: thread 0 has tile 0's pool row (its page lookup returned)
   SPLIT_T0_ISSUED = 13,  // sm90 seesaw2: thread 0 has issued tile 0's loads
   SPLIT_S1 = 14,         // sm90 seesaw2: warpgroup 1's first S (tile 1) is complete
-  NUM_KINDS = 15,
+  SPLIT_ENTRY = 15,      // sm90 seesaw2: thread 0 entering the kernel's body (before the barriers' init and the first
+                         // __syncthreads: a probe that moves work ahead of SPLIT_START is compared from here)
+  NUM_KINDS = 16,
 };
 
 constexpr int SPLIT_BLOCKS = 8192;   // slots per split kind: blocks past it are not recorded

@@ -17,15 +17,17 @@ from dataclasses import dataclass
 # The record kinds, in csrc/verify_timeline.cuh's enum order (tests/bench/test_timeline.py checks the header).
 KINDS = ("split_start", "split_trigger", "split_end", "merge_start", "merge_waited", "merge_end", "split_step1",
          "split_last_step", "split_issued", "split_q_ready", "split_s0", "split_q_issued", "split_row0",
-         "split_t0_issued", "split_s1")
+         "split_t0_issued", "split_s1", "split_entry")
 (SPLIT_START, SPLIT_TRIGGER, SPLIT_END, MERGE_START, MERGE_WAITED, MERGE_END, SPLIT_STEP1, SPLIT_LAST_STEP,
- SPLIT_ISSUED, SPLIT_Q_READY, SPLIT_S0, SPLIT_Q_ISSUED, SPLIT_ROW0, SPLIT_T0_ISSUED, SPLIT_S1) = range(len(KINDS))
+ SPLIT_ISSUED, SPLIT_Q_READY, SPLIT_S0, SPLIT_Q_ISSUED, SPLIT_ROW0, SPLIT_T0_ISSUED, SPLIT_S1, SPLIT_ENTRY) = \
+    range(len(KINDS))
 MERGE_KINDS = frozenset((MERGE_START, MERGE_WAITED, MERGE_END))
 # The split kernel's kinds (the rest are the merge's); the step and prologue marks come from the sm90 seesaw2 kernel.
 SPLIT_KINDS = frozenset(range(len(KINDS))) - MERGE_KINDS
 # The sm90 seesaw2 prologue's marks in the order a block passes them (thread 0, then warpgroup 1's first S), each
-# reported as the median over blocks of its time since the block's start
-PROLOGUE = {SPLIT_Q_ISSUED: "Q issued", SPLIT_ROW0: "tile 0's page looked up", SPLIT_T0_ISSUED: "tile 0 issued",
+# reported as the median over blocks of its time since the block's start (its first barrier passed: the entry, before
+# that barrier, reads negative; a probe that issues loads ahead of the barrier compares with seesaw2 from the entry)
+PROLOGUE = {SPLIT_ENTRY: "entry (before the first barrier)", SPLIT_Q_ISSUED: "Q issued", SPLIT_ROW0: "tile 0's page looked up", SPLIT_T0_ISSUED: "tile 0 issued",
             SPLIT_ISSUED: "tile 1 issued", SPLIT_Q_READY: "Q landed", SPLIT_S0: "first S done (tile 0, warpgroup 0)",
             SPLIT_S1: "first S done (tile 1, warpgroup 1)"}
 COARSE_NS = 500  # a granularity at or above this: the timeline cannot resolve the merge's ~3 us share

@@ -89,6 +89,8 @@ def test_the_prologue_marks():
     assert s.kinds["split_s0"].n == 4 and s.split_sms == 8  # 0-3, the marks' 20-22 and 9
     text = tl.format_aggregate([s])
     assert "start -> Q landed (median block; sm90)" in text and "1.00 [1.00, 1.00] us" in text
+    rows.append((tl.SPLIT_ENTRY, 0, 20, T0 - 300))  # before the block's start: negative
+    assert tl.summarize(rows).prologue_marks_ns[tl.SPLIT_ENTRY] == -300
     assert "start -> Q issued (median block; sm90)" in text  # a mark no block recorded: "-"
     assert "-" == text.split("start -> Q issued (median block; sm90)")[1].split("\n")[0].strip()
 
