@@ -27,8 +27,8 @@ SPLIT_KINDS = frozenset(range(len(KINDS))) - MERGE_KINDS
 # The sm90 seesaw2 prologue's marks in the order a block passes them (thread 0, then warpgroup 1's first S), each
 # reported as the median over blocks of its time since the block's start (its first barrier passed: the entry, before
 # that barrier, reads negative; a probe that issues loads ahead of the barrier compares with seesaw2 from the entry)
-PROLOGUE = {SPLIT_ENTRY: "entry (before the first barrier)", SPLIT_Q_ISSUED: "Q issued", SPLIT_ROW0: "tile 0's page looked up", SPLIT_T0_ISSUED: "tile 0 issued",
-            SPLIT_ISSUED: "tile 1 issued", SPLIT_Q_READY: "Q landed", SPLIT_S0: "first S done (tile 0, warpgroup 0)",
+PROLOGUE = {SPLIT_ENTRY: "entry (before the first barrier)", SPLIT_Q_ISSUED: "Q issued",
+            SPLIT_ROW0: "tile 0's page looked up", SPLIT_T0_ISSUED: "tile 0 issued", SPLIT_ISSUED: "tile 1 issued", SPLIT_Q_READY: "Q landed", SPLIT_S0: "first S done (tile 0, warpgroup 0)",
             SPLIT_S1: "first S done (tile 1, warpgroup 1)"}
 COARSE_NS = 500  # a granularity at or above this: the timeline cannot resolve the merge's ~3 us share
 
@@ -108,12 +108,13 @@ def summarize(records: Iterable[Sequence[int]]) -> TimelineSummary:
     at = {k: {r[1]: r[3] for r in rows if r[0] == k} for k in (SPLIT_START, SPLIT_STEP1, SPLIT_LAST_STEP, SPLIT_TRIGGER)}
     stepped = [b for b in at[SPLIT_STEP1] if all(b in at[k] for k in at)]
     between = lambda k0, k1: float(statistics.median(at[k1][b] - at[k0][b] for b in stepped)) if stepped else None
+    at_start = at[SPLIT_START]
+    at_mark = {k: {r[1]: r[3] for r in rows if r[0] == k} for k in PROLOGUE}
+
     def since_start(kind: int) -> float | None:
         marked = [b for b in at_start if b in at_mark[kind]]
         return float(statistics.median(at_mark[kind][b] - at_start[b] for b in marked)) if marked else None
 
-    at_start = at[SPLIT_START]
-    at_mark = {k: {r[1]: r[3] for r in rows if r[0] == k} for k in PROLOGUE}
     after_last = lambda kind, pick: pick(times[kind]) - last_split_end if times[kind] and last_split_end is not None \
         else None
     return TimelineSummary(

@@ -74,8 +74,8 @@ def test_the_step_marks():
 
 
 def test_the_prologue_marks():
-    """start -> loads issued / Q landed / first S done, medians over the blocks with start and that mark (each mark on
-    its own: a block without one still counts for the others); without them None."""
+    """start -> each prologue mark (tile 1 issued, Q landed, first S done, ...), medians over the blocks with start and
+    that mark (each mark on its own: a block without one still counts for the others); without them None."""
     rows = call_records()  # starts 0, 100, 200
     assert set(tl.summarize(rows).prologue_marks_ns.values()) == {None}
     for b, (issued, q, s0) in enumerate([(40, 900, 2000), (160, 1100, 2600), (None, 1250, 2400)]):
@@ -85,7 +85,8 @@ def test_the_prologue_marks():
     rows.append((tl.SPLIT_S0, 9, 9, T0 + 10))  # a block without a start: left out
     s = tl.summarize(rows)
     marks = s.prologue_marks_ns
-    assert (marks[tl.SPLIT_ISSUED], marks[tl.SPLIT_Q_READY], marks[tl.SPLIT_S0]) == (50, 1000, 2200)  # medians of (40, 60), (900, 1000, 1050), (2000, 2500, 2200)
+    # medians of (40, 60), (900, 1000, 1050), (2000, 2500, 2200)
+    assert (marks[tl.SPLIT_ISSUED], marks[tl.SPLIT_Q_READY], marks[tl.SPLIT_S0]) == (50, 1000, 2200)
     assert s.kinds["split_s0"].n == 4 and s.split_sms == 8  # 0-3, the marks' 20-22 and 9
     text = tl.format_aggregate([s])
     assert "start -> Q landed (median block; sm90)" in text and "1.00 [1.00, 1.00] us" in text
