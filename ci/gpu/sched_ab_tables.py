@@ -1,6 +1,7 @@
 """Markdown tables of a ci/gpu/sched_ab.py record (the A B B A rows at the sweep's K, the engine runs) and of the
 timeline CSVs beside it (one row per replay: the last split's work against the median split, its rank among the
-splits, the kernel's end and the last split's).
+splits, the kernel's end and the last split's; then the sm90 prologue's marks per build and size, since each block's
+entry where the build records it).
 
     python3 ci/gpu/sched_ab_tables.py RECORD.json [TIMELINE_DIR]
 
@@ -18,7 +19,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from kdengine.bench.timeline import SPLIT_END, SPLIT_START, SPLIT_TRIGGER
+from kdengine.bench.timeline import PROLOGUE, SPLIT_END, SPLIT_ENTRY, SPLIT_START, SPLIT_STEP1, SPLIT_TRIGGER
 
 SIZE = {"4096": "4k", "16384": "16k", "65536": "65k"}
 ENGINE_AA = Path(__file__).resolve().parents[2] / "perf_history" / "kernel" / "engine_aa_d5d753d"
@@ -71,11 +72,7 @@ def ab_table(doc: dict) -> list[str]:
 
 def splits(path: Path, row_tiles: int) -> dict[int, tuple[float, float]]:
     """{split: (work us = start -> trigger, end us from the first block's start)}, the slowest block of each split."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    by: dict[int, dict[int, int]] = {}
-    with opener(path, "rt") as fh:
-        for r in csv.DictReader(fh):
-            by.setdefault(int(r["kind"]), {})[int(r["block"])] = int(r["t_ns"])
+    by = _records(path)
     start, trig, end = by[SPLIT_START], by[SPLIT_TRIGGER], by[SPLIT_END]
     t0 = min(start.values())
     out: dict[int, tuple[float, float]] = {}
@@ -84,6 +81,54 @@ def splits(path: Path, row_tiles: int) -> dict[int, tuple[float, float]]:
             w, e = (trig[blk] - start[blk]) / 1e3, (end[blk] - t0) / 1e3
             old = out.get(blk // row_tiles, (0.0, 0.0))
             out[blk // row_tiles] = (max(old[0], w), max(old[1], e))
+    return out
+
+
+def _records(path: Path) -> dict[int, dict[int, int]]:
+    """{kind: {block: t_ns}} of one replay's timeline CSV (.csv or .csv.gz)."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    by: dict[int, dict[int, int]] = {}
+    with opener(path, "rt") as fh:
+        for r in csv.DictReader(fh):
+            by.setdefault(int(r["kind"]), {})[int(r["block"])] = int(r["t_ns"])
+    return by
+
+
+# the prologue table's columns: the barrier passed (start), the marks in a block's order, step 1
+PROLOGUE_COLUMNS = {SPLIT_START: "start", **{k: v for k, v in PROLOGUE.items() if k != SPLIT_ENTRY},
+                    SPLIT_STEP1: "step 1"}
+
+
+def prologue(path: Path) -> tuple[str, dict[int, float]]:
+    """(origin, {kind: the median over blocks of the mark's time in us after the block's origin}) of one replay: the
+    origin is each block's entry mark where the build records it (so that a build issuing loads ahead of its first
+    barrier compares with one that does not), else its start. Kinds no block recorded are left out."""
+    by = _records(path)
+    start, entry = by.get(SPLIT_START, {}), by.get(SPLIT_ENTRY, {})
+    origin = {b: entry.get(b, t) for b, t in start.items()}
+    out = {}
+    for kind in PROLOGUE_COLUMNS:
+        marks = [(t - origin[b]) / 1e3 for b, t in by.get(kind, {}).items() if b in origin]
+        if marks:
+            out[kind] = float(statistics.median(marks))
+    return ("entry" if entry else "start"), out
+
+
+def prologue_table(folder: Path) -> list[str]:
+    """Per build (a folder of `folder`) and size: each prologue mark's median block over the replays (median of the
+    replays' medians), in us since the block's entry (or its start, for records without entry marks)."""
+    out = ["| prologue, us since | " + " | ".join(PROLOGUE_COLUMNS.values()) + " |",
+           "|---|" + "---|" * len(PROLOGUE_COLUMNS)]
+    for tag in sorted(p.name for p in folder.iterdir() if p.is_dir() and p.name != "mma"):
+        for size in sorted({p.name.rsplit("_", 1)[0] for p in (folder / tag).glob("timeline_*_T*")}):
+            reps = [prologue(p) for p in sorted((folder / tag).glob(f"{size}_*"))]
+            origins = {o for o, _ in reps}
+            cells = []
+            for kind in PROLOGUE_COLUMNS:
+                vals = [m[kind] for _, m in reps if kind in m]
+                cells.append(f"{statistics.median(vals):.2f}" if vals else "-")
+            n, t = size.removeprefix("timeline_").split("_")
+            out.append(f"| {tag} {SIZE.get(n, n)} {t}: {'/'.join(sorted(origins))} | " + " | ".join(cells) + " |")
     return out
 
 
@@ -108,7 +153,7 @@ def main() -> None:
         raise SystemExit(__doc__)
     lines = ab_table(json.loads(Path(sys.argv[1]).read_text()))
     if len(sys.argv) == 3:
-        lines += [""] + timeline_table(Path(sys.argv[2]))
+        lines += [""] + timeline_table(Path(sys.argv[2])) + [""] + prologue_table(Path(sys.argv[2]))
     print("\n".join(lines))
 
 

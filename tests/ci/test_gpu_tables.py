@@ -35,3 +35,35 @@ def test_engine_line_compares_the_b_runs_with_the_a_runs():
     # an A/A form (no B runs) gets no comparison
     aa = {k: v for k, v in runs.items() if "=0/" in k}
     assert "against" not in tables.engine_line("65536", aa, {"65536": 0.27})
+
+
+def write_replay(path, blocks: dict[int, dict[int, int]]) -> None:
+    """One replay's timeline CSV: blocks = {block: {kind: t_ns}}."""
+    rows = [f"{kind},{b},{b},{t}" for b, marks in blocks.items() for kind, t in marks.items()]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("kind,block,smid,t_ns\n" + "\n".join(rows) + "\n")
+
+
+def test_the_prologue_table_measures_from_each_block_entry_where_the_build_records_it(tmp_path):
+    """A build that issues its loads ahead of the first barrier (negative times since the start) compares with one
+    that does not only from the blocks' entries: where entry marks exist they are the origin, else the start."""
+    from kdengine.bench import timeline as tl
+
+    T0 = 10**12
+    for rep, shift in enumerate((0, 100)):  # two replays; the second's marks 100 ns later in every block
+        write_replay(tmp_path / "base" / f"timeline_65536_T16_{rep}.csv", {  # no entry marks: since the start
+            b: {tl.SPLIT_START: T0 + 50 * b, tl.SPLIT_ISSUED: T0 + 50 * b + 2000 + shift,
+                tl.SPLIT_S0: T0 + 50 * b + 4000 + shift} for b in range(3)})
+        write_replay(tmp_path / "probe" / f"timeline_65536_T16_{rep}.csv", {  # entry 1 us before the start
+            b: {tl.SPLIT_ENTRY: T0 + 50 * b, tl.SPLIT_ISSUED: T0 + 50 * b + 800 + shift,
+                tl.SPLIT_START: T0 + 50 * b + 1000, tl.SPLIT_S0: T0 + 50 * b + 3000 + shift} for b in range(3)})
+    origin, marks = tables.prologue(tmp_path / "probe" / "timeline_65536_T16_1.csv")
+    assert origin == "entry" and marks[tl.SPLIT_START] == 1.0 and marks[tl.SPLIT_S0] == pytest.approx(3.1)
+    assert tl.SPLIT_Q_ISSUED not in marks  # recorded by no block
+    table = tables.prologue_table(tmp_path)
+    cols = list(tables.PROLOGUE_COLUMNS)
+    base, probe = (dict(zip(cols, line.strip("| ").split(" | ")[1:], strict=True)) for line in table[2:])
+    assert table[2].startswith("| base 65k T16: start |") and table[3].startswith("| probe 65k T16: entry |")
+    assert (base[tl.SPLIT_START], base[tl.SPLIT_ISSUED], base[tl.SPLIT_S0]) == ("0.00", "2.05", "4.05")
+    assert (probe[tl.SPLIT_START], probe[tl.SPLIT_ISSUED], probe[tl.SPLIT_S0]) == ("1.00", "0.85", "3.05")
+    assert base[tl.SPLIT_Q_ISSUED] == "-"
