@@ -216,7 +216,8 @@ def medians(jsonl: Path) -> dict[str, float]:
 def confirm(args, result: dict, machine: str, head: str, new: Path, tmp: Path, root: Path,
             config: dict) -> int | None:
     """Re-measure the suspects of `result` (base and head interleaved, ABAB) within the time budget and
-    replace their verdicts by the confirmed ones. Interrupted (SIGTERM, Ctrl-C): judged from the complete rounds
+    replace their verdicts by the confirmed ones. From the second round on, a row the rounds confirm (regressed or
+    improved) is not measured again: the rounds left go to the open rows (the rule tests/ci/synthetic.py models). Interrupted (SIGTERM, Ctrl-C): judged from the complete rounds
     so far, result["interrupted"] says so, and the signal's number is returned (else None)."""
     rows = gate.suspects(result)
     base = result.get("base")
@@ -250,28 +251,33 @@ def confirm(args, result: dict, machine: str, head: str, new: Path, tmp: Path, r
     values = {r["name"]: {"base": [], "head": []} for r in todo}
     start = time.monotonic()
     stopped, rounds_done = None, 0
+    measured = todo  # this round's rows: a row confirmed (regressed or improved) is not measured again
     try:
         for rnd in range(max_rounds):
+            round_start = time.monotonic()
             order = [("base", base), ("head", head)] if rnd % 2 == 0 else [("head", head), ("base", base)]
             for side, sha in order:
                 out = tmp / f"confirm{rnd}-{side}"
-                jsonl = run_asv(trees[sha], sha, machine, out, tmp, [regexes[r["name"]] for r in todo],
+                jsonl = run_asv(trees[sha], sha, machine, out, tmp, [regexes[r["name"]] for r in measured],
                                 args.asv_arg or [], args.verbose, bench_tree=root)
                 got = medians(jsonl)
-                for r in todo:
+                for r in measured:
                     if r["name"] in got:
                         values[r["name"]][side].append(got[r["name"]])
             rounds_done = rnd + 1
-            elapsed = time.monotonic() - start
+            now = time.monotonic()
+            elapsed, last = now - start, now - round_start
             open_rows = [r for r in todo if not confirmed(r, values[r["name"]], config)]
-            say(f"confirmation round {rnd + 1}/{max_rounds} done ({elapsed:.0f} s): "
+            say(f"confirmation round {rnd + 1}/{max_rounds} done ({elapsed:.0f} s, {len(measured)} measured): "
                 f"{len(todo) - len(open_rows)} confirmed, {len(open_rows)} open")
             if not open_rows and rnd + 1 >= MIN_ROUNDS:
                 break
-            if rnd + 1 >= MIN_ROUNDS and elapsed / (rnd + 1) * (rnd + 2) > args.confirm_budget:
+            if rnd + 1 >= MIN_ROUNDS and elapsed + next_round_s(last, len(measured), len(open_rows)) \
+                    > args.confirm_budget:
                 if rnd + 1 < max_rounds:
                     say(f"stopping after {rnd + 1} rounds: another would pass the {args.confirm_budget:.0f} s budget")
                 break
+            measured = open_rows
     except (Interrupted, KeyboardInterrupt) as e:
         stopped = stop_signal(e)
         name = signal.Signals(stopped).name
@@ -318,8 +324,15 @@ def drop_unselected(result: dict, bench_filter: str) -> None:
     result["benchmarks"] = [b for m in result["machines"] for b in m["benchmarks"]]
 
 
+def next_round_s(last_s: float, last_rows: int, next_rows: int) -> float:
+    """The time the next confirmation round should take: the last round's (not the average, whose first round pays
+    both trees' builds), scaled by the rows it will measure, with one row's worth of fixed cost per round (asv's start
+    and the environment check on both sides)."""
+    return last_s * (next_rows + 1) / (last_rows + 1)
+
+
 def confirmed(row: dict, values: dict[str, list[float]], config: dict) -> bool:
-    """True once the rounds so far confirm a regression or an improvement (the loop may stop measuring it)."""
+    """True once the rounds so far confirm a regression or an improvement (the loop stops measuring it)."""
     if len(values["base"]) < MIN_ROUNDS or len(values["head"]) < MIN_ROUNDS:
         return False
     return gate.confirm(dict(row), values["base"], values["head"], config)["verdict"] in ("regressed", "improved")
