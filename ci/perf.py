@@ -217,8 +217,9 @@ def confirm(args, result: dict, machine: str, head: str, new: Path, tmp: Path, r
             config: dict) -> int | None:
     """Re-measure the suspects of `result` (base and head interleaved, ABAB) within the time budget and
     replace their verdicts by the confirmed ones. From the second round on, a row the rounds confirm (regressed or
-    improved) is not measured again: the rounds left go to the open rows (the rule tests/ci/synthetic.py models). Interrupted (SIGTERM, Ctrl-C): judged from the complete rounds
-    so far, result["interrupted"] says so, and the signal's number is returned (else None)."""
+    improved) is not measured again: the rounds left go to the open rows (the rule tests/ci/synthetic.py models).
+    Interrupted (SIGTERM, Ctrl-C): judged from the complete rounds so far, result["interrupted"] says so, and the
+    signal's number is returned (else None)."""
     rows = gate.suspects(result)
     base = result.get("base")
     if not rows:
