@@ -950,6 +950,30 @@ __device__ __forceinline__ void issue_qk_chunks(float (&s)[32], uint64_t qd, uin
   }
 }
 
+#ifdef KDENGINE_TIMELINE
+// The timeline build's S issue times in seesaw2's tile loop (timeline::SPLIT_SISSUE*): [warpgroup][its first, second S
+// issue call of a step] ns, summed by the warpgroup's thread wtid 0 only; zeroed after that warpgroup's prologue S.
+__device__ __forceinline__ unsigned long long* s_issue_ns() {
+  __shared__ unsigned long long ns[4];
+  return ns;
+}
+#endif
+// issue() (an S issue of the tile loop: its chunks' full-barrier waits, then its wgmma issues), timed into
+// s_issue_ns()[slot] in the timeline build: the reloads' exposed latency plus the issues themselves.
+template <class F>
+__device__ __forceinline__ void timed_s_issue(int slot, F&& issue) {
+#ifdef KDENGINE_TIMELINE
+  long long t0, t1;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0)::"memory");
+  issue();
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1)::"memory");
+  if (threadIdx.x % 128 == 0) s_issue_ns()[slot] += static_cast<unsigned long long>(t1 - t0);
+#else
+  (void)slot;
+  issue();
+#endif
+}
+
 // Q's rope chunk (64 rows x 64 dims, 128-byte swizzled) as the A fragments of its 4 k-steps: the inverse
 // of store_p.
 __device__ __forceinline__ void load_q8(const unsigned char* q_tile, const Rows& rows, uint32_t (&q8)[4][4]) {
@@ -1291,6 +1315,8 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
       reg_fence(s);
 #ifdef KDENGINE_TIMELINE  // the first S complete (the timer read depends on its result), recorded at the end
       if (tid == 0) timeline::timeline_keep(sm + BAR_OFF + T_STEP_OFF + 16, __float_as_int(s[0]));
+      if (wtid == 0)
+        for (int k = 0; k < 2; ++k) s_issue_ns()[k] = 0;  // the loop's issues only
 #endif
       for (int i = 0; i < steps; ++i) {
         const int ta = 2 * i, slot = (i & 1) * BM;
@@ -1347,12 +1373,12 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
         }
         if (next_a) {  // (then has_b too)
           zero_tail(ta + 2, 0, fb0);
-          issue_qk_chunks<0, 4, true>(s, qd, kd0, q8, fb0, (i + 1) & 1);
+          timed_s_issue(0, [&] { issue_qk_chunks<0, 4, true>(s, qd, kd0, q8, fb0, (i + 1) & 1); });
           wgmma_commit();
           wgmma_wait<1>();  // P_b V_bL done: stage 1's chunks 0-3 are free
           reg_fence(o);
           if (next_b && loader_b) load_chunks(p, &kv_map, pages, start + (ta + 3) * BN, row_b2, end, stage1, 0, 4, fb1);
-          issue_qk_chunks<4, NCHUNK, false>(s, qd, kd0, q8, fb0, (i + 1) & 1);
+          timed_s_issue(1, [&] { issue_qk_chunks<4, NCHUNK, false>(s, qd, kd0, q8, fb0, (i + 1) & 1); });
           wgmma_commit();
           look_ahead(ta + 4);
         }
@@ -1370,6 +1396,10 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
         wgmma_wait<0>();
         reg_fence(s);
         if (wtid == 0) timeline::timeline_mark_after(timeline::SPLIT_S1, __float_as_int(s[0]));
+#ifdef KDENGINE_TIMELINE
+        if (wtid == 0)
+          for (int k = 2; k < 4; ++k) s_issue_ns()[k] = 0;  // the loop's issues only
+#endif
       }
       for (int i = 0; i < steps; ++i) {
         const int ta = 2 * i, tb = ta + 1, slot = (i & 1) * BM;
@@ -1422,8 +1452,8 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
         reload_a();
         if (next_b) {
           zero_tail(tb + 2, 1, fb1);
-          issue_qk_chunks<4, NCHUNK, true>(s, qd, kd1, q8, fb1, (i + 1) & 1);
-          issue_qk_chunks<0, 4, false>(s, qd, kd1, q8, fb1, (i + 1) & 1);
+          timed_s_issue(2, [&] { issue_qk_chunks<4, NCHUNK, true>(s, qd, kd1, q8, fb1, (i + 1) & 1); });
+          timed_s_issue(3, [&] { issue_qk_chunks<0, 4, false>(s, qd, kd1, q8, fb1, (i + 1) & 1); });
           wgmma_commit();
           look_ahead(ta + 4);
           wgmma_wait<0>();
@@ -1694,8 +1724,14 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
     timeline::timeline_mark_at(timeline::SPLIT_STEP1, timeline::timeline_kept(sm + BAR_OFF + T_STEP_OFF));
     timeline::timeline_mark_at(timeline::SPLIT_LAST_STEP, timeline::timeline_kept(sm + BAR_OFF + T_STEP_OFF + 8));
   }
-  if (is_seesaw2(SCHEDULE) && tid == 0)
+  if (is_seesaw2(SCHEDULE) && tid == 0) {
     timeline::timeline_mark_at(timeline::SPLIT_S0, timeline::timeline_kept(sm + BAR_OFF + T_STEP_OFF + 16));
+    if (ntiles > 2)  // (a split of one step issues no S in its loop; with one tile warpgroup 1 zeroed nothing)
+      for (int k = 0; k < 4; ++k) {
+        const volatile unsigned long long* ns = s_issue_ns();
+        timeline::timeline_mark_at(timeline::SPLIT_SISSUE0_A + k, static_cast<long long>(ns[k]));
+      }
+  }
 #endif
 #else
   __trap();  // built without sm_90a: the launcher never selects this kernel there

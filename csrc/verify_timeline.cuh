@@ -34,7 +34,14 @@ enum Kind : int {
   SPLIT_S1 = 14,         // sm90 seesaw2: warpgroup 1's first S (tile 1) is complete
   SPLIT_ENTRY = 15,      // sm90 seesaw2: thread 0 entering the kernel's body (before the barriers' init and the first
                          // __syncthreads: a probe that moves work ahead of SPLIT_START is compared from here)
-  NUM_KINDS = 16,
+  // sm90 seesaw2, durations (t_ns holds ns, not a time): warpgroup w's S issues of the next step's tile in the tile
+  // loop, summed over the steps by its thread wtid 0: each its chunks' full-barrier waits (the reloads' exposed
+  // latency) and its wgmma issues. Warpgroup 0 issues chunks 0-3 (A), then 4-8 (B); warpgroup 1 chunks 4-8 (A), then 0-3.
+  SPLIT_SISSUE0_A = 16,
+  SPLIT_SISSUE0_B = 17,
+  SPLIT_SISSUE1_A = 18,
+  SPLIT_SISSUE1_B = 19,
+  NUM_KINDS = 20,
 };
 
 constexpr int SPLIT_BLOCKS = 8192;   // slots per split kind: blocks past it are not recorded

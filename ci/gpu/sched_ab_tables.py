@@ -19,7 +19,16 @@ import statistics
 import sys
 from pathlib import Path
 
-from kdengine.bench.timeline import PROLOGUE, SPLIT_END, SPLIT_ENTRY, SPLIT_START, SPLIT_STEP1, SPLIT_TRIGGER
+from kdengine.bench.timeline import (
+    DURATION_KINDS,
+    PROLOGUE,
+    S_ISSUES,
+    SPLIT_END,
+    SPLIT_ENTRY,
+    SPLIT_START,
+    SPLIT_STEP1,
+    SPLIT_TRIGGER,
+)
 
 SIZE = {"4096": "4k", "16384": "16k", "65536": "65k"}
 ENGINE_AA = Path(__file__).resolve().parents[2] / "perf_history" / "kernel" / "engine_aa_d5d753d"
@@ -94,21 +103,24 @@ def _records(path: Path) -> dict[int, dict[int, int]]:
     return by
 
 
-# the prologue table's columns: the barrier passed (start), the marks in a block's order, step 1
+# the prologue table's columns: the barrier passed (start), the marks in a block's order, step 1; then the tile loop's S
+# issues (durations summed over the steps, not times since the origin)
 PROLOGUE_COLUMNS = {SPLIT_START: "start", **{k: v for k, v in PROLOGUE.items() if k != SPLIT_ENTRY},
-                    SPLIT_STEP1: "step 1"}
+                    SPLIT_STEP1: "step 1", **{k: v.removeprefix("loop ") + " (sum)" for k, v in S_ISSUES.items()}}
 
 
 def prologue(path: Path) -> tuple[str, dict[int, float]]:
     """(origin, {kind: the median over blocks of the mark's time in us after the block's origin}) of one replay: the
     origin is each block's entry mark where the build records it (so that a build issuing loads ahead of its first
-    barrier compares with one that does not), else its start. Kinds no block recorded are left out."""
+    barrier compares with one that does not), else its start; a duration kind's figure is its median duration. Kinds no
+    block recorded are left out."""
     by = _records(path)
     start, entry = by.get(SPLIT_START, {}), by.get(SPLIT_ENTRY, {})
     origin = {b: entry.get(b, t) for b, t in start.items()}
     out = {}
     for kind in PROLOGUE_COLUMNS:
-        marks = [(t - origin[b]) / 1e3 for b, t in by.get(kind, {}).items() if b in origin]
+        marks = [(t if kind in DURATION_KINDS else t - origin[b]) / 1e3 for b, t in by.get(kind, {}).items()
+                 if b in origin]
         if marks:
             out[kind] = float(statistics.median(marks))
     return ("entry" if entry else "start"), out

@@ -17,10 +17,18 @@ from dataclasses import dataclass
 # The record kinds, in csrc/verify_timeline.cuh's enum order (tests/bench/test_timeline.py checks the header).
 KINDS = ("split_start", "split_trigger", "split_end", "merge_start", "merge_waited", "merge_end", "split_step1",
          "split_last_step", "split_issued", "split_q_ready", "split_s0", "split_q_issued", "split_row0",
-         "split_t0_issued", "split_s1", "split_entry")
+         "split_t0_issued", "split_s1", "split_entry", "split_sissue0_a", "split_sissue0_b", "split_sissue1_a",
+         "split_sissue1_b")
 (SPLIT_START, SPLIT_TRIGGER, SPLIT_END, MERGE_START, MERGE_WAITED, MERGE_END, SPLIT_STEP1, SPLIT_LAST_STEP,
- SPLIT_ISSUED, SPLIT_Q_READY, SPLIT_S0, SPLIT_Q_ISSUED, SPLIT_ROW0, SPLIT_T0_ISSUED, SPLIT_S1, SPLIT_ENTRY) = \
-    range(len(KINDS))
+ SPLIT_ISSUED, SPLIT_Q_READY, SPLIT_S0, SPLIT_Q_ISSUED, SPLIT_ROW0, SPLIT_T0_ISSUED, SPLIT_S1, SPLIT_ENTRY,
+ SPLIT_SISSUE0_A, SPLIT_SISSUE0_B, SPLIT_SISSUE1_A, SPLIT_SISSUE1_B) = range(len(KINDS))
+# Kinds whose t_ns is a duration (ns), not a time: seesaw2's S issues in its tile loop summed over the steps, per
+# warpgroup and call (each its chunks' full-barrier waits, the reloads' exposed latency, and its wgmma issues)
+S_ISSUES = {SPLIT_SISSUE0_A: "loop S issues, warpgroup 0, chunks 0-3",
+            SPLIT_SISSUE0_B: "loop S issues, warpgroup 0, chunks 4-8",
+            SPLIT_SISSUE1_A: "loop S issues, warpgroup 1, chunks 4-8",
+            SPLIT_SISSUE1_B: "loop S issues, warpgroup 1, chunks 0-3"}
+DURATION_KINDS = frozenset(S_ISSUES)
 MERGE_KINDS = frozenset((MERGE_START, MERGE_WAITED, MERGE_END))
 # The split kernel's kinds (the rest are the merge's); the step and prologue marks come from the sm90 seesaw2 kernel.
 SPLIT_KINDS = frozenset(range(len(KINDS))) - MERGE_KINDS
@@ -66,6 +74,8 @@ class TimelineSummary:
     # the prologue's marks (PROLOGUE's kinds -> the median over the blocks that recorded start and the mark of its time
     # since the block's start; None without such blocks)
     prologue_marks_ns: dict[int, float | None] | None = None
+    # S_ISSUES' kinds -> the median over the blocks that recorded it of its duration (ns; None without such blocks)
+    s_issues_ns: dict[int, float | None] | None = None
 
     @property
     def coarse(self) -> bool:
@@ -91,13 +101,18 @@ def granularity(times: Iterable[int]) -> int | None:
 
 def summarize(records: Iterable[Sequence[int]]) -> TimelineSummary:
     """The summary of one call's records: rows (kind, block, smid, t_ns) as timeline_read() returns them (a tensor's
-    .tolist() or any sequence of 4-sequences). Raises ValueError when there are none or a kind is unknown."""
-    rows = [tuple(int(v) for v in r) for r in records]
-    if not rows:
+    .tolist() or any sequence of 4-sequences; DURATION_KINDS' t_ns are durations, kept out of the times). Raises
+    ValueError when there are none or a kind is unknown."""
+    every = [tuple(int(v) for v in r) for r in records]
+    if not every:
         raise ValueError("records: expected at least one timeline record, got none (was the timeline build loaded?)")
-    bad = sorted({r[0] for r in rows if not 0 <= r[0] < len(KINDS)})
+    bad = sorted({r[0] for r in every if not 0 <= r[0] < len(KINDS)})
     if bad:
         raise ValueError(f"records: unknown kinds {bad} (expected 0..{len(KINDS) - 1}: {', '.join(KINDS)})")
+    durations = {k: [r[3] for r in every if r[0] == k] for k in DURATION_KINDS}
+    rows = [r for r in every if r[0] not in DURATION_KINDS]  # times: the rest
+    if not rows:
+        raise ValueError("records: only durations, no timeline record with a time")
     starts = [r[3] for r in rows if r[0] == SPLIT_START]
     t0 = min(starts) if starts else min(r[3] for r in rows)
     times = {k: [r[3] - t0 for r in rows if r[0] == k] for k in range(len(KINDS))}
@@ -119,7 +134,7 @@ def summarize(records: Iterable[Sequence[int]]) -> TimelineSummary:
         else None
     return TimelineSummary(
         t0_ns=t0,
-        kinds={name: _spread(times[k]) for k, name in enumerate(KINDS)},
+        kinds={name: _spread(durations[k] if k in DURATION_KINDS else times[k]) for k, name in enumerate(KINDS)},
         split_blocks=len(split_blocks),
         empty_splits=len(blocks[SPLIT_END] - blocks[SPLIT_START]),
         merge_blocks=len(merge_blocks),
@@ -135,6 +150,7 @@ def summarize(records: Iterable[Sequence[int]]) -> TimelineSummary:
         steady_ns=between(SPLIT_STEP1, SPLIT_LAST_STEP),
         last_step_ns=between(SPLIT_LAST_STEP, SPLIT_TRIGGER),
         prologue_marks_ns={k: since_start(k) for k in PROLOGUE},
+        s_issues_ns={k: float(statistics.median(v)) if v else None for k, v in durations.items()},
     )
 
 
@@ -152,6 +168,8 @@ def format_summary(s: TimelineSummary, title: str = "") -> str:
              f" {s.merge_blocks} merge blocks on {s.merge_sms} SMs)",
              f"  {'kind':14s} {'n':>6s} {'first':>8s} {'median':>8s} {'last':>8s} {'spread':>8s}"]
     for name, sp in s.kinds.items():
+        if KINDS.index(name) in DURATION_KINDS:
+            name += " (a duration)"
         if sp is None:
             lines.append(f"  {name:14s} {0:6d} {'-':>8s} {'-':>8s} {'-':>8s} {'-':>8s}")
         else:
@@ -182,6 +200,8 @@ AGGREGATE_FIGURES = {
     **{f"start -> {label} (median block; sm90)": (lambda s, k=k: (s.prologue_marks_ns or {}).get(k))
        for k, label in PROLOGUE.items()},
     "start -> step 1 (median block; sm90)": lambda s: s.prologue_ns,
+    **{f"{label} (median block, all steps; sm90)": (lambda s, k=k: (s.s_issues_ns or {}).get(k))
+       for k, label in S_ISSUES.items()},
     "step 1 -> last step (median block; sm90)": lambda s: s.steady_ns,
     "last step -> trigger (median block; sm90)": lambda s: s.last_step_ns,
 }

@@ -96,6 +96,24 @@ def test_the_prologue_marks():
     assert "-" == text.split("start -> Q issued (median block; sm90)")[1].split("\n")[0].strip()
 
 
+def test_the_loop_s_issues_are_durations_not_times():
+    """The S issue records hold ns summed over a block's steps: medians over blocks, kept out of t0, the granularity
+    and every time figure; a record set of durations alone is refused."""
+    rows = call_records()
+    plain = tl.summarize(rows)
+    for b, (a, bb) in enumerate([(900, 50), (1500, 70), (1200, 60)]):  # a duration far below T0: not a time
+        rows += [(tl.SPLIT_SISSUE0_A, b, 20 + b, a), (tl.SPLIT_SISSUE1_B, b, 20 + b, bb)]
+    s = tl.summarize(rows)
+    assert (s.t0_ns, s.granularity_ns, s.distinct_times) == (plain.t0_ns, plain.granularity_ns, plain.distinct_times)
+    assert s.s_issues_ns[tl.SPLIT_SISSUE0_A] == 1200 and s.s_issues_ns[tl.SPLIT_SISSUE1_B] == 60
+    assert s.s_issues_ns[tl.SPLIT_SISSUE0_B] is None
+    assert s.kinds["split_sissue0_a"] == tl.Spread(3, 900, 1200, 1500)
+    assert "split_sissue0_a (a duration)" in tl.format_summary(s)
+    assert "loop S issues, warpgroup 0, chunks 0-3 (median block, all steps; sm90)     1.20" in tl.format_aggregate([s])
+    with pytest.raises(ValueError, match="only durations"):
+        tl.summarize([(tl.SPLIT_SISSUE0_A, 0, 0, 900)])
+
+
 def test_a_coarse_timer_is_reported():
     s = tl.summarize(call_records(step=1000))  # a timer that advances every microsecond
     assert s.granularity_ns == 1000 and s.coarse and s.distinct_times == 3

@@ -56,7 +56,8 @@ def test_the_prologue_table_measures_from_each_block_entry_where_the_build_recor
                 tl.SPLIT_S0: T0 + 50 * b + 4000 + shift} for b in range(3)})
         write_replay(tmp_path / "probe" / f"timeline_65536_T16_{rep}.csv", {  # entry 1 us before the start
             b: {tl.SPLIT_ENTRY: T0 + 50 * b, tl.SPLIT_ISSUED: T0 + 50 * b + 800 + shift,
-                tl.SPLIT_START: T0 + 50 * b + 1000, tl.SPLIT_S0: T0 + 50 * b + 3000 + shift} for b in range(3)})
+                tl.SPLIT_START: T0 + 50 * b + 1000, tl.SPLIT_S0: T0 + 50 * b + 3000 + shift,
+                tl.SPLIT_SISSUE0_A: 4000 + 1000 * b + shift} for b in range(3)})  # a duration, not a time
     origin, marks = tables.prologue(tmp_path / "probe" / "timeline_65536_T16_1.csv")
     assert origin == "entry" and marks[tl.SPLIT_START] == 1.0 and marks[tl.SPLIT_S0] == pytest.approx(3.1)
     assert tl.SPLIT_Q_ISSUED not in marks  # recorded by no block
@@ -66,4 +67,5 @@ def test_the_prologue_table_measures_from_each_block_entry_where_the_build_recor
     assert table[2].startswith("| base 65k T16: start |") and table[3].startswith("| probe 65k T16: entry |")
     assert (base[tl.SPLIT_START], base[tl.SPLIT_ISSUED], base[tl.SPLIT_S0]) == ("0.00", "2.05", "4.05")
     assert (probe[tl.SPLIT_START], probe[tl.SPLIT_ISSUED], probe[tl.SPLIT_S0]) == ("1.00", "0.85", "3.05")
-    assert base[tl.SPLIT_Q_ISSUED] == "-"
+    assert base[tl.SPLIT_Q_ISSUED] == "-" and base[tl.SPLIT_SISSUE0_A] == "-"
+    assert probe[tl.SPLIT_SISSUE0_A] == "5.05"  # medians 5.0, 5.1 us of the blocks' own sums
