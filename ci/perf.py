@@ -445,7 +445,9 @@ def add_parser(sub) -> None:
     p.add_argument("--base-sha", default=None, help="alias of --base (the PR's base commit)")
     p.add_argument("--confirm-budget", type=float, default=300.0, metavar="SECONDS",
                    help="time for the interleaved confirmation reruns of suspects beyond the first two "
-                        "rounds, which always run (default 300; 0 = no confirmation)")
+                        "rounds, which always run; later rounds measure only the rows not yet confirmed, and one "
+                        "starts while the last round's time, scaled to those rows, fits (default 300; 0 = no "
+                        "confirmation)")
     p.add_argument("--bench-filter", default=None, help="asv --bench regex")
     p.add_argument("--thresholds", default=None, help="floors TOML (default ci/thresholds.toml)")
     p.add_argument("--priors", default=None, help="run-to-run priors TOML (default ci/noise_prior.toml)")
