@@ -36,7 +36,8 @@ SPLIT_KINDS = frozenset(range(len(KINDS))) - MERGE_KINDS
 # reported as the median over blocks of its time since the block's start (its first barrier passed: the entry, before
 # that barrier, reads negative; a probe that issues loads ahead of the barrier compares with seesaw2 from the entry)
 PROLOGUE = {SPLIT_ENTRY: "entry (before the first barrier)", SPLIT_Q_ISSUED: "Q issued",
-            SPLIT_ROW0: "tile 0's page looked up", SPLIT_T0_ISSUED: "tile 0 issued", SPLIT_ISSUED: "tile 1 issued", SPLIT_Q_READY: "Q landed", SPLIT_S0: "first S done (tile 0, warpgroup 0)",
+            SPLIT_ROW0: "tile 0's page looked up", SPLIT_T0_ISSUED: "tile 0 issued", SPLIT_ISSUED: "tile 1 issued",
+            SPLIT_Q_READY: "Q landed", SPLIT_S0: "first S done (tile 0, warpgroup 0)",
             SPLIT_S1: "first S done (tile 1, warpgroup 1)"}
 COARSE_NS = 500  # a granularity at or above this: the timeline cannot resolve the merge's ~3 us share
 
@@ -120,15 +121,16 @@ def summarize(records: Iterable[Sequence[int]]) -> TimelineSummary:
     split_blocks = blocks[SPLIT_START] | blocks[SPLIT_TRIGGER] | blocks[SPLIT_END]
     merge_blocks = blocks[MERGE_START] | blocks[MERGE_WAITED] | blocks[MERGE_END]
     last_split_end = max(times[SPLIT_END]) if times[SPLIT_END] else None
-    at = {k: {r[1]: r[3] for r in rows if r[0] == k} for k in (SPLIT_START, SPLIT_STEP1, SPLIT_LAST_STEP, SPLIT_TRIGGER)}
-    stepped = [b for b in at[SPLIT_STEP1] if all(b in at[k] for k in at)]
+    at = {k: {} for k in range(len(KINDS))}  # kind -> {block: t_ns}
+    for r in rows:
+        at[r[0]][r[1]] = r[3]
+    steps = (SPLIT_START, SPLIT_STEP1, SPLIT_LAST_STEP, SPLIT_TRIGGER)
+    stepped = [b for b in at[SPLIT_STEP1] if all(b in at[k] for k in steps)]
     between = lambda k0, k1: float(statistics.median(at[k1][b] - at[k0][b] for b in stepped)) if stepped else None
-    at_start = at[SPLIT_START]
-    at_mark = {k: {r[1]: r[3] for r in rows if r[0] == k} for k in PROLOGUE}
 
     def since_start(kind: int) -> float | None:
-        marked = [b for b in at_start if b in at_mark[kind]]
-        return float(statistics.median(at_mark[kind][b] - at_start[b] for b in marked)) if marked else None
+        marked = [b for b in at[SPLIT_START] if b in at[kind]]
+        return float(statistics.median(at[kind][b] - at[SPLIT_START][b] for b in marked)) if marked else None
 
     after_last = lambda kind, pick: pick(times[kind]) - last_split_end if times[kind] and last_split_end is not None \
         else None
