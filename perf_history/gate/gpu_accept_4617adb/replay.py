@@ -1,6 +1,8 @@
 """Re-judge stored H200 gate runs with this checkout's decision code: every row that had confirmation rounds is
 confirmed again from its stored interleaved round medians (real GPU runs), the trades of the measured commit (git, its
-Perf-Accepted trailers) applied, and the verdicts, exit code and trade notes printed.
+Perf-Accepted trailers) applied, and the verdicts, exit code and trade notes printed. A row is confirmed from the rounds
+`ci perf` now measures for it: up to the first round at which ci.perf.confirmed() holds (a confirmed row is not measured
+again; the runs stored before that rule measured every suspect in every round).
 
     python replay.py                                  the four runs of perf_history/gate/gpu_accept_4617adb/
     python replay.py DIR RUN.json[:COMMIT] ...        other runs (COMMIT: the plant whose trailers apply)
@@ -8,7 +10,7 @@ Perf-Accepted trailers) applied, and the verdicts, exit code and trade notes pri
 A plant's commit lives on a local branch of the session that ran it; where git no longer has it, its trailers are read
 from planted.patch beside the run's JSON (`git show` or `git format-patch` of that commit)."""
 import copy, json, os, re, subprocess, sys, tomllib
-from ci import accept, gate
+from ci import accept, gate, perf
 
 
 def trailers(commit, directory):
@@ -38,7 +40,12 @@ for path, commit in RUNS:
         if c:
             b["verdict"] = c["first_pass"]
             b.pop("acceptance", None)
-            gate.confirm(b, c["base"], c["head"], config)
+            base, head = c["base"], c["head"]
+            for k in range(perf.MIN_ROUNDS, min(len(base), len(head)) + 1):
+                if perf.confirmed(b, {"base": base[:k], "head": head[:k]}, config):
+                    base, head = base[:k], head[:k]
+                    break
+            gate.confirm(b, base, head, config)
         rows.append(b)
     acc = []
     if commit:
