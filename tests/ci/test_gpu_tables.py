@@ -69,3 +69,29 @@ def test_the_prologue_table_measures_from_each_block_entry_where_the_build_recor
     assert (probe[tl.SPLIT_START], probe[tl.SPLIT_ISSUED], probe[tl.SPLIT_S0]) == ("1.00", "0.85", "3.05")
     assert base[tl.SPLIT_Q_ISSUED] == "-" and base[tl.SPLIT_SISSUE0_A] == "-"
     assert probe[tl.SPLIT_SISSUE0_A] == "5.05"  # medians 5.0, 5.1 us of the blocks' own sums
+
+
+def test_gate_tables_prints_each_stored_row_with_its_rounds():
+    """ci/gpu/gate_tables.py on a stored H200 gate run: every row, its rounds in the order measured, the verdicts."""
+    from pathlib import Path
+
+    from ci.gpu import gate_tables
+
+    path = Path(__file__).parents[2] / "perf_history/gate/gpu_rounds_610a14a/run1_ecffc9afcb.json"
+    doc = json.loads(path.read_text())
+    text = gate_tables.table(str(path))
+    rows = [line for line in text.splitlines() if line.startswith("| verify/")]
+    assert len(rows) == len(doc["benchmarks"]) == 8
+    for b in doc["benchmarks"]:
+        line = next(r for r in rows if r.startswith(f"| {b['name']} |"))
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[-1] == b["verdict"]
+        assert float(cells[1]) == pytest.approx(b["base"] * 1e6, abs=0.005)
+        c = b.get("confirmation")
+        if c:  # one figure per round on each side, in the order measured
+            base, head = cells[5].split(" / ")
+            assert [float(x) for x in base.split()] == pytest.approx([x * 1e6 for x in c["base"]], abs=0.005)
+            assert len(head.split()) == c["rounds"]
+        else:
+            assert cells[5] == "-"
+    assert f"exit {doc['exit_code']}" in text.splitlines()[0]
