@@ -1,0 +1,267 @@
+// The KV stream of the sm90 split kernel alone: what its shared-memory ring lets through with no math.
+//
+// Each block streams its split's KV pages (64 tokens x 576 bf16 = 72 KB, 9 TMA boxes of 64 dims with the
+// 128-byte swizzle, as csrc/verify_sm90.cu's pool map) through STAGES buffers of one page, with the kernel's
+// launch shape: grid (row tiles, splits), the row tiles of a split adjacent and reading the same pages through a
+// shuffled page table, Q (one 72 KB tile per row tile, the same for every split) loaded first when Q = 1. One
+// thread waits for a page, holds its stage for HOLD ns (a %clock64 spin at the SM clock measured first; the hold
+// stands for the time the kernel's readers keep a stage, S to the last P V), then reissues the stage with the page
+// STAGES ahead. HOLD = 0 is the ring's own limit; sweeping HOLD finds the hold at which the stream takes what the
+// kernel's loop takes. PF > 0 (the kernel's ring: 2 stages and Q, holds from 1.2 us): row tile 0's block also
+// prefetches into L2 the page PF past the newest one in its ring (cp.async.bulk.prefetch.tensor, 9 boxes).
+//
+// usage: stream_floor [reps]   (H200: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a; no -lcuda)
+// Prints one line per (shape, stages, Q, hold): median us of `reps` launches, each after an L2 flush, timed by
+// CUDA events; per block GB/s and the grid's L2 -> SM TB/s; from the last launch, the median block's time per page
+// waiting for it to land and per reload issuing its 9 boxes (%clock64 around them, at the measured SM clock).
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+namespace {
+
+constexpr int D = 576, BN = 64, CHUNKS = 9, CHUNK = 64 * BN * 2, TILE = CHUNKS * CHUNK, MAX_TILES = 3;
+
+#define CHECK(x)                                                                             \
+  do {                                                                                       \
+    cudaError_t e_ = (x);                                                                    \
+    if (e_ != cudaSuccess) {                                                                 \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                          \
+    }                                                                                        \
+  } while (0)
+
+struct Args {
+  int stages, q, tiles;
+  long long hold_cycles;
+  int prefetch;            // row tile 0's block prefetches into L2 the page this far past the ring's newest
+  const int* pages;        // [splits][tiles]
+  long long* wait_issue;   // [blocks][2]: the cycles the thread spent waiting for pages and issuing reloads
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ uint64_t now_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ void expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void wait_parity(uint32_t bar, int parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void load_tile(uint32_t dst, const CUtensorMap* map, int row, uint32_t bar) {
+  expect_tx(bar, TILE);
+  for (int c = 0; c < CHUNKS; ++c)
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+            dst + c * CHUNK),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(c * 64), "r"(row), "r"(bar)
+        : "memory");
+}
+
+__device__ __forceinline__ void prefetch_tile(const CUtensorMap* map, int row) {
+  for (int c = 0; c < CHUNKS; ++c)
+    asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global [%0, {%1, %2}];\n" ::"l"(reinterpret_cast<uint64_t>(map)),
+                 "r"(c * 64), "r"(row)
+                 : "memory");
+}
+
+__global__ void __launch_bounds__(128) stream_kernel(const __grid_constant__ CUtensorMap kv,
+                                                     const __grid_constant__ CUtensorMap qmap, Args a) {
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ __align__(8) uint64_t bars[MAX_TILES + 1];
+  const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the 128-byte swizzle's 1 KB alignment
+  const uint32_t stage0 = base + (a.q ? TILE : 0);
+  const uint32_t bar0 = smem_u32(bars), qbar = bar0 + 8 * MAX_TILES;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i <= MAX_TILES; ++i)
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar0 + 8 * i) : "memory");
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  const int* pages = a.pages + blockIdx.y * a.tiles;
+  if (a.q) load_tile(base, &qmap, blockIdx.x * BN, qbar);
+  for (int t = 0; t < a.stages && t < a.tiles; ++t) load_tile(stage0 + t * TILE, &kv, pages[t] * BN, bar0 + 8 * t);
+  const int pf = blockIdx.x == 0 ? a.prefetch : 0;
+  for (int t = a.stages; t < a.stages + pf && t < a.tiles; ++t) prefetch_tile(&kv, pages[t] * BN);
+  if (a.q) wait_parity(qbar, 0);
+  long long waited = 0, issuing = 0;
+  for (int t = 0; t < a.tiles; ++t) {
+    const int st = t % a.stages;
+    const long long w0 = clock64();
+    wait_parity(bar0 + 8 * st, (t / a.stages) & 1);
+    waited += clock64() - w0;
+    if (a.hold_cycles > 0) {
+      const long long c0 = clock64();
+      while (clock64() - c0 < a.hold_cycles) {
+      }
+    }
+    if (t + a.stages < a.tiles) {
+      const long long i0 = clock64();
+      load_tile(stage0 + st * TILE, &kv, pages[t + a.stages] * BN, bar0 + 8 * st);
+      issuing += clock64() - i0;
+    }
+    if (pf && t + a.stages + pf < a.tiles) prefetch_tile(&kv, pages[t + a.stages + pf] * BN);
+  }
+  const int block = blockIdx.y * gridDim.x + blockIdx.x;
+  a.wait_issue[2 * block] = waited;
+  a.wait_issue[2 * block + 1] = issuing;
+}
+
+// The SM clock (cycles per ns) over a spin of `cycles` on every SM, and %globaltimer's smallest step.
+__global__ void spin_kernel(long long cycles, unsigned long long* tick) {
+  const long long c0 = clock64();
+  while (clock64() - c0 < cycles) {
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    unsigned long long best = ~0ull, prev = now_ns();
+    for (int i = 0; i < 4096; ++i) {
+      const unsigned long long t = now_ns();
+      if (t != prev) best = min(best, t - prev);
+      prev = t;
+    }
+    *tick = best;
+  }
+}
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
+  void* ptr = nullptr;
+  cudaDriverEntryPointQueryResult found;
+  CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &found));
+  if (found != cudaDriverEntryPointSuccess) {
+    std::fprintf(stderr, "cuTensorMapEncodeTiled is not available from the driver\n");
+    std::exit(1);
+  }
+  return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
+}
+
+CUtensorMap make_map(void* data, long long rows) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {D, static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {D * 2};
+  const cuuint32_t box[2] = {64, BN}, elem[2] = {1, 1};
+  if (encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, data, dims, strides, box, elem,
+                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
+    std::fprintf(stderr, "cuTensorMapEncodeTiled failed\n");
+    std::exit(1);
+  }
+  return map;
+}
+
+struct Shape {
+  const char* name;
+  int row_tiles, splits, tiles;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int reps = argc > 1 ? std::atoi(argv[1]) : 30;
+  if (reps < 1) {
+    std::fprintf(stderr, "reps must be >= 1, got %s\n", argv[1]);
+    return 2;
+  }
+  // 65k context = 1024 pages of 64 tokens; T=16 x 8 heads = 2 row tiles of 64, T=64 = 8 (the kernel's auto splits)
+  // "empty": the same grid streaming nothing (launch + barrier init + event gaps), the figure every row contains
+  const Shape shapes[] = {{"empty", 2, 64, 0}, {"65k T16", 2, 64, 16}, {"65k T64", 8, 16, 64}};
+  const int pages_total = 1024, flush_bytes = 512 << 20;
+  void *pool, *q, *flush;
+  int* table;
+  long long* wait_issue;
+  CHECK(cudaMalloc(&pool, static_cast<size_t>(pages_total) * TILE));
+  CHECK(cudaMalloc(&q, static_cast<size_t>(8) * TILE));
+  CHECK(cudaMalloc(&flush, flush_bytes));
+  CHECK(cudaMalloc(&table, pages_total * sizeof(int)));
+  CHECK(cudaMalloc(&wait_issue, 2 * 1024 * sizeof(long long)));
+  CHECK(cudaMemset(pool, 0x3c, static_cast<size_t>(pages_total) * TILE));
+  CHECK(cudaMemset(q, 0x3c, static_cast<size_t>(8) * TILE));
+  std::vector<int> perm(pages_total);
+  for (int i = 0; i < pages_total; ++i) perm[i] = i;
+  std::shuffle(perm.begin(), perm.end(), std::mt19937(1234));
+  CHECK(cudaMemcpy(table, perm.data(), pages_total * sizeof(int), cudaMemcpyHostToDevice));
+  const CUtensorMap kv = make_map(pool, static_cast<long long>(pages_total) * BN), qm = make_map(q, 8LL * BN);
+  CHECK(cudaFuncSetAttribute(stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, MAX_TILES * TILE + 1024));
+  cudaEvent_t e0, e1;
+  CHECK(cudaEventCreate(&e0));
+  CHECK(cudaEventCreate(&e1));
+  int sms = 0;
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  unsigned long long* tick;
+  CHECK(cudaMalloc(&tick, sizeof(*tick)));
+  const long long spin_cycles = 20000000;
+  double ghz = 0;
+  for (int r = 0; r < 3; ++r) {  // the last of three (the first ones raise the clock)
+    CHECK(cudaEventRecord(e0));
+    spin_kernel<<<sms, 32>>>(spin_cycles, tick);
+    CHECK(cudaEventRecord(e1));
+    CHECK(cudaEventSynchronize(e1));
+    CHECK(cudaGetLastError());
+    float t;
+    CHECK(cudaEventElapsedTime(&t, e0, e1));
+    ghz = spin_cycles / (1e6 * t);
+  }
+  unsigned long long tick_ns = 0;
+  CHECK(cudaMemcpy(&tick_ns, tick, sizeof(tick_ns), cudaMemcpyDeviceToHost));
+  std::printf("SMs %d, SM clock %.3f GHz (a %lld-cycle spin), %%globaltimer step %llu ns, reps %d, page %d KB, "
+              "L2 flushed (%d MB memset) before every launch\n", sms, ghz, spin_cycles, tick_ns, reps, TILE / 1024,
+              flush_bytes >> 20);
+  std::printf("%-8s %6s %2s %6s %2s %10s %10s %12s %9s %9s\n", "shape", "stages", "Q", "hold", "pf", "median us",
+              "GB/s/blk",
+              "L2->SM TB/s", "wait ns", "issue ns");
+  for (const Shape& s : shapes)
+    for (int q_on = 1; q_on >= 0; --q_on)
+      for (int stages = 1; stages + q_on <= MAX_TILES; ++stages)
+        for (int hold : {0, 400, 800, 1000, 1200, 1400, 1600, 2000, 2400, 2800})
+        for (int pf = 0; pf <= 2; ++pf) {
+          if (s.tiles == 0 && (q_on || stages > 1 || hold > 0 || pf)) continue;
+          if (pf && (stages != 2 || !q_on || hold < 1200)) continue;  // the kernel's ring, at its holds
+          const Args a{stages, q_on, s.tiles, static_cast<long long>(hold * ghz), pf, table, wait_issue};
+          const size_t smem = (stages + q_on) * TILE + 1024;
+          std::vector<float> ms;
+          for (int r = 0; r < reps + 2; ++r) {
+            CHECK(cudaMemsetAsync(flush, r & 0xff, flush_bytes));
+            CHECK(cudaEventRecord(e0));
+            stream_kernel<<<dim3(s.row_tiles, s.splits), 128, smem>>>(kv, qm, a);
+            CHECK(cudaEventRecord(e1));
+            CHECK(cudaEventSynchronize(e1));
+            CHECK(cudaGetLastError());
+            float t;
+            CHECK(cudaEventElapsedTime(&t, e0, e1));
+            if (r >= 2) ms.push_back(t);  // the first two warm the launch path
+          }
+          std::sort(ms.begin(), ms.end());
+          const double us = 1e3 * ms[ms.size() / 2];
+          // the last launch's blocks: median per page waited for and per reload issued, ns
+          const int blocks = s.row_tiles * s.splits;
+          std::vector<long long> wi(2 * blocks);
+          CHECK(cudaMemcpy(wi.data(), wait_issue, wi.size() * sizeof(long long), cudaMemcpyDeviceToHost));
+          std::vector<double> wait_ns(blocks), issue_ns(blocks);
+          for (int b = 0; b < blocks; ++b) {
+            wait_ns[b] = s.tiles ? wi[2 * b] / ghz / s.tiles : 0;
+            issue_ns[b] = s.tiles > stages ? wi[2 * b + 1] / ghz / (s.tiles - stages) : 0;
+          }
+          std::sort(wait_ns.begin(), wait_ns.end());
+          std::sort(issue_ns.begin(), issue_ns.end());
+          const double block_bytes = static_cast<double>(s.tiles + q_on) * TILE;
+          std::printf("%-8s %6d %2d %6d %2d %10.2f %10.1f %12.2f %9.0f %9.0f\n", s.name, stages, q_on, hold, pf, us,
+                      block_bytes / us / 1e3, block_bytes * blocks / us / 1e6, wait_ns[blocks / 2],
+                      issue_ns[blocks / 2]);
+        }
+  return 0;
+}
