@@ -8,12 +8,16 @@
 // stands for the time the kernel's readers keep a stage, S to the last P V), then reissues the stage with the page
 // STAGES ahead. HOLD = 0 is the ring's own limit; sweeping HOLD finds the hold at which the stream takes what the
 // kernel's loop takes. PF > 0 (the kernel's ring: 2 stages and Q, holds from 1.2 us): row tile 0's block also
-// prefetches into L2 the page PF past the newest one in its ring (cp.async.bulk.prefetch.tensor, 9 boxes).
+// prefetches into L2 the page PF past the newest one in its ring (cp.async.bulk.prefetch.tensor, 9 boxes). OW = 1
+// (the same ring): each stage has its own thread that waits for its page, holds it and reissues it, so a stage is
+// reissued only after its own hold and its next page is waited for at once (seesaw2's order: a stage is reloaded
+// when its last reader is done, and its next S follows); "period" is the time per page of that thread's stage.
 //
 // usage: stream_floor [reps]   (H200: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a; no -lcuda)
 // Prints one line per (shape, stages, Q, hold): median us of `reps` launches, each after an L2 flush, timed by
 // CUDA events; per block GB/s and the grid's L2 -> SM TB/s; from the last launch, the median block's time per page
-// waiting for it to land and per reload issuing its 9 boxes (%clock64 around them, at the measured SM clock).
+// waiting for it to land and per reload issuing its 9 boxes, and its loop's time per page it served (%clock64, at the
+// measured SM clock).
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
@@ -42,8 +46,9 @@ struct Args {
   int stages, q, tiles;
   long long hold_cycles;
   int prefetch;            // row tile 0's block prefetches into L2 the page this far past the ring's newest
+  int owners;              // 1: stage s has its own thread (lane 0 of warp s) that waits, holds and reissues it
   const int* pages;        // [splits][tiles]
-  long long* wait_issue;   // [blocks][2]: the cycles the thread spent waiting for pages and issuing reloads
+  long long* wait_issue;   // [blocks][3]: the (first) thread's cycles waiting for pages, issuing reloads, in its loop
 };
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
@@ -93,15 +98,19 @@ __global__ void __launch_bounds__(128) stream_kernel(const __grid_constant__ CUt
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
   }
   __syncthreads();
-  if (threadIdx.x != 0) return;
+  // one thread serves every stage, or (owners) lane 0 of warp s serves stage s
+  const int owner = a.owners ? static_cast<int>(threadIdx.x) / 32 : 0;
+  if (a.owners ? threadIdx.x % 32 != 0 || owner >= a.stages : threadIdx.x != 0) return;
   const int* pages = a.pages + blockIdx.y * a.tiles;
-  if (a.q) load_tile(base, &qmap, blockIdx.x * BN, qbar);
-  for (int t = 0; t < a.stages && t < a.tiles; ++t) load_tile(stage0 + t * TILE, &kv, pages[t] * BN, bar0 + 8 * t);
+  if (a.q && owner == 0) load_tile(base, &qmap, blockIdx.x * BN, qbar);
+  for (int t = owner; t < a.stages && t < a.tiles; t += a.owners ? a.stages : 1)
+    load_tile(stage0 + t * TILE, &kv, pages[t] * BN, bar0 + 8 * t);
   const int pf = blockIdx.x == 0 ? a.prefetch : 0;
   for (int t = a.stages; t < a.stages + pf && t < a.tiles; ++t) prefetch_tile(&kv, pages[t] * BN);
   if (a.q) wait_parity(qbar, 0);
   long long waited = 0, issuing = 0;
-  for (int t = 0; t < a.tiles; ++t) {
+  const long long loop0 = clock64();
+  for (int t = owner; t < a.tiles; t += a.owners ? a.stages : 1) {
     const int st = t % a.stages;
     const long long w0 = clock64();
     wait_parity(bar0 + 8 * st, (t / a.stages) & 1);
@@ -118,9 +127,11 @@ __global__ void __launch_bounds__(128) stream_kernel(const __grid_constant__ CUt
     }
     if (pf && t + a.stages + pf < a.tiles) prefetch_tile(&kv, pages[t + a.stages + pf] * BN);
   }
+  if (owner != 0) return;
   const int block = blockIdx.y * gridDim.x + blockIdx.x;
-  a.wait_issue[2 * block] = waited;
-  a.wait_issue[2 * block + 1] = issuing;
+  a.wait_issue[3 * block] = waited;
+  a.wait_issue[3 * block + 1] = issuing;
+  a.wait_issue[3 * block + 2] = clock64() - loop0;
 }
 
 // The SM clock (cycles per ns) over a spin of `cycles` on every SM, and %globaltimer's smallest step.
@@ -188,7 +199,7 @@ int main(int argc, char** argv) {
   CHECK(cudaMalloc(&q, static_cast<size_t>(8) * TILE));
   CHECK(cudaMalloc(&flush, flush_bytes));
   CHECK(cudaMalloc(&table, pages_total * sizeof(int)));
-  CHECK(cudaMalloc(&wait_issue, 2 * 1024 * sizeof(long long)));
+  CHECK(cudaMalloc(&wait_issue, 3 * 1024 * sizeof(long long)));
   CHECK(cudaMemset(pool, 0x3c, static_cast<size_t>(pages_total) * TILE));
   CHECK(cudaMemset(q, 0x3c, static_cast<size_t>(8) * TILE));
   std::vector<int> perm(pages_total);
@@ -221,17 +232,18 @@ int main(int argc, char** argv) {
   std::printf("SMs %d, SM clock %.3f GHz (a %lld-cycle spin), %%globaltimer step %llu ns, reps %d, page %d KB, "
               "L2 flushed (%d MB memset) before every launch\n", sms, ghz, spin_cycles, tick_ns, reps, TILE / 1024,
               flush_bytes >> 20);
-  std::printf("%-8s %6s %2s %6s %2s %10s %10s %12s %9s %9s\n", "shape", "stages", "Q", "hold", "pf", "median us",
-              "GB/s/blk",
-              "L2->SM TB/s", "wait ns", "issue ns");
+  std::printf("%-8s %6s %2s %6s %2s %2s %10s %10s %12s %9s %9s %9s\n", "shape", "stages", "Q", "hold", "pf", "ow",
+              "median us", "GB/s/blk", "L2->SM TB/s", "wait ns", "issue ns", "period ns");
   for (const Shape& s : shapes)
     for (int q_on = 1; q_on >= 0; --q_on)
       for (int stages = 1; stages + q_on <= MAX_TILES; ++stages)
-        for (int hold : {0, 400, 800, 1000, 1200, 1400, 1600, 2000, 2400, 2800})
-        for (int pf = 0; pf <= 2; ++pf) {
-          if (s.tiles == 0 && (q_on || stages > 1 || hold > 0 || pf)) continue;
-          if (pf && (stages != 2 || !q_on || hold < 1200)) continue;  // the kernel's ring, at its holds
-          const Args a{stages, q_on, s.tiles, static_cast<long long>(hold * ghz), pf, table, wait_issue};
+        for (int hold : {0, 400, 800, 1000, 1200, 1400, 1600, 2000, 2200, 2400, 2800})
+        for (int pf = 0; pf <= 2; ++pf)
+        for (int owners = 0; owners <= 1; ++owners) {
+          if (s.tiles == 0 && (q_on || stages > 1 || hold > 0 || pf || owners)) continue;
+          if ((pf || owners) && (stages != 2 || !q_on || hold < 1200)) continue;  // the kernel's ring, at its holds
+          if (pf && owners) continue;
+          const Args a{stages, q_on, s.tiles, static_cast<long long>(hold * ghz), pf, owners, table, wait_issue};
           const size_t smem = (stages + q_on) * TILE + 1024;
           std::vector<float> ms;
           for (int r = 0; r < reps + 2; ++r) {
@@ -249,19 +261,24 @@ int main(int argc, char** argv) {
           const double us = 1e3 * ms[ms.size() / 2];
           // the last launch's blocks: median per page waited for and per reload issued, ns
           const int blocks = s.row_tiles * s.splits;
-          std::vector<long long> wi(2 * blocks);
+          std::vector<long long> wi(3 * blocks);
           CHECK(cudaMemcpy(wi.data(), wait_issue, wi.size() * sizeof(long long), cudaMemcpyDeviceToHost));
-          std::vector<double> wait_ns(blocks), issue_ns(blocks);
+          // pages the measured thread served (all, or its stage's) and reloads it issued
+          const int served = owners ? (s.tiles + stages - 1) / stages : s.tiles;
+          const int reloads = std::max(served - (owners ? 1 : stages), 0);
+          std::vector<double> wait_ns(blocks), issue_ns(blocks), period_ns(blocks);
           for (int b = 0; b < blocks; ++b) {
-            wait_ns[b] = s.tiles ? wi[2 * b] / ghz / s.tiles : 0;
-            issue_ns[b] = s.tiles > stages ? wi[2 * b + 1] / ghz / (s.tiles - stages) : 0;
+            wait_ns[b] = served ? wi[3 * b] / ghz / served : 0;
+            issue_ns[b] = reloads ? wi[3 * b + 1] / ghz / reloads : 0;
+            period_ns[b] = served ? wi[3 * b + 2] / ghz / served : 0;
           }
           std::sort(wait_ns.begin(), wait_ns.end());
           std::sort(issue_ns.begin(), issue_ns.end());
+          std::sort(period_ns.begin(), period_ns.end());
           const double block_bytes = static_cast<double>(s.tiles + q_on) * TILE;
-          std::printf("%-8s %6d %2d %6d %2d %10.2f %10.1f %12.2f %9.0f %9.0f\n", s.name, stages, q_on, hold, pf, us,
-                      block_bytes / us / 1e3, block_bytes * blocks / us / 1e6, wait_ns[blocks / 2],
-                      issue_ns[blocks / 2]);
+          std::printf("%-8s %6d %2d %6d %2d %2d %10.2f %10.1f %12.2f %9.0f %9.0f %9.0f\n", s.name, stages, q_on, hold,
+                      pf, owners, us, block_bytes / us / 1e3, block_bytes * blocks / us / 1e6, wait_ns[blocks / 2],
+                      issue_ns[blocks / 2], period_ns[blocks / 2]);
         }
   return 0;
 }
