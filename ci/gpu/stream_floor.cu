@@ -8,7 +8,8 @@
 // stands for the time the kernel's readers keep a stage, S to the last P V), then reissues the stage with the page
 // STAGES ahead. HOLD = 0 is the ring's own limit; sweeping HOLD finds the hold at which the stream takes what the
 // kernel's loop takes. PF > 0 (the kernel's ring: 2 stages and Q, holds from 1.2 us): row tile 0's block also
-// prefetches into L2 the page PF past the newest one in its ring (cp.async.bulk.prefetch.tensor, 9 boxes). OW = 1
+// prefetches into L2 the page PF of its thread's pages past the one it reissues (cp.async.bulk.prefetch.tensor, 9
+// boxes; "a": every block prefetches). OW = 1
 // (the same ring): each stage has its own thread that waits for its page, holds it and reissues it, so a stage is
 // reissued only after its own hold and its next page is waited for at once (seesaw2's order: a stage is reloaded
 // when its last reader is done, and its next S follows); "period" is the time per page of that thread's stage.
@@ -45,7 +46,8 @@ constexpr int D = 576, BN = 64, CHUNKS = 9, CHUNK = 64 * BN * 2, TILE = CHUNKS *
 struct Args {
   int stages, q, tiles;
   long long hold_cycles;
-  int prefetch;            // row tile 0's block prefetches into L2 the page this far past the ring's newest
+  int prefetch;            // row tile 0's block (every block: prefetch_all) prefetches into L2 the page this many
+  int prefetch_all;        //   of its thread's pages past the one it reissues
   int owners;              // 1: stage s has its own thread (lane 0 of warp s) that waits, holds and reissues it
   const int* pages;        // [splits][tiles]
   long long* wait_issue;   // [blocks][3]: the (first) thread's cycles waiting for pages, issuing reloads, in its loop
@@ -105,12 +107,14 @@ __global__ void __launch_bounds__(128) stream_kernel(const __grid_constant__ CUt
   if (a.q && owner == 0) load_tile(base, &qmap, blockIdx.x * BN, qbar);
   for (int t = owner; t < a.stages && t < a.tiles; t += a.owners ? a.stages : 1)
     load_tile(stage0 + t * TILE, &kv, pages[t] * BN, bar0 + 8 * t);
-  const int pf = blockIdx.x == 0 ? a.prefetch : 0;
-  for (int t = a.stages; t < a.stages + pf && t < a.tiles; ++t) prefetch_tile(&kv, pages[t] * BN);
+  const int step = a.owners ? a.stages : 1;  // the thread's pages: every one, or its stage's
+  const int pf = blockIdx.x == 0 || a.prefetch_all ? a.prefetch : 0;
+  for (int t = owner + a.stages; t < owner + a.stages + pf * step && t < a.tiles; t += step)
+    prefetch_tile(&kv, pages[t] * BN);
   if (a.q) wait_parity(qbar, 0);
   long long waited = 0, issuing = 0;
   const long long loop0 = clock64();
-  for (int t = owner; t < a.tiles; t += a.owners ? a.stages : 1) {
+  for (int t = owner; t < a.tiles; t += step) {
     const int st = t % a.stages;
     const long long w0 = clock64();
     wait_parity(bar0 + 8 * st, (t / a.stages) & 1);
@@ -125,7 +129,7 @@ __global__ void __launch_bounds__(128) stream_kernel(const __grid_constant__ CUt
       load_tile(stage0 + st * TILE, &kv, pages[t + a.stages] * BN, bar0 + 8 * st);
       issuing += clock64() - i0;
     }
-    if (pf && t + a.stages + pf < a.tiles) prefetch_tile(&kv, pages[t + a.stages + pf] * BN);
+    if (pf && t + a.stages + pf * step < a.tiles) prefetch_tile(&kv, pages[t + a.stages + pf * step] * BN);
   }
   if (owner != 0) return;
   const int block = blockIdx.y * gridDim.x + blockIdx.x;
@@ -232,18 +236,19 @@ int main(int argc, char** argv) {
   std::printf("SMs %d, SM clock %.3f GHz (a %lld-cycle spin), %%globaltimer step %llu ns, reps %d, page %d KB, "
               "L2 flushed (%d MB memset) before every launch\n", sms, ghz, spin_cycles, tick_ns, reps, TILE / 1024,
               flush_bytes >> 20);
-  std::printf("%-8s %6s %2s %6s %2s %2s %10s %10s %12s %9s %9s %9s\n", "shape", "stages", "Q", "hold", "pf", "ow",
+  std::printf("%-8s %6s %2s %6s %3s %2s %10s %10s %12s %9s %9s %9s\n", "shape", "stages", "Q", "hold", "pf", "ow",
               "median us", "GB/s/blk", "L2->SM TB/s", "wait ns", "issue ns", "period ns");
   for (const Shape& s : shapes)
     for (int q_on = 1; q_on >= 0; --q_on)
       for (int stages = 1; stages + q_on <= MAX_TILES; ++stages)
         for (int hold : {0, 400, 800, 1000, 1200, 1400, 1600, 2000, 2200, 2400, 2800})
-        for (int pf = 0; pf <= 2; ++pf)
-        for (int owners = 0; owners <= 1; ++owners) {
-          if (s.tiles == 0 && (q_on || stages > 1 || hold > 0 || pf || owners)) continue;
+        for (int pf = 0; pf <= 3; ++pf)
+        for (int owners = 0; owners <= 1; ++owners)
+        for (int pf_all = 0; pf_all <= 1; ++pf_all) {
+          if (s.tiles == 0 && (q_on || stages > 1 || hold > 0 || pf || owners || pf_all)) continue;
           if ((pf || owners) && (stages != 2 || !q_on || hold < 1200)) continue;  // the kernel's ring, at its holds
-          if (pf && owners) continue;
-          const Args a{stages, q_on, s.tiles, static_cast<long long>(hold * ghz), pf, owners, table, wait_issue};
+          if ((pf_all && !pf) || (pf == 3 && !owners) || (owners && pf && hold != 2000)) continue;
+          const Args a{stages, q_on, s.tiles, static_cast<long long>(hold * ghz), pf, pf_all, owners, table, wait_issue};
           const size_t smem = (stages + q_on) * TILE + 1024;
           std::vector<float> ms;
           for (int r = 0; r < reps + 2; ++r) {
@@ -276,8 +281,8 @@ int main(int argc, char** argv) {
           std::sort(issue_ns.begin(), issue_ns.end());
           std::sort(period_ns.begin(), period_ns.end());
           const double block_bytes = static_cast<double>(s.tiles + q_on) * TILE;
-          std::printf("%-8s %6d %2d %6d %2d %2d %10.2f %10.1f %12.2f %9.0f %9.0f %9.0f\n", s.name, stages, q_on, hold,
-                      pf, owners, us, block_bytes / us / 1e3, block_bytes * blocks / us / 1e6, wait_ns[blocks / 2],
+          std::printf("%-8s %6d %2d %6d %2d%s %2d %10.2f %10.1f %12.2f %9.0f %9.0f %9.0f\n", s.name, stages, q_on, hold,
+                      pf, pf_all ? "a" : " ", owners, us, block_bytes / us / 1e3, block_bytes * blocks / us / 1e6, wait_ns[blocks / 2],
                       issue_ns[blocks / 2], period_ns[blocks / 2]);
         }
   return 0;
