@@ -15,6 +15,7 @@ step "tests + sanitizers"
 (
   san memcheck m1 --path sm90_$PROBE --B 3 --T 17 --prefix 700 --nsplit 4 &
   san memcheck m2 --path sm90_$PROBE --T 3 --H 16 --prefix 70 --nsplit 2 &
+  san memcheck m3 --path sm90_$PROBE --T 16 --prefix 3000 --nsplit 4 &  # two row tiles, 12 tiles a split
   san racecheck r1 --path sm90_$PROBE --T 3 --H 2 --prefix 140 &
   san racecheck r2 --path sm90_$PROBE --B 3 --T 17 --prefix 700 --nsplit 4 &
   san synccheck s1 --path sm90_$PROBE --B 2 --T 17 --prefix 300 --nsplit 3 &
