@@ -195,7 +195,7 @@ SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4, "stag
 # seesaw2 at 240, faster than at its launch bounds' 255 (perf_history/kernel/res_8ce7d1a/, res2_7053082/).
 REGISTER_CAPS = {"seesaw2": 240}
 # seesaw2's probes (swap, early, se, qc, seq, eno, mid; 2-CTA multicast clusters; earlier v0, ahead, alate, apro, aolp;
-# ring4 and late of 2026-12-01; stream, stream-K over the SMs, mpf, bulk, ldst, cp, pl, pf, shrink, shift, pf4 and
+# ring4 and late of 2026-12-01; stream, stream-K over the SMs, mpf, bulk, ldst, cp, pl, pf, shrink, shift, pf4,
 # pt, pi and p2 of 2026-12-02), each measured on the H200 slower than seesaw2 or within the spread, are gone (csrc/verify_sm90.cuh
 # says where each one's evidence is; their code: the csrc history up to dd10800, and the patches under
 # perf_history/kernel/{ring4_1d11a74,late_14c0a94,stream_d70f087,bulk_12bb1ab,ldst_03a138e,cp_7ceb62a,pl_98b83ff,
