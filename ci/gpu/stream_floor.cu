@@ -3,22 +3,23 @@
 // Each block streams its split's KV pages (64 tokens x 576 bf16 = 72 KB, 9 TMA boxes of 64 dims with the
 // 128-byte swizzle, as csrc/verify_sm90.cu's pool map) through STAGES buffers of one page, with the kernel's
 // launch shape: grid (row tiles, splits), the row tiles of a split adjacent and reading the same pages through a
-// shuffled page table, Q (one 72 KB tile per row tile, the same for every split) loaded first when Q = 1. One
-// thread waits for a page, holds its stage for HOLD ns (a %clock64 spin at the SM clock measured first; the hold
-// stands for the time the kernel's readers keep a stage, S to the last P V), then reissues the stage with the page
-// STAGES ahead. HOLD = 0 is the ring's own limit; sweeping HOLD finds the hold at which the stream takes what the
-// kernel's loop takes. PF > 0 (the kernel's ring: 2 stages and Q, holds from 1.2 us): row tile 0's block also
-// prefetches into L2 the page PF of its thread's pages past the one it reissues (cp.async.bulk.prefetch.tensor, 9
-// boxes; "a": every block prefetches). OW = 1
-// (the same ring): each stage has its own thread that waits for its page, holds it and reissues it, so a stage is
-// reissued only after its own hold and its next page is waited for at once (seesaw2's order: a stage is reloaded
-// when its last reader is done, and its next S follows); "period" is the time per page of that thread's stage.
+// shuffled page table, Q (one 72 KB tile per row tile, the same for every split) loaded first when Q = 1.
+// - One thread waits for a page, holds its stage for HOLD ns (a %clock64 spin at the SM clock measured first; the
+//   hold stands for the time the kernel's readers keep a stage, S to the last P V), then reissues the stage with the
+//   page STAGES ahead. HOLD = 0 is the ring's own limit.
+// - OW = 1 (the kernel's ring: 2 stages and Q, holds from 1.2 us): each stage has its own thread that waits for its
+//   page, holds it and reissues it, so a stage is reissued only after its own hold and its next page is waited for
+//   at once (seesaw2's order: a stage is reloaded when its last reader is done, and its next S follows); sweeping
+//   HOLD finds the hold at which the stream's period per page takes what the kernel's step takes.
+// - PF > 0 (the kernel's ring): row tile 0's block also prefetches into L2, at each reissue, the page PF of its
+//   thread's pages past the one reissued (cp.async.bulk.prefetch.tensor, 9 boxes; "a": every block prefetches).
 //
 // usage: stream_floor [reps]   (H200: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a; no -lcuda)
-// Prints one line per (shape, stages, Q, hold): median us of `reps` launches, each after an L2 flush, timed by
-// CUDA events; per block GB/s and the grid's L2 -> SM TB/s; from the last launch, the median block's time per page
-// waiting for it to land and per reload issuing its 9 boxes, and its loop's time per page it served (%clock64, at the
-// measured SM clock).
+// Prints the SM clock and %globaltimer's step, then one line per (shape, stages, Q, hold, pf, ow), the "empty" grid
+// (no pages: launch, barrier init, the events' gaps) first: the median us of `reps` launches, each after an L2 flush,
+// timed by CUDA events; per block GB/s and the grid's L2 -> SM TB/s; from the last launch, the median block's time
+// (its first thread's) per page waiting for it to land and per reload issuing its 9 boxes, and its loop's time per
+// page it served (%clock64, at the measured SM clock).
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
