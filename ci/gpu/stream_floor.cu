@@ -104,11 +104,10 @@ __global__ void __launch_bounds__(128) stream_kernel(const __grid_constant__ CUt
   // one thread serves every stage, or (owners) lane 0 of warp s serves stage s
   const int owner = a.owners ? static_cast<int>(threadIdx.x) / 32 : 0;
   if (a.owners ? threadIdx.x % 32 != 0 || owner >= a.stages : threadIdx.x != 0) return;
+  const int step = a.owners ? a.stages : 1;  // the thread's pages: every one, or its stage's
   const int* pages = a.pages + blockIdx.y * a.tiles;
   if (a.q && owner == 0) load_tile(base, &qmap, blockIdx.x * BN, qbar);
-  for (int t = owner; t < a.stages && t < a.tiles; t += a.owners ? a.stages : 1)
-    load_tile(stage0 + t * TILE, &kv, pages[t] * BN, bar0 + 8 * t);
-  const int step = a.owners ? a.stages : 1;  // the thread's pages: every one, or its stage's
+  for (int t = owner; t < a.stages && t < a.tiles; t += step) load_tile(stage0 + t * TILE, &kv, pages[t] * BN, bar0 + 8 * t);
   const int pf = blockIdx.x == 0 || a.prefetch_all ? a.prefetch : 0;
   for (int t = owner + a.stages; t < owner + a.stages + pf * step && t < a.tiles; t += step)
     prefetch_tile(&kv, pages[t] * BN);
