@@ -107,7 +107,8 @@ __global__ void __launch_bounds__(128) stream_kernel(const __grid_constant__ CUt
   const int step = a.owners ? a.stages : 1;  // the thread's pages: every one, or its stage's
   const int* pages = a.pages + blockIdx.y * a.tiles;
   if (a.q && owner == 0) load_tile(base, &qmap, blockIdx.x * BN, qbar);
-  for (int t = owner; t < a.stages && t < a.tiles; t += step) load_tile(stage0 + t * TILE, &kv, pages[t] * BN, bar0 + 8 * t);
+  for (int t = owner; t < a.stages && t < a.tiles; t += step)
+    load_tile(stage0 + t * TILE, &kv, pages[t] * BN, bar0 + 8 * t);
   const int pf = blockIdx.x == 0 || a.prefetch_all ? a.prefetch : 0;
   for (int t = owner + a.stages; t < owner + a.stages + pf * step && t < a.tiles; t += step)
     prefetch_tile(&kv, pages[t] * BN);
@@ -248,7 +249,8 @@ int main(int argc, char** argv) {
           if (s.tiles == 0 && (q_on || stages > 1 || hold > 0 || pf || owners || pf_all)) continue;
           if ((pf || owners) && (stages != 2 || !q_on || hold < 1200)) continue;  // the kernel's ring, at its holds
           if ((pf_all && !pf) || (pf == 3 && !owners) || (owners && pf && hold != 2000)) continue;
-          const Args a{stages, q_on, s.tiles, static_cast<long long>(hold * ghz), pf, pf_all, owners, table, wait_issue};
+          const Args a{stages, q_on, s.tiles, static_cast<long long>(hold * ghz), pf, pf_all,
+                       owners, table, wait_issue};
           const size_t smem = (stages + q_on) * TILE + 1024;
           std::vector<float> ms;
           for (int r = 0; r < reps + 2; ++r) {
@@ -282,8 +284,8 @@ int main(int argc, char** argv) {
           std::sort(period_ns.begin(), period_ns.end());
           const double block_bytes = static_cast<double>(s.tiles + q_on) * TILE;
           std::printf("%-8s %6d %2d %6d %2d%s %2d %10.2f %10.1f %12.2f %9.0f %9.0f %9.0f\n", s.name, stages, q_on, hold,
-                      pf, pf_all ? "a" : " ", owners, us, block_bytes / us / 1e3, block_bytes * blocks / us / 1e6, wait_ns[blocks / 2],
-                      issue_ns[blocks / 2], period_ns[blocks / 2]);
+                      pf, pf_all ? "a" : " ", owners, us, block_bytes / us / 1e3, block_bytes * blocks / us / 1e6,
+                      wait_ns[blocks / 2], issue_ns[blocks / 2], period_ns[blocks / 2]);
         }
   return 0;
 }
