@@ -173,6 +173,7 @@
 #include <stdint.h>
 
 #include "verify_launch.h"
+#include "sm90_ptx.cuh"
 #include "verify_partials.cuh"
 #include "verify_timeline.cuh"
 
@@ -286,25 +287,7 @@ constexpr uint32_t SUSPEND_NS = 0x989680;
 
 // --- PTX wrappers (sm_90a) --------------------------------------------------------------------------
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-
-__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nWAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
+// (smem_u32, mbar_init / arrive / expect_tx / wait, tma_load: sm90_ptx.cuh, shared with ci/gpu/stream_floor.cu)
 // The same with a suspend-time hint: the waiting thread sleeps in the barrier instead of re-issuing the try.
 __device__ __forceinline__ void mbar_wait_suspend(uint32_t bar, int parity) {
   asm volatile(
@@ -312,13 +295,6 @@ __device__ __forceinline__ void mbar_wait_suspend(uint32_t bar, int parity) {
       "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1, %2;\n"
       "@!done bra WAIT;\n}\n" ::"r"(bar),
       "r"(parity), "n"(SUSPEND_NS)
-      : "memory");
-}
-// One TMA box (64 dims x rows, 128-byte swizzle) of the KV pool into shared memory, counted on `bar`.
-__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, int col, int row, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(bar)
       : "memory");
 }
 __device__ __forceinline__ void bar_sync(int id, int threads) {

@@ -14,7 +14,7 @@
 // - PF > 0 (the kernel's ring): row tile 0's block also prefetches into L2, at each reissue, the page PF of its
 //   thread's pages past the one reissued (cp.async.bulk.prefetch.tensor, 9 boxes; "a": every block prefetches).
 //
-// usage: stream_floor [reps]   (H200: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a; no -lcuda)
+// usage: stream_floor [reps]   (H200: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Icsrc; no -lcuda)
 // Prints the SM clock and %globaltimer's step, then one line per (shape, stages, Q, hold, pf, ow), the "empty" grid
 // (no pages: launch, barrier init, the events' gaps) first: the median us of `reps` launches, each after an L2 flush,
 // timed by CUDA events; per block GB/s and the grid's L2 -> SM TB/s; from the last launch, the median block's time
@@ -30,6 +30,8 @@
 #include <cstdlib>
 #include <random>
 #include <vector>
+
+#include "sm90_ptx.cuh"  // csrc/: the kernel's mbarrier and TMA wrappers
 
 namespace {
 
@@ -54,31 +56,20 @@ struct Args {
   long long* wait_issue;   // [blocks][3]: the (first) thread's cycles waiting for pages, issuing reloads, in its loop
 };
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+using kdengine::sm90::mbar_expect_tx;
+using kdengine::sm90::mbar_init;
+using kdengine::sm90::mbar_wait;
+using kdengine::sm90::smem_u32;
+using kdengine::sm90::tma_load;
+
 __device__ __forceinline__ uint64_t now_ns() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
-__device__ __forceinline__ void expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void wait_parity(uint32_t bar, int parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nWAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
 __device__ __forceinline__ void load_tile(uint32_t dst, const CUtensorMap* map, int row, uint32_t bar) {
-  expect_tx(bar, TILE);
-  for (int c = 0; c < CHUNKS; ++c)
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
-            dst + c * CHUNK),
-        "l"(reinterpret_cast<uint64_t>(map)), "r"(c * 64), "r"(row), "r"(bar)
-        : "memory");
+  mbar_expect_tx(bar, TILE);
+  for (int c = 0; c < CHUNKS; ++c) tma_load(dst + c * CHUNK, map, c * 64, row, bar);
 }
 
 __device__ __forceinline__ void prefetch_tile(const CUtensorMap* map, int row) {
@@ -96,8 +87,7 @@ __global__ void __launch_bounds__(128) stream_kernel(const __grid_constant__ CUt
   const uint32_t stage0 = base + (a.q ? TILE : 0);
   const uint32_t bar0 = smem_u32(bars), qbar = bar0 + 8 * MAX_TILES;
   if (threadIdx.x == 0) {
-    for (int i = 0; i <= MAX_TILES; ++i)
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar0 + 8 * i) : "memory");
+    for (int i = 0; i <= MAX_TILES; ++i) mbar_init(bar0 + 8 * i, 1);
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
   }
   __syncthreads();
@@ -112,13 +102,13 @@ __global__ void __launch_bounds__(128) stream_kernel(const __grid_constant__ CUt
   const int pf = blockIdx.x == 0 || a.prefetch_all ? a.prefetch : 0;
   for (int t = owner + a.stages; t < owner + a.stages + pf * step && t < a.tiles; t += step)
     prefetch_tile(&kv, pages[t] * BN);
-  if (a.q) wait_parity(qbar, 0);
+  if (a.q) mbar_wait(qbar, 0);
   long long waited = 0, issuing = 0;
   const long long loop0 = clock64();
   for (int t = owner; t < a.tiles; t += step) {
     const int st = t % a.stages;
     const long long w0 = clock64();
-    wait_parity(bar0 + 8 * st, (t / a.stages) & 1);
+    mbar_wait(bar0 + 8 * st, (t / a.stages) & 1);
     waited += clock64() - w0;
     if (a.hold_cycles > 0) {
       const long long c0 = clock64();

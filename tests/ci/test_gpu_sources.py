@@ -14,7 +14,7 @@ ROOT = Path(__file__).parents[2]
 
 @pytest.mark.nvcc
 def test_stream_floor_compiles_for_sm90a_with_the_kernels_tma_ring():
-    ptx = subprocess.run(["nvcc", "-ptx", "-std=c++17", "-O3", "-arch=sm_90a", "-o", "-",
+    ptx = subprocess.run(["nvcc", "-ptx", "-std=c++17", "-O3", "-arch=sm_90a", "-I", str(ROOT / "csrc"), "-o", "-",
                           str(ROOT / "ci/gpu/stream_floor.cu")], capture_output=True, text=True, check=True,
                          timeout=300).stdout
     entries = {e.split("(")[0].split()[-1]: e for e in re.split(r"(?=\.entry )", ptx)[1:]}
