@@ -15,11 +15,11 @@
 //   thread's pages past the one reissued (cp.async.bulk.prefetch.tensor, 9 boxes; "a": every block prefetches).
 //
 // usage: stream_floor [reps]   (H200: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Icsrc; no -lcuda)
-// Prints the SM clock and %globaltimer's step, then one line per (shape, stages, Q, hold, pf, ow), the "empty" grid
-// (no pages: launch, barrier init, the events' gaps) first: the median us of `reps` launches, each after an L2 flush,
-// timed by CUDA events; per block GB/s and the grid's L2 -> SM TB/s; from the last launch, the median block's time
-// (its first thread's) per page waiting for it to land and per reload issuing its 9 boxes, and its loop's time per
-// page it served (%clock64, at the measured SM clock).
+// Prints the device (name, driver and runtime versions), the SM clock and %globaltimer's step, then one line per
+// (shape, stages, Q, hold, pf, ow), the "empty" grid (no pages: launch, barrier init, the events' gaps) first: the
+// median us of `reps` launches, each after an L2 flush, timed by CUDA events; per block GB/s and the grid's L2 -> SM
+// TB/s; from the last launch, the median block's time (its first thread's) per page waiting for it to land and per
+// reload issuing its 9 boxes, and its loop's time per page it served (%clock64, at the measured SM clock).
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
@@ -224,6 +224,12 @@ int main(int argc, char** argv) {
   }
   unsigned long long tick_ns = 0;
   CHECK(cudaMemcpy(&tick_ns, tick, sizeof(tick_ns), cudaMemcpyDeviceToHost));
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  int driver = 0, runtime = 0;
+  CHECK(cudaDriverGetVersion(&driver));
+  CHECK(cudaRuntimeGetVersion(&runtime));
+  std::printf("%s (sm_%d%d), driver API %d, runtime %d\n", prop.name, prop.major, prop.minor, driver, runtime);
   std::printf("SMs %d, SM clock %.3f GHz (a %lld-cycle spin), %%globaltimer step %llu ns, reps %d, page %d KB, "
               "L2 flushed (%d MB memset) before every launch\n", sms, ghz, spin_cycles, tick_ns, reps, TILE / 1024,
               flush_bytes >> 20);
