@@ -30,8 +30,7 @@ def find_csrc() -> Path:
 CSRC = find_csrc()
 SOURCES = ("verify_api.cpp", "verify_kernel.cu", "verify_sm90.cu")
 HEADERS = ("verify_kernel.cuh", "verify_wide.cuh", "verify_wide_lean.cuh", "verify_sm90.cuh", "sm90_ptx.cuh",
-           "verify_partials.cuh",
-           "verify_timeline.cuh", "verify_launch.h", "static_switch.h", "merge_spread.h")
+           "verify_partials.cuh", "verify_timeline.cuh", "verify_launch.h", "static_switch.h", "merge_spread.h")
 ALL_ARCHS = ("80", "90", "100", "120")
 SCALAR_LOADS_MACRO = "KDENGINE_SCALAR_LOADS"
 TIMELINE_MACRO = "KDENGINE_TIMELINE"
