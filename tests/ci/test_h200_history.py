@@ -22,8 +22,8 @@ from ci.__main__ import main as ci_main
 ROOT = Path(__file__).resolve().parents[2]
 HISTORY = ROOT / "perf_history"
 MACHINE = "gpu-nvidia-h200-sm90"
-# the runs of 2e78c68's SASS, in recording order (cacdd0a, 08748e0, 7fec6e0, ee7c676, 3160dce: the gate checks' empty
-# commits)
+# the runs of 2e78c68's SASS, in recording order (cacdd0a, 08748e0, 7fec6e0, ee7c676, 3160dce, 39f55c3: the gate checks'
+# empty commits)
 AA_RUNS = ["4617adb", "d8a4751", "f05750e", "cacdd0a", "08748e0", "7fec6e0", "ee7c676", "3160dce", "39f55c3"]
 # the plant's confirmed effect on the GPU (run1_61be1d239f.json there; 16k T16 +1.3% stayed inconclusive)
 PLANT = {"verify/cuda/ctx65536/T64": 1.043, "verify/cuda/ctx16384/T64": 1.032, "verify/cuda/ctx65536/T16": 1.025}
