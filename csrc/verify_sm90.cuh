@@ -271,9 +271,10 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // spread at every size) in pt_c67ae56/; pi (the prologue's three load sequences from three threads at once: issued up to
 // 0.8 us sooner, the first S later, within the spread at every size) in pi_f04b6b0/; p2 (row tile 0's block prefetching
 // into L2 at each reload the tile two steps on, from step 0: 65k T=16's loop 0.53 us a step shorter, its start 3 us
-// longer, T=64 8 us slower; the form from step 1 with two row tiles is prepared in p2_next/) in p2_361beb2/. Folded in on 2026-12-01: d32 (the
-// descriptors as 32-bit adds, d32_905c234/), unr (the TMA issue loop unrolled, g2_e0dfbe9/), spread (the stage-1
-// reloads from warp 1, la_ab24c16/).
+// longer, T=64 8 us slower) in p2_361beb2/; p2c / p2d (p2 from step 1 on, issued by warps 2-3 beside the loaders, at two
+// row tiles / at every count: 65k T=16 0.0-0.8 us slower, T=64 9 us slower with p2d, 4-5 us with p2c's inactive code)
+// in p2cd_aa57768/. Folded in on 2026-12-01: d32 (the descriptors as 32-bit adds, d32_905c234/), unr (the TMA issue
+// loop unrolled, g2_e0dfbe9/), spread (the stage-1 reloads from warp 1, la_ab24c16/).
 constexpr int NUM_SCHEDULES = SEESAW2_BAR + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
 __host__ __device__ constexpr bool is_seesaw2(int schedule) {
   return schedule == SEESAW2 || schedule == SEESAW2_BAR;

@@ -161,8 +161,9 @@ def timeline_table(folder: Path) -> list[str]:
 
 
 def main() -> None:
-    if len(sys.argv) not in (2, 3):
-        raise SystemExit(__doc__)
+    if len(sys.argv) not in (2, 3) or sys.argv[1] in ("-h", "--help"):
+        print(__doc__)
+        raise SystemExit(0 if sys.argv[1:2] in (["-h"], ["--help"]) else 2)
     lines = ab_table(json.loads(Path(sys.argv[1]).read_text()))
     if len(sys.argv) == 3:
         lines += [""] + timeline_table(Path(sys.argv[2])) + [""] + prologue_table(Path(sys.argv[2]))

@@ -196,10 +196,10 @@ SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4, "stag
 REGISTER_CAPS = {"seesaw2": 240}
 # seesaw2's probes (swap, early, se, qc, seq, eno, mid; 2-CTA multicast clusters; earlier v0, ahead, alate, apro, aolp;
 # ring4 and late of 2026-12-01; stream, stream-K over the SMs, mpf, bulk, ldst, cp, pl, pf, shrink, shift, pf4,
-# pt, pi and p2 of 2026-12-02), each measured on the H200 slower than seesaw2 or within the spread, are gone
+# pt, pi and p2 of 2026-12-02; p2c and p2d of 2026-12-03), each measured on the H200 slower than seesaw2 or within the spread, are gone
 # (csrc/verify_sm90.cuh says where each one's evidence is; their code: the csrc history up to dd10800, and the
 # patches under perf_history/kernel/{ring4_1d11a74,late_14c0a94,stream_d70f087,bulk_12bb1ab,ldst_03a138e,cp_7ceb62a,
-# pl_98b83ff,pf_659e0cb,shrink_e37e1ad,shift_951e696,pf4_f5a36a6,pt_c67ae56,pi_f04b6b0,p2_361beb2}/).
+# pl_98b83ff,pf_659e0cb,shrink_e37e1ad,shift_951e696,pf4_f5a36a6,pt_c67ae56,pi_f04b6b0,p2_361beb2,p2cd_aa57768}/).
 # The probe stsm (P written by stmatrix) became
 # seesaw2 (perf_history/kernel/stsm_8449746/), and so did d32 (its descriptors as 32-bit adds; d32_905c234/) and
 # unr (the TMA issue loops unrolled; g2_e0dfbe9/, where g2, two chunks per full barrier, was slower) and spread (a
