@@ -35,7 +35,7 @@ CONTEXTS = (4096, 16384, 65536)
 TREE_SIZES = (16, 64)
 NSPLITS = (16, 32, 64, 128, 256, "auto")
 SETS = ("full", "peers", "mma", "mma2", "mma4", "mma6", "sm90", "paths", "pair", "half", "icache", "seesaw2",
-        "nsplit", "merge", "pdl", "spread")
+        "nsplit", "nsplit2", "merge", "pdl", "spread")
 # (the sets s2tune, s2t64, s2t64r, s2ab, s2mid, ring4, stsm, late, d32, g2, la, h, s4, res and res2 timed seesaw2's
 # probes, gone since: their records stay in perf_history/kernel/verify_kernel_{s2tune,s2t64,s2t64r65k,s2t6465k,s2ab,
 # s2ab2,s2mid,ring4,stsm0,stsm1,late0,late1,d32_0,d32_1,g2_0,g2_1,la_0,la_1,h_0,h_1,s4_0,s4_1,res_0,res_1,res2_0,
@@ -240,6 +240,74 @@ def default_label() -> str:
 DISPATCH = "cuda"
 
 
+def nsplit_grid(*, tokens: int, tile_tokens: int, row_tiles: int, wave_blocks: int, auto: int, most: int = 9) -> list:
+    """Fixed split counts to time beside `auto` (the `nsplit2` set): the counts of non-empty splits a kernel that
+    gives each split whole tiles can run (ceil(tiles / k) for k tiles a split), from auto / 4 up to one wave of
+    blocks (row_tiles blocks a split, wave_blocks resident at once), thinned to about `most` evenly spaced on a log
+    scale; auto's nearest count on either side is always kept, auto itself never (it has its own rows)."""
+    tiles = -(-tokens // tile_tokens)
+    low, top = max(1, auto // 4), max(1, wave_blocks // max(1, row_tiles))
+    counts = sorted(n for n in {-(-tiles // k) for k in range(1, tiles + 1)} if low <= n <= top and n != auto)
+    if not counts:
+        return []
+    keep = {max((n for n in counts if n < auto), default=None), min((n for n in counts if n > auto), default=None)}
+    for i in range(most):
+        target = low * (top / low) ** (i / max(1, most - 1))
+        keep.add(min(counts, key=lambda n: (abs(n - target), n)))
+    return sorted(n for n in keep if n is not None)
+
+
+def nsplit2_rows(N: int, T: int) -> list:
+    """The `nsplit2` set at one size: per cuda path (the sm90 kernel on Hopper, the mma.sync default everywhere),
+    its planner's NSPLIT (auto) first, then fixed counts from nsplit_grid, then auto again (its A/A control)."""
+    from kdengine.ops import cuda_backend, schedule
+
+    sms = schedule.sm_count(torch.cuda.current_device() if torch.cuda.is_available() else None)
+    paths = []
+    if hopper():
+        tiles = -(-(T * H) // cuda_backend.SM90_ROWS)
+        auto = schedule.auto_nsplit(capacity=N, batch=1, row_tiles=tiles, num_sms=sms,
+                                    min_tokens=cuda_backend.SM90_MIN_TOKENS_PER_SPLIT,
+                                    tile_tokens=cuda_backend.SM90_TILE_TOKENS)
+        grid = nsplit_grid(tokens=N, tile_tokens=cuda_backend.SM90_TILE_TOKENS, row_tiles=tiles, wave_blocks=sms,
+                           auto=auto)
+        paths.append(("cuda_sm90_dispatched", "cuda_sm90_dispatched", None, grid))
+    cw, rg, _, pp = lay = default_layout()
+    per_sm = cuda_backend.blocks_per_sm(T * H, cw, rg, pp) if torch.cuda.is_available() else 1
+    tiles = -(-cuda_backend.row_tiles(T * H, rg, cw) // per_sm)
+    auto = schedule.auto_nsplit(capacity=N, batch=1, row_tiles=tiles, num_sms=sms,
+                                tile_tokens=cuda_backend.TILE_TOKENS[cw])
+    grid = nsplit_grid(tokens=N, tile_tokens=cuda_backend.TILE_TOKENS[cw], row_tiles=tiles, wave_blocks=sms, auto=auto)
+    paths.append((f"cuda/{layout_label(*lay)}", "cuda", lay, grid))
+    rows = []
+    for label, backend, layout, grid in paths:
+        rows.append((f"{label}/sauto", backend, "auto", False, layout))
+        rows += [(f"{label}/s{n}", backend, n, False, layout) for n in grid]
+        rows.append((f"{label}/aa/sauto", backend, "auto", False, layout))
+    return rows
+
+
+def nsplit2_table(doc: dict, tolerance: float = 0.03) -> list:
+    """Markdown lines from an `nsplit2` record: per size and path, auto (the mean of its two rows) against the fastest
+    fixed count, the A/A pair's spread, and whether auto is within `tolerance` of that best."""
+    lines = ["| size | path | auto (n) | auto again | best fixed (n) | auto / best | within |",
+             "|---|---|---|---|---|---|---|"]
+    for case in doc["cases"]:
+        res = {k: v for k, v in case["results"].items() if v and "median_s" in v}
+        for base in sorted({k.rsplit("/", 1)[0].removesuffix("/aa") for k in res}):
+            a, a2 = res.get(f"{base}/sauto"), res.get(f"{base}/aa/sauto")
+            fixed = {k: v for k, v in res.items() if k.startswith(base + "/s") and not k.endswith("/sauto")}
+            if not (a and a2 and fixed):
+                continue
+            best_label, best = min(fixed.items(), key=lambda kv: kv[1]["median_s"])
+            mean = (a["median_s"] + a2["median_s"]) / 2
+            ratio = mean / best["median_s"]
+            lines.append(f"| {case['N'] // 1000}k T{case['T']} | {base} | {a['median_s'] * 1e6:.2f} ({a['nsplit']}) | "
+                         f"{a2['median_s'] * 1e6:.2f} | {best['median_s'] * 1e6:.2f} ({best['nsplit']}) | {ratio:.3f} | "
+                         f"{'yes' if ratio <= 1 + tolerance else 'NO'} |")
+    return lines
+
+
 def hopper() -> bool:
     return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
 
@@ -296,6 +364,8 @@ def variants(N: int, T: int, which: str = "full"):
     if which == "mma6":  # the mma.sync default, the same again as an A/A control, the probes of branch mma6
         rows = [base[0], (f"{base[0][0]}/aa", "cuda", "auto", False, None)]
         return rows + ([] if T * H <= 32 else named_layout_rows(MMA6_LAYOUTS))
+    if which == "nsplit2":  # both cuda paths at fixed split counts (a finer grid) between two auto rows
+        return nsplit2_rows(N, T)
     if which == "nsplit":  # the dispatched call at fixed split counts beside its own planner (auto)
         return [(f"{DISPATCH}/s{sp}", "cuda_auto", sp, False, None) for sp in NSPLITS if sp != "auto"] + [
             (DISPATCH, "cuda_auto", "auto", False, None)]
@@ -540,6 +610,9 @@ def render_doc(doc: dict) -> str:
                          f"{case['T'] / t:10.0f} {row['floor_pct']:8.1f} {x_ext} {x_torch} {x_peer}{_state(row)}")
         lines.append("")
     extra = peer_lines(doc)
+    if doc.get("set") == "nsplit2":
+        extra = extra + ["auto NSPLIT against the best fixed count (the mean of the two auto rows):", "",
+                         *nsplit2_table(doc)]
     return "\n".join(lines + (extra + [""] if extra else []))
 
 
@@ -612,7 +685,8 @@ def build_parser(prog: str = "python -m kdengine.bench.kernel") -> argparse.Argu
                    help="full: every layout and NSPLIT; peers: the dispatched cuda call (what verify/cuda "
                         "times), the mma.sync default, triton, torch, the peers; mma / sm90: one path's "
                         "variants; paths: both cuda paths' defaults, each with the chunked merge, and the "
-                        "peers; nsplit: the dispatched call at fixed NSPLIT beside auto")
+                        "peers; nsplit: the dispatched call at fixed NSPLIT beside auto; nsplit2: both cuda paths at "
+                        "a finer grid of fixed split counts between two auto rows (render adds auto / best)")
     p.add_argument("--order", choices=ORDERS, default="sequential",
                    help="sequential (default): each variant's samples in one block, as asv, pytest-benchmark and "
                         "kdengine bench take them; interleaved: the variants of a size take their samples round by "

@@ -257,3 +257,57 @@ def test_measure_rejects_a_bad_gap_naming_the_option(bad, capsys):
         kernel.build_parser().parse_args(["measure", "--out", "x.json", "--gap-ms", bad])
     assert "--gap-ms" in capsys.readouterr().err
     assert kernel.build_parser().parse_args(["measure", "--out", "x.json", "--gap-ms", "0"]).gap_ms == 0.0
+
+
+@pytest.mark.parametrize("tokens,tile,row_tiles,wave,auto", [(65536, 64, 2, 132, 64), (65536, 16, 2, 132, 66),
+                                                             (4096, 64, 8, 132, 16), (4096, 16, 2, 132, 16),
+                                                             (16384, 64, 8, 132, 16)])
+def test_nsplit_grid_counts_are_runnable_split_counts_around_auto(tokens, tile, row_tiles, wave, auto):
+    grid = kernel.nsplit_grid(tokens=tokens, tile_tokens=tile, row_tiles=row_tiles, wave_blocks=wave, auto=auto)
+    tiles = -(-tokens // tile)
+    assert grid == sorted(set(grid)) and auto not in grid and len(grid) <= 11
+    for n in grid:  # n non-empty splits of whole tiles: some k tiles a split gives exactly n, within one wave
+        assert any(-(-tiles // k) == n for k in range(1, tiles + 1)), n
+        assert auto // 4 <= n and n * row_tiles <= wave
+    runnable = [n for n in {-(-tiles // k) for k in range(1, tiles + 1)} if auto // 4 <= n <= wave // row_tiles]
+    below, above = [n for n in runnable if n < auto], [n for n in runnable if n > auto]
+    if below:
+        assert max(below) in grid  # auto's neighbours are always timed
+    if above:
+        assert min(above) in grid
+    assert kernel.nsplit_grid(tokens=64, tile_tokens=64, row_tiles=1, wave_blocks=132, auto=1) == []
+
+
+def test_nsplit2_set_brackets_fixed_counts_with_two_auto_rows_per_path(monkeypatch):
+    from kdengine.ops import schedule
+
+    monkeypatch.setattr(schedule, "sm_count", lambda index=None: 132)  # an H200's grid, on the CPU
+    for hopper in (True, False):
+        monkeypatch.setattr(kernel, "hopper", lambda h=hopper: h)
+        rows = kernel.variants(65536, 16, "nsplit2")
+        labels = [label for label, *_ in rows]
+        assert len(set(labels)) == len(labels)
+        backends = ["cuda_sm90_dispatched", "cuda"] if hopper else ["cuda"]
+        assert sorted({backend for _, backend, *_ in rows}) == sorted(backends)
+        for backend in backends:
+            mine = [r for r in rows if r[1] == backend]
+            assert mine[0][2] == mine[-1][2] == "auto" and "/aa/" in mine[-1][0]
+            assert len(mine) > 3 and all(isinstance(r[2], int) for r in mine[1:-1])
+            if backend == "cuda":
+                assert {r[4] for r in mine} == {kernel.default_layout()}
+
+
+def test_nsplit2_table_compares_the_mean_of_both_auto_rows_with_the_best_fixed_count():
+    def row(us, n):
+        return {"median_s": us * 1e-6, "nsplit": n, "samples": [us * 1e-6] * 3, "rel_l2": 1e-3, "floor_pct": 10.0}
+
+    case = {"N": 65536, "T": 16, "results": {
+        "p/sauto": row(10.0, 64), "p/s48": row(9.9, 48), "p/s80": row(12.0, 80), "p/aa/sauto": row(10.2, 64),
+        "q/sauto": row(20.0, 66), "q/s33": row(18.0, 33), "q/aa/sauto": row(20.0, 66), "q/s50": {"error": "x"}}}
+    lines = kernel.nsplit2_table({"cases": [case]})
+    p = next(line for line in lines if "| p |" in line)
+    q = next(line for line in lines if "| q |" in line)
+    assert p.startswith("| 65k T16 |") and "9.90 (48)" in p and "1.020" in p and p.endswith("yes |")
+    assert "18.00 (33)" in q and "1.111" in q and q.endswith("NO |")
+    doc = _doc() | {"set": "nsplit2", "cases": [case | {"H": 8, "floor_s": 1e-6}]}
+    assert p in kernel.render_doc(doc) and "auto NSPLIT against the best fixed count" in kernel.render_doc(doc)
