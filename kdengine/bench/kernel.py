@@ -276,7 +276,7 @@ def nsplit2_rows(N: int, T: int) -> list:
     per_sm = cuda_backend.blocks_per_sm(T * H, cw, rg, pp) if torch.cuda.is_available() else 1
     tiles = -(-cuda_backend.row_tiles(T * H, rg, cw) // per_sm)
     auto = schedule.auto_nsplit(capacity=N, batch=1, row_tiles=tiles, num_sms=sms,
-                                tile_tokens=cuda_backend.TILE_TOKENS[cw])
+                                min_tokens=cuda_backend.MIN_TOKENS_PER_SPLIT, tile_tokens=cuda_backend.TILE_TOKENS[cw])
     grid = nsplit_grid(tokens=N, tile_tokens=cuda_backend.TILE_TOKENS[cw], row_tiles=tiles, wave_blocks=sms, auto=auto)
     paths.append((f"cuda/{layout_label(*lay)}", "cuda", lay, grid))
     rows = []

@@ -19,7 +19,9 @@ from kdengine import env
 SEED_NSPLIT = 64
 # cuda: auto measured within 1% of (or faster than) the best fixed NSPLIT at every benchmarked size
 # on the H200 (perf_history/kernel/verify_kernel_gpu-nvidia-h200-sm90_9f5b1a0.json); for the wide2
-# layout within 0.2% of (or faster than) the best of 16/32/64/128 at all six sizes (..._f1344fe.json).
+# layout within 0.2% of (or faster than) the best of 16/32/64/128 at all six sizes (..._f1344fe.json). Against a finer
+# grid (every runnable count from auto / 4 to one wave), both paths, two passes: within 0.7% of the best fixed count
+# at all six sizes (perf_history/kernel/nsplit2_e2db55e/).
 DEFAULT_NSPLIT: dict[str, int | str] = {"triton": "auto", "cuda": "auto"}
 
 # A split shorter than this many KV tokens costs more in partial-result traffic and merge work than

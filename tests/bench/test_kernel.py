@@ -311,3 +311,15 @@ def test_nsplit2_table_compares_the_mean_of_both_auto_rows_with_the_best_fixed_c
     assert "18.00 (33)" in q and "1.111" in q and q.endswith("NO |")
     doc = _doc() | {"set": "nsplit2", "cases": [case | {"H": 8, "floor_s": 1e-6}]}
     assert p in kernel.render_doc(doc) and "auto NSPLIT against the best fixed count" in kernel.render_doc(doc)
+
+
+def test_nsplit2_rows_centre_each_grid_on_that_paths_planner(monkeypatch):
+    """The grid's auto is the planner's own count, its minimum split length included: on 132 SMs the mma.sync planner
+    runs 4k T=16 (256 tiles of 16 tokens, 2 row tiles) as 64 splits (at 256 tokens a split it would be 16), so the
+    grid spans 16 .. 66 and keeps 52, the runnable count next below 64."""
+    from kdengine.ops import schedule
+
+    monkeypatch.setattr(schedule, "sm_count", lambda index=None: 132)
+    monkeypatch.setattr(kernel, "hopper", lambda: False)
+    fixed = [n for _, _, n, *_ in kernel.variants(4096, 16, "nsplit2") if isinstance(n, int)]
+    assert 52 in fixed and 64 not in fixed and min(fixed) >= 64 // 4 and max(fixed) <= 132 // 2
