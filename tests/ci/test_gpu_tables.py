@@ -1,5 +1,6 @@
 """ci/gpu/sched_ab_tables.py on synthetic records: the engine line's B-against-A figure and the A/A spread it is read
-against (CPU only; the device scripts' tables are what closing notes quote)."""
+against (CPU only; the device scripts' tables are what closing notes quote); ci/gpu/gate_tables.py on a stored gate
+run; ci/gpu/targets.py: the README's targets table against the committed records, its verdicts on synthetic ones."""
 
 from __future__ import annotations
 
@@ -95,3 +96,65 @@ def test_gate_tables_prints_each_stored_row_with_its_rounds():
         else:
             assert cells[5] == "-"
     assert f"exit {doc['exit_code']}" in text.splitlines()[0]
+
+
+def test_readme_targets_block_is_what_the_committed_records_give():
+    """The README's targets table is generated from perf_history/kernel (a new record without the regenerated table
+    fails here), and it reads the latest `peers` record: its commit is named in the block."""
+    from ci.gpu import targets
+
+    assert targets.main(["--check", str(targets.ROOT / "README.md")]) == 0
+    newest = targets.latest("*_peers.json", "peers")[-1]
+    assert f"`peers` record of {newest['fingerprint']['commit'][:7]}" in targets.table()
+
+
+def _peers_doc(cuda_us, peer_us, mma_us, torch_us=500.0):
+    def row(us):
+        return {"median_s": us * 1e-6}
+
+    cases = [{"N": N, "T": T, "results": {"cuda": row(c), "flashmla": row(p), "mma/sauto": row(m), "torch": row(torch_us)}}
+             for (N, T), c, p, m in zip(((4096, 16), (4096, 64), (16384, 16), (16384, 64), (65536, 16), (65536, 64)),
+                                        cuda_us, peer_us, mma_us, strict=True)]
+    return {"default_label": "mma/sauto", "cases": cases}
+
+
+def test_target_rows_mark_each_target_met_or_missed_from_the_figures():
+    from ci.gpu import targets
+
+    doc = _peers_doc(cuda_us=(12, 20, 25, 40, 39, 120), peer_us=(20, 19, 40, 50, 56, 118), mma_us=(1, 1, 1, 1, 69, 261))
+    rows = {t: (m, ok) for t, m, ok in targets.rows_peers(doc)}
+    assert rows["sm90 65k T=16 <= 40 us"] == ("39.0 us", True)
+    assert rows["sm90 65k T=64 <= 115 us"] == ("120.0 us", False)
+    assert rows["sm90 65k T=16 >= 1.4x FlashMLA"][1] is True  # 56 / 39 = 1.436
+    assert rows["sm90 65k T=64 >= 1.07x FlashMLA"][1] is False
+    assert rows["sm90 no slower than FlashMLA at any size"] == ("lowest 0.950x (4k T=64), 6 sizes", False)
+    assert rows["sm90 65k T=16 >= 4x the unfused bf16 torch"] == ("12.82x", True)
+    assert rows["mma.sync 65k T=16 <= 70 us (H200)"][1] is True and rows["mma.sync 65k T=64 <= 260 us (H200)"][1] is False
+    del doc["cases"][4]["results"]["flashmla"]  # a row the run could not time: no verdict, not a pass
+    rows = {t: (m, ok) for t, m, ok in targets.rows_peers(doc)}
+    assert rows["sm90 65k T=16 >= 1.4x FlashMLA"] == ("-", None)
+
+
+def test_nsplit_rows_take_the_worst_size_of_each_path_over_the_passes():
+    from ci.gpu import targets
+
+    def doc(auto, aa, fixed):
+        res = {"cuda_sm90_dispatched/sauto": {"median_s": auto}, "cuda_sm90_dispatched/aa/sauto": {"median_s": aa},
+               "cuda_sm90_dispatched/s48": {"median_s": fixed}, "cuda/cw16/sauto": {"median_s": 1.0},
+               "cuda/cw16/aa/sauto": {"median_s": 1.0}, "cuda/cw16/s8": {"median_s": 2.0}}
+        return {"cases": [{"N": 65536, "T": 16, "results": res}]}
+
+    rows = targets.rows_nsplit([doc(1.0, 1.0, 1.0), doc(1.05, 1.03, 1.0)])
+    assert rows[0] == ("sm90: auto NSPLIT within 3% of the best fixed count", "worst 1.040x the best (65k T=16), "
+                       "2 passes", False)
+    assert rows[1][0].startswith("mma.sync") and rows[1][2] is True
+
+
+def test_targets_write_refuses_a_file_without_the_markers(tmp_path):
+    from ci.gpu import targets
+
+    path = tmp_path / "README.md"
+    path.write_text("# no markers\n")
+    with pytest.raises(SystemExit, match="markers"):
+        targets.main(["--write", str(path)])
+    assert path.read_text() == "# no markers\n"

@@ -1,0 +1,155 @@
+"""The verify kernel's targets (issue 12) against the committed H200 records, as a markdown table: every figure read
+from perf_history/kernel/*.json (the latest `peers` record by its date, the latest `nsplit2` records), none typed.
+
+    python ci/gpu/targets.py                 # print the table
+    python ci/gpu/targets.py --write README.md   # replace the block between the README's targets markers
+    python ci/gpu/targets.py --check README.md   # exit 1 when that block is not what the records give
+
+Rows: the sm90 path (the dispatched call `cuda`, which runs the sm90 kernel on Hopper) against the absolute targets
+and FlashMLA measured in the same run; the mma.sync default (the record's default_label) against its own; auto NSPLIT
+against the best fixed count on both paths. A target the records cannot show (sm_120, the merge alone, ncu) is not a
+row: the README's prose and the issue note carry those."""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+KERNEL = ROOT / "perf_history" / "kernel"
+BEGIN, END = "<!-- targets:begin (ci/gpu/targets.py) -->", "<!-- targets:end -->"
+DISPATCH, PEER, TORCH = "cuda", "flashmla", "torch"
+SIZES = ((4096, 16), (4096, 64), (16384, 16), (16384, 64), (65536, 16), (65536, 64))
+
+
+def latest(pattern: str, set_name: str) -> list[dict]:
+    """The records of `set_name` under KERNEL matching `pattern`, the latest date's commit only (all its passes)."""
+    docs = [json.loads(Path(p).read_text()) for p in sorted(glob.glob(str(KERNEL / pattern)))]
+    docs = [d for d in docs if d.get("set") == set_name]
+    if not docs:
+        return []
+    newest = max(docs, key=lambda d: d["date"])
+    commit = newest["fingerprint"].get("commit")
+    return sorted((d for d in docs if d["fingerprint"].get("commit") == commit), key=lambda d: d["date"])
+
+
+def median_us(doc: dict, N: int, T: int, label: str) -> float | None:
+    for case in doc["cases"]:
+        if (case["N"], case["T"]) == (N, T):
+            row = case["results"].get(label)
+            return row["median_s"] * 1e6 if row and "median_s" in row else None
+    return None
+
+
+def size(N: int, T: int) -> str:
+    return f"{N // 1000}k T={T}"
+
+
+def verdict(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("met" if ok else "**missed**")
+
+
+def rows_peers(doc: dict) -> list[tuple[str, str, bool | None]]:
+    mma = doc["default_label"]
+    out = []
+
+    def us(N, T, label=DISPATCH):
+        return median_us(doc, N, T, label)
+
+    for (N, T), limit in (((65536, 16), 40.0), ((65536, 64), 115.0), ((16384, 16), 30.0), ((4096, 16), 20.0)):
+        t = us(N, T)
+        out.append((f"sm90 {size(N, T)} <= {limit:g} us", "-" if t is None else f"{t:.1f} us",
+                    None if t is None else t <= limit))
+    for (N, T), want in (((65536, 16), 1.4), ((65536, 64), 1.07)):
+        t, p = us(N, T), us(N, T, PEER)
+        ratio = p / t if t and p else None
+        out.append((f"sm90 {size(N, T)} >= {want:g}x FlashMLA", "-" if ratio is None else
+                    f"{ratio:.3f}x ({t:.1f} against {p:.1f} us)", None if ratio is None else ratio >= want))
+    ratios = [(us(N, T, PEER) / us(N, T), N, T) for N, T in SIZES if us(N, T) and us(N, T, PEER)]
+    worst = min(ratios) if ratios else None
+    out.append(("sm90 no slower than FlashMLA at any size", "-" if worst is None else
+                f"lowest {worst[0]:.3f}x ({size(worst[1], worst[2])}), {len(ratios)} sizes",
+                None if worst is None else worst[0] >= 1.0))
+    t, torch_us = us(65536, 16), us(65536, 16, TORCH)
+    ratio = torch_us / t if t and torch_us else None
+    out.append(("sm90 65k T=16 >= 4x the unfused bf16 torch", "-" if ratio is None else f"{ratio:.2f}x",
+                None if ratio is None else ratio >= 4.0))
+    for (N, T), limit in (((65536, 16), 70.0), ((65536, 64), 260.0)):
+        t = us(N, T, mma)
+        out.append((f"mma.sync {size(N, T)} <= {limit:g} us (H200)", "-" if t is None else f"{t:.1f} us",
+                    None if t is None else t <= limit))
+    return out
+
+
+def rows_nsplit(docs: list[dict]) -> list[tuple[str, str, bool | None]]:
+    """auto NSPLIT within 3% of the best fixed count: the worst size of each path over the passes."""
+    worst: dict[str, tuple[float, str]] = {}
+    for doc in docs:
+        for case in doc["cases"]:
+            res = {k: v for k, v in case["results"].items() if v and "median_s" in v}
+            for base in {k.rsplit("/", 1)[0].removesuffix("/aa") for k in res}:
+                autos = [res.get(f"{base}/sauto"), res.get(f"{base}/aa/sauto")]
+                fixed = [v["median_s"] for k, v in res.items() if k.startswith(base + "/s") and not k.endswith("/sauto")]
+                if None in autos or not fixed:
+                    continue
+                ratio = (autos[0]["median_s"] + autos[1]["median_s"]) / 2 / min(fixed)
+                path = "sm90" if "sm90" in base else "mma.sync"
+                if ratio > worst.get(path, (0.0, ""))[0]:
+                    worst[path] = (ratio, size(case["N"], case["T"]))
+    return [(f"{path}: auto NSPLIT within 3% of the best fixed count", f"worst {r:.3f}x the best ({where}), "
+             f"{len(docs)} passes", r <= 1.03) for path, (r, where) in sorted(worst.items(), reverse=True)]
+
+
+def table() -> str:
+    peers = latest("*_peers.json", "peers")
+    nsplit2 = latest("verify_kernel_nsplit2_*.json", "nsplit2")
+    lines = ["| target | measured | |", "|---|---|---|"]
+    sources = []
+    if peers:
+        doc = peers[-1]
+        lines += [f"| {t} | {m} | {verdict(ok)} |" for t, m, ok in rows_peers(doc)]
+        sources.append(f"`peers` record of {doc['fingerprint']['commit'][:7]} ({doc['date'][:10]}, "
+                       f"{doc['fingerprint'].get('gpu', '?')})")
+    if nsplit2:
+        lines += [f"| {t} | {m} | {verdict(ok)} |" for t, m, ok in rows_nsplit(nsplit2)]
+        sources.append(f"`nsplit2` records of {nsplit2[-1]['fingerprint']['commit'][:7]} ({nsplit2[-1]['date'][:10]})")
+    head = ("Graph-replayed medians, L2 flushed, per layer, B=1, H=8, from the " + " and the ".join(sources) +
+            " under `perf_history/kernel/`; written by `python ci/gpu/targets.py --write README.md`.")
+    return "\n".join([head, ""] + lines)
+
+
+def replace_block(text: str, block: str) -> str:
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"targets: the markers {BEGIN!r} and {END!r} are not in the file")
+    head, rest = text.split(BEGIN, 1)
+    return head + BEGIN + "\n" + block + "\n" + END + rest.split(END, 1)[1]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--write", metavar="FILE", help="replace the block between the targets markers in FILE")
+    g.add_argument("--check", metavar="FILE", help="exit 1 when FILE's targets block is not the records' table")
+    args = p.parse_args(argv)
+    block = table()
+    if args.write or args.check:
+        path = Path(args.write or args.check)
+        text = path.read_text()
+        new = replace_block(text, block)
+        if args.check:
+            if new != text:
+                print(f"targets: {path}'s targets block differs from the records; run "
+                      f"`python ci/gpu/targets.py --write {path}`", file=sys.stderr)
+                return 1
+            return 0
+        path.write_text(new)
+        return 0
+    print(block)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
