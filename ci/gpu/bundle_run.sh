@@ -2,7 +2,7 @@
 # merge_ab.sh with NAME
 # set (the run's folder out/$NAME, carried to the device with the bundle kd.bundle and any wheels): logs under $LOGS, packed
 # into $OUT/logs.tgz at every `step` and on exit; the wheels installed into /tmp/site; the bundle cloned into
-# /tmp/kd-$NAME and entered; sha / full the commit measured; `now` seconds since the start, `room NEED` true while a
+# /tmp/kd-$NAME and entered (or, without a bundle, the copied tree run as COMMIT); sha / full the commit measured; `now` seconds since the start, `room NEED` true while a
 # step of NEED seconds fits before DEADLINE (s, default 420); `san` / `san_report` (compute-sanitizer); then the build
 # for the local GPU.
 set -o pipefail
@@ -12,9 +12,16 @@ SRC=$PWD; KD=/tmp/kd-$NAME; DEADLINE=${DEADLINE:-420}
 export PYTHONUNBUFFERED=1 KDENGINE_CACHE_DIR=/tmp/kdcache TRITON_DEFAULT_FP_FUSION=1
 wheels=("$SRC"/out/$NAME/*.whl)
 [[ -e ${wheels[0]} ]] && { python3 -m pip install -q --no-index --no-deps --target /tmp/site "${wheels[@]}" || echo "wheels not installed"; }
-rm -rf "$KD" && git clone -q "$SRC/out/$NAME/kd.bundle" "$KD" && cd "$KD" || exit 1
+if [[ -f $SRC/out/$NAME/kd.bundle ]]; then
+  rm -rf "$KD" && git clone -q "$SRC/out/$NAME/kd.bundle" "$KD" && cd "$KD" || exit 1
+  sha=$(git rev-parse --short HEAD); full=$(git rev-parse HEAD)
+else  # no bundle (the working tree and the wheels fill the call's size limit): the copied tree, clean at COMMIT
+  [[ ${COMMIT:-} =~ ^[0-9a-f]{40}$ ]] || { echo "no out/$NAME/kd.bundle: carry one, or set COMMIT to the full sha the" \
+    "copied working tree is clean at (here: git status --short empty, COMMIT=\$(git rev-parse HEAD))"; exit 1; }
+  KD=$SRC; full=$COMMIT; sha=${COMMIT:0:7}
+fi
 export PYTHONPATH=/tmp/site:$KD
-sha=$(git rev-parse --short HEAD); full=$(git rev-parse HEAD); echo "commit $sha"
+echo "commit $sha"
 nvidia-smi --query-gpu=name,uuid,driver_version,clocks.sm,clocks.max.sm --format=csv
 t0=$(date +%s); now() { echo $(( $(date +%s) - t0 )); }
 # each step packs the logs so far: a call cut at the device's limit still returns them (the EXIT trap may not run)
