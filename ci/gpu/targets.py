@@ -5,7 +5,8 @@ from perf_history/kernel/*.json (the latest `peers` record by its date, the late
     python ci/gpu/targets.py --write README.md   # replace the block between the README's targets markers
     python ci/gpu/targets.py --check README.md   # exit 1 when that block is not what the records give
 
-Rows: the sm90 path (the dispatched call `cuda`, which runs the sm90 kernel on Hopper) against the absolute targets
+The latest commit's `peers` runs all count (ci/gpu/peers_runs.sh times several): each figure is the median over them,
+a ratio the median of the runs' ratios, with the runs' range beside it. Rows: the sm90 path (the dispatched call `cuda`, which runs the sm90 kernel on Hopper) against the absolute targets
 and FlashMLA measured in the same run; the mma.sync default (the record's default_label) against its own; auto NSPLIT
 against the best fixed count on both paths. A target the records cannot show (sm_120, the merge alone, ncu) is not a
 row: the README's prose and the issue note carry those."""
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -44,6 +46,15 @@ def median_us(doc: dict, N: int, T: int, label: str) -> float | None:
     return None
 
 
+def runs_us(docs: list[dict], N: int, T: int, label: str) -> list[float]:
+    """The row's median in each run that timed it."""
+    return [t for t in (median_us(d, N, T, label) for d in docs) if t is not None]
+
+
+def mid(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
 def size(N: int, T: int) -> str:
     return f"{N // 1000}k T={T}"
 
@@ -52,35 +63,44 @@ def verdict(ok: bool | None) -> str:
     return "n/a" if ok is None else ("met" if ok else "**missed**")
 
 
-def rows_peers(doc: dict) -> list[tuple[str, str, bool | None]]:
-    mma = doc["default_label"]
+def rows_peers(docs: list[dict]) -> list[tuple[str, str, bool | None]]:
+    """The rows from one or more `peers` runs of one commit: each figure the median over the runs (a ratio: of the
+    runs' ratios, each run's ours and FlashMLA timed on the same inputs), its range beside it when there are several."""
+    docs = [docs] if isinstance(docs, dict) else docs
+    mma = docs[-1]["default_label"]
     out = []
 
     def us(N, T, label=DISPATCH):
-        return median_us(doc, N, T, label)
+        return mid(runs_us(docs, N, T, label))
+
+    def ratios(N, T, num=PEER, den=DISPATCH):
+        return [n / d for n, d in ((median_us(x, N, T, num), median_us(x, N, T, den)) for x in docs) if n and d]
+
+    def spread(xs, fmt):
+        return f" (runs {fmt.format(min(xs))}-{fmt.format(max(xs))})" if len(xs) > 1 else ""
 
     for (N, T), limit in (((65536, 16), 40.0), ((65536, 64), 115.0), ((16384, 16), 30.0), ((4096, 16), 20.0)):
         t = us(N, T)
-        out.append((f"sm90 {size(N, T)} <= {limit:g} us", "-" if t is None else f"{t:.1f} us",
-                    None if t is None else t <= limit))
+        out.append((f"sm90 {size(N, T)} <= {limit:g} us", "-" if t is None else
+                    f"{t:.1f} us" + spread(runs_us(docs, N, T, DISPATCH), "{:.1f}"), None if t is None else t <= limit))
     for (N, T), want in (((65536, 16), 1.4), ((65536, 64), 1.07)):
-        t, p = us(N, T), us(N, T, PEER)
-        ratio = p / t if t and p else None
+        rs = ratios(N, T)
+        ratio = mid(rs)
         out.append((f"sm90 {size(N, T)} >= {want:g}x FlashMLA", "-" if ratio is None else
-                    f"{ratio:.3f}x ({t:.1f} against {p:.1f} us)", None if ratio is None else ratio >= want))
-    ratios = [(us(N, T, PEER) / us(N, T), N, T) for N, T in SIZES if us(N, T) and us(N, T, PEER)]
-    worst = min(ratios) if ratios else None
+                    f"{ratio:.3f}x ({us(N, T):.1f} against {us(N, T, PEER):.1f} us){spread(rs, '{:.3f}x')}",
+                    None if ratio is None else ratio >= want))
+    ratios_all = [(mid(ratios(N, T)), N, T) for N, T in SIZES if ratios(N, T)]
+    worst = min(ratios_all) if ratios_all else None
     out.append(("sm90 no slower than FlashMLA at any size", "-" if worst is None else
-                f"lowest {worst[0]:.3f}x ({size(worst[1], worst[2])}), {len(ratios)} sizes",
+                f"lowest {worst[0]:.3f}x ({size(worst[1], worst[2])}), {len(ratios_all)} sizes",
                 None if worst is None else worst[0] >= 1.0))
-    t, torch_us = us(65536, 16), us(65536, 16, TORCH)
-    ratio = torch_us / t if t and torch_us else None
+    ratio = mid(ratios(65536, 16, TORCH))
     out.append(("sm90 65k T=16 >= 4x the unfused bf16 torch", "-" if ratio is None else f"{ratio:.2f}x",
                 None if ratio is None else ratio >= 4.0))
     for (N, T), limit in (((65536, 16), 70.0), ((65536, 64), 260.0)):
         t = us(N, T, mma)
-        out.append((f"mma.sync {size(N, T)} <= {limit:g} us (H200)", "-" if t is None else f"{t:.1f} us",
-                    None if t is None else t <= limit))
+        out.append((f"mma.sync {size(N, T)} <= {limit:g} us (H200)", "-" if t is None else
+                    f"{t:.1f} us" + spread(runs_us(docs, N, T, mma), "{:.1f}"), None if t is None else t <= limit))
     return out
 
 
@@ -110,9 +130,10 @@ def table() -> str:
     sources = []
     if peers:
         doc = peers[-1]
-        lines += [f"| {t} | {m} | {verdict(ok)} |" for t, m, ok in rows_peers(doc)]
-        sources.append(f"`peers` record of {doc['fingerprint']['commit'][:7]} ({doc['date'][:10]}, "
-                       f"{doc['fingerprint'].get('gpu', '?')})")
+        lines += [f"| {t} | {m} | {verdict(ok)} |" for t, m, ok in rows_peers(peers)]
+        runs = f"{len(peers)} `peers` runs" if len(peers) > 1 else "`peers` record"
+        sources.append(f"{runs} of {doc['fingerprint']['commit'][:7]} ({doc['date'][:10]}, "
+                       f"{doc['fingerprint'].get('gpu', '?')}{'; medians over the runs' if len(peers) > 1 else ''})")
     if nsplit2:
         lines += [f"| {t} | {m} | {verdict(ok)} |" for t, m, ok in rows_nsplit(nsplit2)]
         sources.append(f"`nsplit2` records of {nsplit2[-1]['fingerprint']['commit'][:7]} ({nsplit2[-1]['date'][:10]})")

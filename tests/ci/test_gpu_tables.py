@@ -158,3 +158,18 @@ def test_targets_write_refuses_a_file_without_the_markers(tmp_path):
     with pytest.raises(SystemExit, match="markers"):
         targets.main(["--write", str(path)])
     assert path.read_text() == "# no markers\n"
+
+
+def test_target_rows_over_several_runs_use_the_median_and_show_the_range():
+    """Three runs of one commit: FlashMLA's run-to-run drift moves the 65k T=64 ratio across 1.07; the verdict is the
+    median run's, and the row shows the runs' range."""
+    from ci.gpu import targets
+
+    cuda = (12, 20, 25, 40, 39, 110)
+    runs = [_peers_doc(cuda_us=cuda, peer_us=(20, 19, 40, 50, 56, p), mma_us=(1, 1, 1, 1, 69, 261))
+            for p in (116.0, 119.9, 121.0)]
+    rows = {t: (m, ok) for t, m, ok in targets.rows_peers(runs)}
+    assert rows["sm90 65k T=64 >= 1.07x FlashMLA"] == ("1.090x (110.0 against 119.9 us) (runs 1.055x-1.100x)", True)
+    assert rows["sm90 65k T=64 <= 115 us"] == ("110.0 us (runs 110.0-110.0)", True)
+    runs[1]["cases"][5]["results"]["flashmla"]["median_s"] = 116.5e-6  # now the median run is under 1.07x
+    assert targets.rows_peers(runs)[5][2] is False

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The `peers` kernel set (the dispatched cuda call, the mma.sync default, triton, torch, FlashMLA on the same inputs)
+# RUNS times (default 3), each in its own process, from a bundle (or the copied tree as COMMIT): the run-to-run spread of
+# every row and of the ratio to FlashMLA, which moves by ~3% between runs while ours moves by ~1% (README). $OUT gets
+# the RUNS JSON records (ci/gpu/targets.py reads all the records of the latest commit) and logs.tgz.
+#   here:   mkdir -p out/peers && cp .whl/sgl_flash_mla-*.whl out/peers/ (+ git bundle create out/peers/kd.bundle HEAD,
+#           or COMMIT=$(git rev-parse HEAD) on the device with a clean tree)
+#   device: RUNS=3 bash ci/gpu/peers_runs.sh   (carry out/peers)
+NAME=peers
+source ci/gpu/bundle_run.sh  # wheels, the bundle's clone (entered) or the copied tree, step / room, the build
+for i in $(seq 1 "${RUNS:-3}"); do
+  step "peers run $i"
+  room 80 || break
+  timeout $(( DEADLINE - $(now) )) python3 -m kdengine.bench.kernel measure --set peers \
+    --out "$OUT/verify_kernel_peers_r${i}_$sha.json" --commit "$full" 2>&1 | grep -v Warning > "$LOGS/peers_$i.log"
+  grep -E "^ctx.*(cuda |flashmla)" "$LOGS/peers_$i.log"
+done
+step done
