@@ -124,7 +124,7 @@ def rows_nsplit(docs: list[dict]) -> list[tuple[str, str, bool | None]]:
 
 
 def table() -> str:
-    peers = latest("*_peers.json", "peers")
+    peers = latest("*_peers*.json", "peers")
     nsplit2 = latest("verify_kernel_nsplit2_*.json", "nsplit2")
     lines = ["| target | measured | |", "|---|---|---|"]
     sources = []
