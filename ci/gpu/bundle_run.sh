@@ -1,10 +1,10 @@
-# The common start of a one-call device run from a git bundle, sourced by merged.sh, pdl.sh, binding.sh, spread.sh and
-# merge_ab.sh with NAME
-# set (the run's folder out/$NAME, carried to the device with the bundle kd.bundle and any wheels): logs under $LOGS, packed
-# into $OUT/logs.tgz at every `step` and on exit; the wheels installed into /tmp/site; the bundle cloned into
-# /tmp/kd-$NAME and entered (or, without a bundle, the copied tree run as COMMIT); sha / full the commit measured; `now` seconds since the start, `room NEED` true while a
-# step of NEED seconds fits before DEADLINE (s, default 420); `san` / `san_report` (compute-sanitizer); then the build
-# for the local GPU.
+# The common start of a one-call device run, sourced with NAME set by merged.sh, head_check.sh, pdl.sh, binding.sh, spread.sh,
+# merge_ab.sh, sched_ab.sh, nsplit2.sh and peers_runs.sh (the run's folder out/$NAME, carried to the device with the
+# bundle kd.bundle and any wheels): logs under $LOGS, packed into $OUT/logs.tgz at every `step` and on exit; the wheels
+# installed into /tmp/site; the bundle cloned into /tmp/kd-$NAME and entered (without a bundle: the copied working tree,
+# run as COMMIT, a full sha it is clean at); sha / full the commit measured; `now` seconds since the start, `room NEED`
+# true while a step of NEED seconds fits before DEADLINE (s, default 420); `san` / `san_report` (compute-sanitizer);
+# then the build for the local GPU.
 set -o pipefail
 OUT=${OUT:-/tmp/kdengine-out}; LOGS=/tmp/$NAME-logs; rm -rf "$LOGS"; mkdir -p "$OUT" "$LOGS"
 trap 'tar czf "$OUT/logs.tgz" -C "$LOGS" . 2>/dev/null' EXIT

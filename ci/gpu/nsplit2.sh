@@ -10,7 +10,7 @@ NAME=nsplit2
 source ci/gpu/bundle_run.sh  # the bundle's clone (entered), step / room, the build
 for i in $(seq 1 "${PASSES:-2}"); do
   step "nsplit2 pass $i"
-  room 200 || break
+  room 90 || break  # a pass took 46 s on the H200
   timeout $(( DEADLINE - $(now) )) python3 -m kdengine.bench.kernel measure --set nsplit2 \
     --out "$OUT/verify_kernel_nsplit2_${i}_$sha.json" --commit "$full" 2>&1 | grep -v Warning > "$LOGS/measure_$i.log"
   tail -n 3 "$LOGS/measure_$i.log"

@@ -10,7 +10,7 @@ NAME=peers
 source ci/gpu/bundle_run.sh  # wheels, the bundle's clone (entered) or the copied tree, step / room, the build
 for i in $(seq 1 "${RUNS:-3}"); do
   step "peers run $i"
-  room 80 || break
+  room 45 || break  # a run took 18-26 s on the H200
   timeout $(( DEADLINE - $(now) )) python3 -m kdengine.bench.kernel measure --set peers \
     --out "$OUT/verify_kernel_peers_r${i}_$sha.json" --commit "$full" 2>&1 | grep -v Warning > "$LOGS/peers_$i.log"
   grep -E "^ctx.*(cuda |flashmla)" "$LOGS/peers_$i.log"

@@ -28,9 +28,10 @@ SIZES = ((4096, 16), (4096, 64), (16384, 16), (16384, 64), (65536, 16), (65536, 
 
 
 def latest(pattern: str, set_name: str) -> list[dict]:
-    """The records of `set_name` under KERNEL matching `pattern`, the latest date's commit only (all its passes)."""
+    """The records of `set_name` under KERNEL matching `pattern` measured on sm_90 (the targets are the H200's), the
+    latest date's commit only (all its passes)."""
     docs = [json.loads(Path(p).read_text()) for p in sorted(glob.glob(str(KERNEL / pattern)))]
-    docs = [d for d in docs if d.get("set") == set_name]
+    docs = [d for d in docs if d.get("set") == set_name and d["fingerprint"].get("capability") == "sm_90"]
     if not docs:
         return []
     newest = max(docs, key=lambda d: d["date"])
