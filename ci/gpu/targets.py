@@ -124,6 +124,23 @@ def rows_nsplit(docs: list[dict]) -> list[tuple[str, str, bool | None]]:
              f"{len(docs)} passes", r <= 1.03) for path, (r, where) in sorted(worst.items(), reverse=True)]
 
 
+MERGE, SPLIT_ONLY = "cuda_sm90_dispatched/c0/sauto", "cuda_sm90_dispatched/c0/splitonly/sauto"  # the `merge` set's rows
+
+
+def rows_merge(docs: list[dict]) -> list[tuple[str, str, bool | None]]:
+    """The merge's in-graph share on the sm90 path (the call with its merge less the split kernel alone, the median over
+    the runs at each size): the worst size against 3 us."""
+    share = {(N, T): mid([w - a for w, a in ((median_us(d, N, T, MERGE), median_us(d, N, T, SPLIT_ONLY)) for d in docs)
+                          if w and a]) for N, T in SIZES}
+    share = {k: v for k, v in share.items() if v is not None}
+    if not share:
+        return []
+    (N, T), worst = max(share.items(), key=lambda kv: kv[1])
+    return [("sm90 merge <= 3 us (the call less its split kernel alone)",
+             f"worst {worst:.1f} us ({size(N, T)}); {min(share.values()):.1f}-{worst:.1f} us over {len(share)} sizes, "
+             f"{len(docs)} runs", worst <= 3.0)]
+
+
 def table() -> str:
     peers = latest("*_peers*.json", "peers")
     nsplit2 = latest("verify_kernel_nsplit2_*.json", "nsplit2")
@@ -135,6 +152,10 @@ def table() -> str:
         runs = f"{len(peers)} `peers` runs" if len(peers) > 1 else "`peers` record"
         sources.append(f"{runs} of {doc['fingerprint']['commit'][:7]} ({doc['date'][:10]}, "
                        f"{doc['fingerprint'].get('gpu', '?')}{'; medians over the runs' if len(peers) > 1 else ''})")
+    merge = latest("*merge*.json", "merge")
+    if merge:
+        lines += [f"| {t} | {m} | {verdict(ok)} |" for t, m, ok in rows_merge(merge)]
+        sources.append(f"`merge` records of {merge[-1]['fingerprint']['commit'][:7]} ({merge[-1]['date'][:10]})")
     if nsplit2:
         lines += [f"| {t} | {m} | {verdict(ok)} |" for t, m, ok in rows_nsplit(nsplit2)]
         sources.append(f"`nsplit2` records of {nsplit2[-1]['fingerprint']['commit'][:7]} ({nsplit2[-1]['date'][:10]})")
