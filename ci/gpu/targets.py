@@ -159,8 +159,8 @@ def table() -> str:
     if nsplit2:
         lines += [f"| {t} | {m} | {verdict(ok)} |" for t, m, ok in rows_nsplit(nsplit2)]
         sources.append(f"`nsplit2` records of {nsplit2[-1]['fingerprint']['commit'][:7]} ({nsplit2[-1]['date'][:10]})")
-    head = ("Graph-replayed medians, L2 flushed, per layer, B=1, H=8, from the " + " and the ".join(sources) +
-            " under `perf_history/kernel/`; written by `python ci/gpu/targets.py --write README.md`.")
+    head = ("Graph-replayed medians, L2 flushed, per layer, B=1, H=8, from `perf_history/kernel/`: the " +
+            "; the ".join(sources) + ". Written by `python ci/gpu/targets.py --write README.md`.")
     return "\n".join([head, ""] + lines)
 
 

@@ -173,3 +173,18 @@ def test_target_rows_over_several_runs_use_the_median_and_show_the_range():
     assert rows["sm90 65k T=64 <= 115 us"] == ("110.0 us (runs 110.0-110.0)", True)
     runs[1]["cases"][5]["results"]["flashmla"]["median_s"] = 116.5e-6  # now the median run is under 1.07x
     assert targets.rows_peers(runs)[5][2] is False
+
+
+def test_merge_row_is_the_worst_size_of_the_call_less_its_split_kernel():
+    from ci.gpu import targets
+
+    def run(extra):
+        cases = [{"N": N, "T": T, "results": {targets.MERGE: {"median_s": (20 + d) * 1e-6},
+                                              targets.SPLIT_ONLY: {"median_s": 20e-6}}}
+                 for (N, T), d in zip(targets.SIZES, (2.0, 2.5, 2.9, 3.0, 2.0, extra), strict=True)]
+        return {"cases": cases}
+
+    (name, measured, ok), = targets.rows_merge([run(3.4), run(2.8), run(3.2)])  # 65k T=64: median of 3.4, 2.8, 3.2
+    assert measured == "worst 3.2 us (65k T=64); 2.0-3.2 us over 6 sizes, 3 runs" and ok is False
+    assert targets.rows_merge([run(2.9)])[0][2] is True
+    assert targets.rows_merge([]) == []
