@@ -224,3 +224,12 @@ def test_records_show_ours_over_flashmla_where_the_run_has_the_peer():
     assert text.endswith(lines[at + 2] + "\n")  # and closes the machine's section
     run.points.pop("verify-peer/flashmla/ctx65536/T16")
     assert "ours / peer" not in record.format_record({"gpu-a": [run]})
+
+
+def test_committed_records_file_is_what_the_committed_results_regenerate_to():
+    """perf_history/records/*.txt in this checkout matches its results (a JSON committed under perf_history/kernel
+    without `python -m ci record` or record.write_records fails here, before a stale file misleads a reader)."""
+    results = ROOT / "perf_history"
+    assert (results / record.RECORDS_REL).read_bytes() == record.render_records(results, {}), (
+        "stale records file: run `python -c \"from pathlib import Path; from ci import record; "
+        "record.write_records(Path('perf_history'))\"`")
