@@ -1,5 +1,5 @@
 """The verify kernel's targets (issue 12) against the committed H200 records, as a markdown table: every figure read
-from perf_history/kernel/*.json (the latest `peers` record by its date, the latest `nsplit2` records), none typed.
+from perf_history/kernel/*.json (the latest commit's `peers` runs, `merge` runs and `nsplit2` records), none typed.
 
     python ci/gpu/targets.py                 # print the table
     python ci/gpu/targets.py --write README.md   # replace the block between the README's targets markers
@@ -180,6 +180,10 @@ def main(argv=None) -> int:
     block = table()
     if args.write or args.check:
         path = Path(args.write or args.check)
+        if not path.is_file():
+            print(f"targets: {path}: no such file (the README whose targets block to {'write' if args.write else 'check'})",
+                  file=sys.stderr)
+            return 2
         text = path.read_text()
         new = replace_block(text, block)
         if args.check:

@@ -158,6 +158,7 @@ def test_targets_write_refuses_a_file_without_the_markers(tmp_path):
     with pytest.raises(SystemExit, match="markers"):
         targets.main(["--write", str(path)])
     assert path.read_text() == "# no markers\n"
+    assert targets.main(["--check", str(tmp_path / "missing.md")]) == 2
 
 
 def test_target_rows_over_several_runs_use_the_median_and_show_the_range():
