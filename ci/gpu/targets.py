@@ -6,10 +6,11 @@ from perf_history/kernel/*.json (the latest commit's `peers` runs, `merge` runs 
     python ci/gpu/targets.py --check README.md   # exit 1 when that block is not what the records give
 
 The latest commit's `peers` runs all count (ci/gpu/peers_runs.sh times several): each figure is the median over them,
-a ratio the median of the runs' ratios, with the runs' range beside it. Rows: the sm90 path (the dispatched call `cuda`, which runs the sm90 kernel on Hopper) against the absolute targets
-and FlashMLA measured in the same run; the mma.sync default (the record's default_label) against its own; auto NSPLIT
-against the best fixed count on both paths. A target the records cannot show (sm_120, the merge alone, ncu) is not a
-row: the README's prose and the issue note carry those."""
+a ratio the median of the runs' ratios, with the runs' range beside it. Rows: the sm90 path (the dispatched call
+`cuda`, which runs the sm90 kernel on Hopper) against the absolute targets and FlashMLA measured in the same run; the
+mma.sync default (the record's default_label) against its own; the merge's in-graph share (the `merge` runs); auto
+NSPLIT against the best fixed count on both paths (`nsplit2`). A target the records cannot show (sm_120, ncu) is not
+a row: the README's prose and the issue note carry those."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ import json
 import statistics
 import sys
 from pathlib import Path
+
+from kdengine.bench import kernel
 
 ROOT = Path(__file__).resolve().parents[2]
 KERNEL = ROOT / "perf_history" / "kernel"
@@ -109,22 +112,15 @@ def rows_nsplit(docs: list[dict]) -> list[tuple[str, str, bool | None]]:
     """auto NSPLIT within 3% of the best fixed count: the worst size of each path over the passes."""
     worst: dict[str, tuple[float, str]] = {}
     for doc in docs:
-        for case in doc["cases"]:
-            res = {k: v for k, v in case["results"].items() if v and "median_s" in v}
-            for base in {k.rsplit("/", 1)[0].removesuffix("/aa") for k in res}:
-                autos = [res.get(f"{base}/sauto"), res.get(f"{base}/aa/sauto")]
-                fixed = [v["median_s"] for k, v in res.items() if k.startswith(base + "/s") and not k.endswith("/sauto")]
-                if None in autos or not fixed:
-                    continue
-                ratio = (autos[0]["median_s"] + autos[1]["median_s"]) / 2 / min(fixed)
-                path = "sm90" if "sm90" in base else "mma.sync"
-                if ratio > worst.get(path, (0.0, ""))[0]:
-                    worst[path] = (ratio, size(case["N"], case["T"]))
+        for case, base, *_, ratio in kernel.nsplit2_pairs(doc):
+            path = "sm90" if "sm90" in base else "mma.sync"
+            if ratio > worst.get(path, (0.0, ""))[0]:
+                worst[path] = (ratio, size(case["N"], case["T"]))
     return [(f"{path}: auto NSPLIT within 3% of the best fixed count", f"worst {r:.3f}x the best ({where}), "
              f"{len(docs)} passes", r <= 1.03) for path, (r, where) in sorted(worst.items(), reverse=True)]
 
 
-MERGE, SPLIT_ONLY = "cuda_sm90_dispatched/c0/sauto", "cuda_sm90_dispatched/c0/splitonly/sauto"  # the `merge` set's rows
+MERGE, SPLIT_ONLY = kernel.MERGE_ROW, kernel.SPLIT_ONLY_ROW  # the `merge` set's rows
 
 
 def rows_merge(docs: list[dict]) -> list[tuple[str, str, bool | None]]:
@@ -181,8 +177,8 @@ def main(argv=None) -> int:
     if args.write or args.check:
         path = Path(args.write or args.check)
         if not path.is_file():
-            print(f"targets: {path}: no such file (the README whose targets block to {'write' if args.write else 'check'})",
-                  file=sys.stderr)
+            verb = "write" if args.write else "check"
+            print(f"targets: {path}: no such file (the README whose targets block to {verb})", file=sys.stderr)
             return 2
         text = path.read_text()
         new = replace_block(text, block)

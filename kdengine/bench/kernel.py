@@ -238,6 +238,8 @@ def default_label() -> str:
 # the row timing cuda_backend.run as the verify/cuda benchmarks call it (path auto: the sm90 kernel on Hopper,
 # mma.sync elsewhere): the "ours" of every ours / FlashMLA ratio
 DISPATCH = "cuda"
+# the `merge` set's two rows: the dispatched sm90 call with its merge, and its split kernel alone
+MERGE_ROW, SPLIT_ONLY_ROW = "cuda_sm90_dispatched/c0/sauto", "cuda_sm90_dispatched/c0/splitonly/sauto"
 
 
 def nsplit_grid(*, tokens: int, tile_tokens: int, row_tiles: int, wave_blocks: int, auto: int, most: int = 9) -> list:
@@ -263,28 +265,35 @@ def nsplit2_rows(N: int, T: int) -> list:
     from kdengine.ops import cuda_backend, schedule
 
     sms = schedule.sm_count(torch.cuda.current_device() if torch.cuda.is_available() else None)
+    cw, rg, _, pp = lay = default_layout()
     paths = []
     if hopper():
-        tiles = -(-(T * H) // cuda_backend.SM90_ROWS)
-        auto = schedule.auto_nsplit(capacity=N, batch=1, row_tiles=tiles, num_sms=sms,
-                                    min_tokens=cuda_backend.SM90_MIN_TOKENS_PER_SPLIT,
-                                    tile_tokens=cuda_backend.SM90_TILE_TOKENS)
-        grid = nsplit_grid(tokens=N, tile_tokens=cuda_backend.SM90_TILE_TOKENS, row_tiles=tiles, wave_blocks=sms,
-                           auto=auto)
-        paths.append(("cuda_sm90_dispatched", "cuda_sm90_dispatched", None, grid))
-    cw, rg, _, pp = lay = default_layout()
-    per_sm = cuda_backend.blocks_per_sm(T * H, cw, rg, pp) if torch.cuda.is_available() else 1
-    tiles = -(-cuda_backend.row_tiles(T * H, rg, cw) // per_sm)
-    auto = schedule.auto_nsplit(capacity=N, batch=1, row_tiles=tiles, num_sms=sms,
-                                min_tokens=cuda_backend.MIN_TOKENS_PER_SPLIT, tile_tokens=cuda_backend.TILE_TOKENS[cw])
-    grid = nsplit_grid(tokens=N, tile_tokens=cuda_backend.TILE_TOKENS[cw], row_tiles=tiles, wave_blocks=sms, auto=auto)
-    paths.append((f"cuda/{layout_label(*lay)}", "cuda", lay, grid))
+        paths.append(("cuda_sm90_dispatched", "cuda_sm90_dispatched", None, cuda_backend.split_shape_sm90(T, H)))
+    paths.append((f"cuda/{layout_label(*lay)}", "cuda", lay,
+                  cuda_backend.split_shape_mma(T, H, rg, cw, pp, torch.cuda.is_available())))
     rows = []
-    for label, backend, layout, grid in paths:
+    for label, backend, layout, shape in paths:  # the grid around what that path's planner gives (its own inputs)
+        auto = schedule.auto_nsplit(capacity=N, batch=1, num_sms=sms, **shape)
+        grid = nsplit_grid(tokens=N, tile_tokens=shape["tile_tokens"], row_tiles=shape["row_tiles"], wave_blocks=sms,
+                           auto=auto)
         rows.append((f"{label}/sauto", backend, "auto", False, layout))
         rows += [(f"{label}/s{n}", backend, n, False, layout) for n in grid]
         rows.append((f"{label}/aa/sauto", backend, "auto", False, layout))
     return rows
+
+
+def nsplit2_pairs(doc: dict):
+    """Per size and path of an `nsplit2` record: (case, path label, auto row, auto-again row, fastest fixed row, the
+    mean of the two auto rows over that fastest one); a path without both auto rows or any fixed row is left out."""
+    for case in doc["cases"]:
+        res = {k: v for k, v in case["results"].items() if v and "median_s" in v}
+        for base in sorted({k.rsplit("/", 1)[0].removesuffix("/aa") for k in res}):
+            a, a2 = res.get(f"{base}/sauto"), res.get(f"{base}/aa/sauto")
+            fixed = [v for k, v in res.items() if k.startswith(base + "/s") and not k.endswith("/sauto")]
+            if not (a and a2 and fixed):
+                continue
+            best = min(fixed, key=lambda v: v["median_s"])
+            yield case, base, a, a2, best, (a["median_s"] + a2["median_s"]) / 2 / best["median_s"]
 
 
 def nsplit2_table(doc: dict, tolerance: float = 0.03) -> list:
@@ -292,19 +301,10 @@ def nsplit2_table(doc: dict, tolerance: float = 0.03) -> list:
     fixed count, the A/A pair's spread, and whether auto is within `tolerance` of that best."""
     lines = ["| size | path | auto (n) | auto again | best fixed (n) | auto / best | within |",
              "|---|---|---|---|---|---|---|"]
-    for case in doc["cases"]:
-        res = {k: v for k, v in case["results"].items() if v and "median_s" in v}
-        for base in sorted({k.rsplit("/", 1)[0].removesuffix("/aa") for k in res}):
-            a, a2 = res.get(f"{base}/sauto"), res.get(f"{base}/aa/sauto")
-            fixed = {k: v for k, v in res.items() if k.startswith(base + "/s") and not k.endswith("/sauto")}
-            if not (a and a2 and fixed):
-                continue
-            best_label, best = min(fixed.items(), key=lambda kv: kv[1]["median_s"])
-            mean = (a["median_s"] + a2["median_s"]) / 2
-            ratio = mean / best["median_s"]
-            lines.append(f"| {case['N'] // 1000}k T{case['T']} | {base} | {a['median_s'] * 1e6:.2f} ({a['nsplit']}) | "
-                         f"{a2['median_s'] * 1e6:.2f} | {best['median_s'] * 1e6:.2f} ({best['nsplit']}) | {ratio:.3f} | "
-                         f"{'yes' if ratio <= 1 + tolerance else 'NO'} |")
+    for case, base, a, a2, best, ratio in nsplit2_pairs(doc):
+        lines.append(f"| {case['N'] // 1000}k T{case['T']} | {base} | {a['median_s'] * 1e6:.2f} ({a['nsplit']}) | "
+                     f"{a2['median_s'] * 1e6:.2f} | {best['median_s'] * 1e6:.2f} ({best['nsplit']}) | {ratio:.3f} | "
+                     f"{'yes' if ratio <= 1 + tolerance else 'NO'} |")
     return lines
 
 
@@ -377,8 +377,8 @@ def variants(N: int, T: int, which: str = "full"):
         from kdengine.ops import cuda_backend
 
         sched = "cuda_sm90_dispatched"  # the schedule launch_sm90 picks for the call (rows and tiles per split)
-        return [(f"{sched}/c0/sauto", sched, "auto", False, {}),
-                (f"{sched}/c0/splitonly/sauto", sched, "auto", False, {"combine": cuda_backend.SPLIT_ONLY})]
+        return [(MERGE_ROW, sched, "auto", False, {}),
+                (SPLIT_ONLY_ROW, sched, "auto", False, {"combine": cuda_backend.SPLIT_ONLY})]
     if which == "spread":  # the grouped merge (4) against 7 (its blocks spread over the SMs: the mma.sync path's since the
         # run at 0117714, the sm90 path's since ci/gpu/merge_ab.py's), A B B A on each path (at 591e4a6 the mma.sync rows
         # were 4, 7)

@@ -196,7 +196,8 @@ SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4, "stag
 REGISTER_CAPS = {"seesaw2": 240}
 # seesaw2's probes (swap, early, se, qc, seq, eno, mid; 2-CTA multicast clusters; earlier v0, ahead, alate, apro, aolp;
 # ring4 and late of 2026-12-01; stream, stream-K over the SMs, mpf, bulk, ldst, cp, pl, pf, shrink, shift, pf4,
-# pt, pi and p2 of 2026-12-02; p2c and p2d of 2026-12-03), each measured on the H200 slower than seesaw2 or within the spread, are gone
+# pt, pi and p2 of 2026-12-02; p2c and p2d of 2026-12-03), each measured on the H200 slower than seesaw2 or within
+# the spread, are gone
 # (csrc/verify_sm90.cuh says where each one's evidence is; their code: the csrc history up to dd10800, and the
 # patches under perf_history/kernel/{ring4_1d11a74,late_14c0a94,stream_d70f087,bulk_12bb1ab,ldst_03a138e,cp_7ceb62a,
 # pl_98b83ff,pf_659e0cb,shrink_e37e1ad,shift_951e696,pf4_f5a36a6,pt_c67ae56,pi_f04b6b0,p2_361beb2,p2cd_aa57768}/).
@@ -452,19 +453,27 @@ def timeline_read() -> torch.Tensor:
     return _timeline_module().timeline_read()
 
 
+def split_shape_sm90(T: int, H: int) -> dict:
+    """The sm90 planner's per-call inputs to schedule.auto_nsplit besides capacity, batch and the SM count."""
+    return {"row_tiles": -(-(T * H) // SM90_ROWS), "min_tokens": SM90_MIN_TOKENS_PER_SPLIT,
+            "tile_tokens": SM90_TILE_TOKENS}
+
+
+def split_shape_mma(T: int, H: int, row_groups: int = DEFAULT_ROW_GROUPS, col_warps: int = DEFAULT_COL_WARPS,
+                    pingpong: int = DEFAULT_PINGPONG, on_gpu: bool = False) -> dict:
+    """The mma.sync planner's inputs likewise: row tiles counted per resident block slot of an SM (on_gpu: the
+    occupancy API; else one block per SM)."""
+    tiles = row_tiles(T * H, row_groups, col_warps)
+    if on_gpu:
+        tiles = -(-tiles // blocks_per_sm(T * H, col_warps, row_groups, pingpong))
+    return {"row_tiles": tiles, "min_tokens": MIN_TOKENS_PER_SPLIT, "tile_tokens": TILE_TOKENS[col_warps]}
+
+
 def plan_nsplit_sm90(q, kv_cache, page_table, nsplit) -> int:
     """The split count of the sm90 kernel: one wave of 64-row blocks (one block per SM)."""
     B, T, H, _ = q.shape
-    return resolve_nsplit(
-        nsplit,
-        backend="cuda",
-        capacity=page_table.shape[1] * kv_cache.shape[1],
-        batch=B,
-        row_tiles=-(-(T * H) // SM90_ROWS),
-        device=q.device,
-        min_tokens=SM90_MIN_TOKENS_PER_SPLIT,
-        tile_tokens=SM90_TILE_TOKENS,
-    )
+    return resolve_nsplit(nsplit, backend="cuda", capacity=page_table.shape[1] * kv_cache.shape[1], batch=B,
+                          device=q.device, **split_shape_sm90(T, H))
 
 
 def alloc_outputs(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -528,19 +537,8 @@ def plan_nsplit(q, kv_cache, page_table, nsplit, row_groups: int = DEFAULT_ROW_G
     """The split count from host-known sizes only (graph safe). For `auto`, one wave of split blocks:
     row tiles are counted per resident block slot of an SM."""
     B, T, H, _ = q.shape
-    tiles = row_tiles(T * H, row_groups, col_warps)
-    if q.is_cuda:
-        tiles = -(-tiles // blocks_per_sm(T * H, col_warps, row_groups, pingpong))
-    return resolve_nsplit(
-        nsplit,
-        backend="cuda",
-        capacity=page_table.shape[1] * kv_cache.shape[1],
-        batch=B,
-        row_tiles=tiles,
-        device=q.device,
-        min_tokens=MIN_TOKENS_PER_SPLIT,
-        tile_tokens=TILE_TOKENS[col_warps],
-    )
+    return resolve_nsplit(nsplit, backend="cuda", capacity=page_table.shape[1] * kv_cache.shape[1], batch=B,
+                          device=q.device, **split_shape_mma(T, H, row_groups, col_warps, pingpong, q.is_cuda))
 
 
 def plan(q, kv_cache, page_table, nsplit, path=None) -> tuple[str, int]:
