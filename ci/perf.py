@@ -124,18 +124,42 @@ def run_asv(code_tree: Path, sha: str, machine: str, results: Path, tmp: Path, b
     return jsonl
 
 
-def stop_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
-    """SIGTERM to proc's process group, SIGKILL after `grace` seconds if it is still there."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+def session_groups(sid: int) -> set[int] | None:
+    """The process groups with a running member (zombies, which nothing may reap in a container, do not count) in
+    session `sid`; None without /proc."""
+    stats = list(Path("/proc").glob("[0-9]*/stat"))
+    if not stats:
+        return None
+    groups = set()
+    for stat in stats:
         try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=grace)
-            return
-        except subprocess.TimeoutExpired:
+            state, _ppid, pgrp, session = stat.read_text().rsplit(")", 1)[1].split()[:4]
+        except (OSError, ValueError):
             continue
+        if state != "Z" and int(session) == sid:
+            groups.add(int(pgrp))
+    return groups
+
+
+def stop_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """SIGTERM to every process group of proc's session (proc started with start_new_session), SIGKILL after `grace`
+    seconds to what is left. The session, not only proc's group: asv starts its benchmark server in a process group
+    of its own (setpgid), which outlived asv when only asv's group was signalled. Without /proc: proc's group."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        groups = session_groups(proc.pid)
+        for pgid in {proc.pid} if groups is None else groups | {proc.pid}:
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            try:
+                proc.wait(timeout=0.05)  # reaps the leader once it exits
+            except subprocess.TimeoutExpired:
+                continue
+            if not session_groups(proc.pid):  # empty, or None (no /proc: the leader is all it can wait for)
+                return
 
 
 def asv_env(results: Path, machine: str, sha: str) -> str | None:
