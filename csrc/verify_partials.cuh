@@ -38,4 +38,22 @@ __device__ __forceinline__ float4 load_partial4(const __nv_bfloat16* src) {
   return make_float4(bf16_lo(u.x), bf16_hi(u.x), bf16_lo(u.y), bf16_hi(u.y));
 }
 
+// The ready merge (combine 8, VerifyParams::ready): every split block, once its partial rows and lse are written,
+// sets its flag (release at GPU scope, after a barrier of the block's writers); the merge's warps acquire the flags of
+// the splits they read before reading them, so a row's merge starts while slower splits still run, instead of after
+// the whole split grid has completed (griddepcontrol.wait). Layout of p.ready: [0] the merge blocks done (the last one
+// zeroes the call's flags and this count: the buffer is all zero between calls), then one flag per (sequence, row
+// tile of ready_rows rows, split).
+__device__ __forceinline__ int* ready_flag(int* ready, int tiles, int nsplit, int b, int tile, int split) {
+  return ready + 1 + (static_cast<size_t>(b) * tiles + tile) * nsplit + split;
+}
+__device__ __forceinline__ void ready_signal(int* flag) {
+  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(flag), "r"(1) : "memory");
+}
+__device__ __forceinline__ int ready_load(const int* flag) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(flag) : "memory");
+  return v;
+}
+
 }  // namespace kdengine

@@ -1002,6 +1002,10 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
   if (start >= end) {  // an empty split: weight 0 in the merge
     for (int r = tid; r < BM; r += THREADS)
       if (row0 + r < p.R) p.part_lse[part_row0 + row0 + r] = -INFINITY;
+    if (p.ready != nullptr) {  // the ready merge (combine 8): this split's lse are written
+      __syncthreads();
+      if (tid == 0) ready_signal(ready_flag(p.ready, gridDim.x, p.nsplit, b, blockIdx.x, split));
+    }
     if (tid == 0) timeline::timeline_mark(timeline::SPLIT_END);  // (-DKDENGINE_TIMELINE only; no start record)
     return;
   }
@@ -1697,6 +1701,10 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
                       o[4 * j + 4 + 2 * h] * inv, o[4 * j + 4 + 2 * h + 1] * inv);
     if (rows.valid[h] && w == 0 && lane % 4 == 0)
       p.part_lse[row] = l[h] > 0.f ? (m[h] + log2f(l[h])) * 0.69314718056f : -INFINITY;
+  }
+  if (p.ready != nullptr) {  // the ready merge (combine 8): every consumer thread's partial rows are written
+    bar_sync(BAR_CONSUMERS, 128 * CONSUMERS);
+    if (tid == 0) ready_signal(ready_flag(p.ready, gridDim.x, p.nsplit, b, blockIdx.x, split));
   }
   if (tid == 0) timeline::timeline_mark(timeline::SPLIT_END);
 #ifdef KDENGINE_TIMELINE  // seesaw2's step marks (kept by thread 0 in the loop), once O is written; ntiles > 2: 2 steps

@@ -8,7 +8,10 @@ backend, 8 layers, CUDA graphs) with each merge as the sm90 (or the mma.sync) pa
 other kernels, not by the next split kernel. Prints one line per row and writes a JSON (--out).
 
     python3 ci/gpu/merge_ab.py --out merge_ab.json [--sizes 65536:64 65536:16] [--samples 40] [--decode 65536]
-        [--decode-merges 4 7 7 4] [--paths sm90 mma]
+        [--decode-merges 4 7 7 4] [--paths sm90 mma] [--merges 7 8]
+
+--merges A B: the two merges timed (default 4 7; 8 is the ready merge, cuda_backend.READY_COMBINE, sm90 only: its
+launch_sm90 default is the early trigger it needs), rows A B B A with the second A and B tagged /aa.
 """
 
 from __future__ import annotations
@@ -21,14 +24,13 @@ from ci.gpu import ab_common
 from kdengine.bench import kernel, verify_timing
 
 
-def time_size(N: int, T: int, samples: int) -> dict:
+def time_size(N: int, T: int, samples: int, abba=kernel.MERGE_ABBA) -> dict:
     sets = verify_timing.input_sets(N=N, T=T, H=kernel.H, device="cuda")
-    calls = [kernel.rotating_call("cuda_sm90_dispatched", "auto", layout={"combine": c})[0]
-             for c, _ in kernel.MERGE_ABBA]
+    calls = [kernel.rotating_call("cuda_sm90_dispatched", "auto", layout={"combine": c})[0] for c, _ in abba]
     out = {}
     for form in (None, 1):  # the sweep's K, then one call per replay
         rows = verify_timing.time_verify_many([(c, sets) for c in calls], samples=samples, launches=form)
-        for (c, tag), m in zip(kernel.MERGE_ABBA, rows, strict=True):
+        for (c, tag), m in zip(abba, rows, strict=True):
             label = f"K{m.launches_per_sample}/c{c}{tag}"
             out[label] = {"median_us": m.median * 1e6, "samples_s": m.samples}
             print(f"ctx{N} T{T} {label:12s} {m.median * 1e6:8.2f} us", flush=True)
@@ -50,7 +52,13 @@ def main() -> None:
     p.add_argument("--decode", type=int, nargs="*", default=[65536], help="contexts of the engine runs (none: skip)")
     p.add_argument("--decode-merges", type=int, nargs="+", default=[4, 7, 4], help="the merge of each engine run, in order")
     p.add_argument("--paths", nargs="+", choices=("sm90", "mma"), default=["sm90"], help="the split kernels of the engine runs")
+    p.add_argument("--merges", type=int, nargs=2, default=[c for c, _ in kernel.MERGE_ABBA[:2]], metavar=("A", "B"),
+                   help="the two merges of the timed rows, A B B A (default: 4 7)")
     a = p.parse_args()
+    if a.merges[0] == a.merges[1]:
+        p.error("--merges: name two different merges")
+    m1, m2 = a.merges
+    abba = ((m1, ""), (m2, ""), (m2, "/aa"), (m1, "/aa"))
     a.paths = list(dict.fromkeys(a.paths))  # (a path named twice would overwrite its own rows)
     if not torch.cuda.is_available():
         raise SystemExit("merge_ab: needs a CUDA GPU")
@@ -60,7 +68,7 @@ def main() -> None:
     report = ab_common.Report(a.out)
     for size in a.sizes:
         N, T = (int(x) for x in size.split(":"))
-        report.data["sizes"][size] = time_size(N, T, a.samples)
+        report.data["sizes"][size] = time_size(N, T, a.samples, abba)
         report.save()
     for path in a.paths:
         for ctx in a.decode:
