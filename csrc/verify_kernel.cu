@@ -233,13 +233,13 @@ cudaError_t launch_verify(const VerifyParams& p, int col_warps, int max_row_grou
   return launch_combine(p, combine, stream);
 }
 
-// The ready merge's flags (verify_partials.cuh): one buffer per device, zero at load and between calls (the last merge
-// block of a call zeroes what the call set). nullptr where the call needs more than READY_CAP words or the address cannot
-// be read (the call then runs merge 7). Calls on one device must not overlap in time (one stream).
-constexpr int READY_CAP = 1 << 16;
+// The ready merge's flags (verify_partials.cuh): one buffer per device, zero at load and between calls (each merge warp
+// zeroes the flags it waited on). nullptr where the call needs more than READY_CAP words or the address cannot be read
+// (the call then runs merge 7). Calls on one device must not overlap in time (one stream).
+constexpr int READY_CAP = 1 << 18;
 __device__ int ready_words[READY_CAP];
-static int* ready_buffer(const VerifyParams& p, int tiles) {
-  if (1 + static_cast<long long>(p.B) * tiles * p.nsplit > READY_CAP) return nullptr;
+static int* ready_buffer(const VerifyParams& p) {
+  if (static_cast<long long>(p.B) * p.R * READY_CHUNKS * p.nsplit > READY_CAP) return nullptr;
   void* ptr = nullptr;
   if (cudaGetSymbolAddress(&ptr, ready_words) != cudaSuccess) {
     cudaGetLastError();
@@ -252,10 +252,7 @@ cudaError_t launch_verify_sm90(const VerifyParams& params, long long pool_tokens
                                cudaStream_t stream) {
   VerifyParams p = params;
   p.ready = nullptr;
-  if (combine == 8) {
-    p.ready_rows = 64;  // sm90::BM
-    p.ready = ready_buffer(p, sm90_row_tiles(p.R));
-  }
+  if (combine == 8) p.ready = ready_buffer(p);
   const cudaError_t err = launch_split_sm90(p, pool_tokens, schedule, stream);
   if (err != cudaSuccess || combine < 0) return err;
   return launch_combine(p, combine, stream);

@@ -508,6 +508,7 @@ constexpr int MERGE_CHUNK_COLS = DV / MERGE_COL_CHUNKS;     // 256
 constexpr int MERGE_BATCH = 8;                              // partial rows in flight per lane
 constexpr int MERGE_MAX_GROUPS = 16;                        // warps per block
 static_assert(MERGE_CHUNK_COLS == 32 * MERGE_VEC, "one warp covers a column chunk");
+static_assert(MERGE_COL_CHUNKS == READY_CHUNKS, "the ready merge's flags: one per merge block and split");
 
 // Warps per merge block: the fewest that give each at most MERGE_BATCH splits (a power of two, at
 // most MERGE_MAX_GROUPS).
@@ -554,35 +555,12 @@ __device__ __forceinline__ float merge_ex2(float x) {  // 2^x, -inf -> 0
   return y;
 }
 
-// The end of a ready merge block (merge 8): count it done; the last of the grid zeroes the call's flags and the count
-// (no block reads a flag after its own count: the buffer is all zero for the next call, which stream order puts after
-// this grid); then wait for the split grid to complete (griddepcontrol.wait: the merge ends after it, as merge 7 does).
-// Uses merge_s[0] (the block's tables are read by now: after a barrier).
-__device__ __forceinline__ void ready_done(const VerifyParams& p, int tiles, float* merge_s) {
-  int* last = reinterpret_cast<int*>(merge_s);
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const int blocks = gridDim.x * gridDim.y * gridDim.z;
-    int before;
-    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;\n" : "=r"(before) : "l"(p.ready) : "memory");
-    *last = before == blocks - 1;
-  }
-  __syncthreads();
-  if (*last) {
-    const int n = p.B * tiles * p.nsplit;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) p.ready[1 + i] = 0;
-    __syncthreads();
-    if (threadIdx.x == 0) p.ready[0] = 0;
-  }
-  pdl_wait_primary();
-}
-
 // SPREAD: merge 7's instantiation, a kernel of its own so that its shared-memory attributes (verify_kernel.cu
 // launch_combine) never touch merge 4's; the code is the same. (A device function shared by two kernels gave merge 4
 // other PTX and 1008 SASS instructions in place of 872 on sm_120.)
 // READY (merge 8, SPREAD only): the ready merge (verify_partials.cuh): no griddepcontrol.wait before the reads; each warp
-// acquires the flags of a batch's splits first (coherent loads of the partials then, not __ldg), the last block to
-// finish zeroes the call's flags, and every block waits for the split grid's completion only at its end.
+// waits for the flags of a batch's splits first (coherent loads of the partials then, not __ldg) and zeroes them, and
+// every block waits for the split grid's completion (griddepcontrol.wait) only at its end, as merge 7 ends after it.
 template <bool SPREAD, bool READY = false>
 __global__ void __launch_bounds__(32 * MERGE_MAX_GROUPS) verify_combine_grouped2_kernel(const VerifyParams p) {
   extern __shared__ __align__(16) float merge_s[];
@@ -597,8 +575,7 @@ __global__ void __launch_bounds__(32 * MERGE_MAX_GROUPS) verify_combine_grouped2
   const uint32_t stride = static_cast<uint32_t>(R) * (DV / MERGE_VEC);
   const uint32_t zero_bits = static_cast<uint32_t>(nsplit) >> 31;  // 0 (nsplit >= 1), opaque to the compiler
   if (threadIdx.x == 0) timeline::timeline_mark(timeline::MERGE_START);  // (-DKDENGINE_TIMELINE only)
-  const int ready_tiles = READY ? (R + p.ready_rows - 1) / p.ready_rows : 0;
-  const int* flags = READY ? ready_flag(p.ready, ready_tiles, nsplit, b, row / p.ready_rows, 0) : nullptr;
+  int* flags = READY ? ready_flag(p.ready, R, nsplit, b, row, blockIdx.z, 0) : nullptr;
   if constexpr (!READY) {
     pdl_wait_primary();  // launched early (programmatic dependent launch): the partials are complete past here
     if (threadIdx.x == 0) timeline::timeline_mark(timeline::MERGE_WAITED);
@@ -610,15 +587,13 @@ __global__ void __launch_bounds__(32 * MERGE_MAX_GROUPS) verify_combine_grouped2
   for (int s0 = group; s0 < nsplit; s0 += MERGE_BATCH * groups) {
     float ls[MERGE_BATCH];
     uint4 v[MERGE_BATCH];
-    if constexpr (READY) {  // every lane acquires the batch's flags itself (the same words: one load per split)
-      for (;;) {
-        bool all = true;
-#pragma unroll
-        for (int k = 0; k < MERGE_BATCH; ++k)
-          all &= ready_load(flags + min(s0 + k * groups, nsplit - 1)) != 0;
-        if (all) break;
-        __nanosleep(100);
-      }
+    if constexpr (READY) {  // lane k reads the flag of the batch's split k (all in flight at once) until all are set
+      const int s = s0 + lane * groups;
+      const bool mine = lane < MERGE_BATCH && s < nsplit;
+      while (!__all_sync(0xffffffffu, !mine || ready_load(flags + s) != 0)) __nanosleep(64);
+      ready_acquire();  // each flag's read, then this fence: the acquire pattern (one fence, not one per flag), and the
+      __syncwarp();     // warp barrier orders the other lanes' reads of the partials after it
+      if (mine) flags[s] = 0;  // every lane has seen every flag set (the vote): this warp's, back to zero
       if (threadIdx.x == 0 && s0 == group) timeline::timeline_mark(timeline::MERGE_WAITED);
     }
 #pragma unroll
@@ -674,7 +649,7 @@ __global__ void __launch_bounds__(32 * MERGE_MAX_GROUPS) verify_combine_grouped2
     *reinterpret_cast<uint4*>(dst + lane * MERGE_VEC) = o;
     if (blockIdx.z == 0 && lane == 0)
       p.lse[(size_t)b * R + row] = sum > 0.f ? (m + log2f(sum)) * 0.69314718056f : -INFINITY;  // natural log
-    if constexpr (READY) ready_done(p, ready_tiles, merge_s);
+    if constexpr (READY) pdl_wait_primary();
     if (threadIdx.x == 0) timeline::timeline_mark(timeline::MERGE_END);
     return;
   }
@@ -699,7 +674,7 @@ __global__ void __launch_bounds__(32 * MERGE_MAX_GROUPS) verify_combine_grouped2
   }
   if (blockIdx.z == 0 && threadIdx.x == 0)
     p.lse[(size_t)b * R + row] = total > 0.f ? (mx + log2f(total)) * 0.69314718056f : -INFINITY;  // natural log
-  if constexpr (READY) ready_done(p, ready_tiles, merge_s);
+  if constexpr (READY) pdl_wait_primary();
   if (threadIdx.x == 0) timeline::timeline_mark(timeline::MERGE_END);
 }
 }  // namespace kdengine

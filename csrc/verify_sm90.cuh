@@ -1004,7 +1004,7 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
       if (row0 + r < p.R) p.part_lse[part_row0 + row0 + r] = -INFINITY;
     if (p.ready != nullptr) {  // the ready merge (combine 8): this split's lse are written
       __syncthreads();
-      if (tid == 0) ready_signal(ready_flag(p.ready, gridDim.x, p.nsplit, b, blockIdx.x, split));
+      ready_signal_rows(p.ready, p.R, p.nsplit, b, row0, min(BM, p.R - row0), split, tid);
     }
     if (tid == 0) timeline::timeline_mark(timeline::SPLIT_END);  // (-DKDENGINE_TIMELINE only; no start record)
     return;
@@ -1704,7 +1704,7 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
   }
   if (p.ready != nullptr) {  // the ready merge (combine 8): every consumer thread's partial rows are written
     bar_sync(BAR_CONSUMERS, 128 * CONSUMERS);
-    if (tid == 0) ready_signal(ready_flag(p.ready, gridDim.x, p.nsplit, b, blockIdx.x, split));
+    ready_signal_rows(p.ready, p.R, p.nsplit, b, row0, min(BM, p.R - row0), split, tid);
   }
   if (tid == 0) timeline::timeline_mark(timeline::SPLIT_END);
 #ifdef KDENGINE_TIMELINE  // seesaw2's step marks (kept by thread 0 in the loop), once O is written; ntiles > 2: 2 steps
