@@ -100,8 +100,8 @@ void launch_sm90(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& pa
                  const at::Tensor& prefix_len, const at::Tensor& mask_bits, at::Tensor& out, at::Tensor& lse,
                  at::Tensor& part_out, at::Tensor& part_lse, double sm_scale, int64_t nsplit, int64_t schedule,
                  int64_t combine, bool merge_early) {
-  TORCH_CHECK((combine >= -1 && combine <= 4 && combine != 3) || combine == 7 || combine == 8,
-              "combine must be -1, 0, 1, 2, 4, 7 or 8 (3 was retired), got " + num(combine));
+  TORCH_CHECK((combine >= -1 && combine <= 4 && combine != 3) || combine == 7,
+              "combine must be -1, 0, 1, 2, 4 or 7 (3 was retired), got " + num(combine));
   const c10::cuda::CUDAGuard guard(q.device());
   kdengine::VerifyParams p =
       make_params(q, kv, page_table, prefix_len, mask_bits, out, lse, part_out, part_lse, sm_scale, nsplit);

@@ -183,20 +183,6 @@ static SmemLimits smem_limits() {
 // COMBINE_MAX_NSPLIT for 1 and 2). 3 (the older grouped merge, slower than 4: perf_history/kernel/merge2_b44f69a/)
 // was retired; the binding refuses it.
 static cudaError_t launch_combine(const VerifyParams& p, int combine, cudaStream_t stream) {
-  if (combine == 8 && p.ready != nullptr) {  // the ready merge: merge 7's blocks and padding, flags for the wait
-    const int groups = merge_groups(p.nsplit);
-    const SmemLimits d = smem_limits();
-    static std::atomic<unsigned long long> configured{0};
-    if (d.optin > 0) {
-      const cudaError_t err = configure_once(configured, verify_combine_grouped2_kernel<true, true>, d.optin);
-      if (err != cudaSuccess) return err;
-    }
-    return launch_dependent(verify_combine_grouped2_kernel<true, true>, dim3(p.R, p.B, MERGE_COL_CHUNKS),
-                            dim3(32 * groups),
-                            merge_spread_smem(d, (long long)p.R * p.B * MERGE_COL_CHUNKS, merge_smem_bytes(groups)),
-                            p, stream);
-  }
-  if (combine == 8) combine = 7;  // (no flags for this call: ready_buffer)
   if (combine == 4) {
     const int groups = merge_groups(p.nsplit);
     return launch_dependent(verify_combine_grouped2_kernel<false>, dim3(p.R, p.B, MERGE_COL_CHUNKS),
@@ -233,26 +219,8 @@ cudaError_t launch_verify(const VerifyParams& p, int col_warps, int max_row_grou
   return launch_combine(p, combine, stream);
 }
 
-// The ready merge's flags (verify_partials.cuh): one buffer per device, zero at load and between calls (each merge warp
-// zeroes the flags it waited on). nullptr where the call needs more than READY_CAP words or the address cannot be read
-// (the call then runs merge 7). Calls on one device must not overlap in time (one stream).
-constexpr int READY_CAP = 1 << 18;
-__device__ int ready_words[READY_CAP];
-static int* ready_buffer(const VerifyParams& p) {
-  if (static_cast<long long>(p.B) * p.R * READY_CHUNKS * p.nsplit > READY_CAP) return nullptr;
-  void* ptr = nullptr;
-  if (cudaGetSymbolAddress(&ptr, ready_words) != cudaSuccess) {
-    cudaGetLastError();
-    return nullptr;
-  }
-  return static_cast<int*>(ptr);
-}
-
-cudaError_t launch_verify_sm90(const VerifyParams& params, long long pool_tokens, int schedule, int combine,
+cudaError_t launch_verify_sm90(const VerifyParams& p, long long pool_tokens, int schedule, int combine,
                                cudaStream_t stream) {
-  VerifyParams p = params;
-  p.ready = nullptr;
-  if (combine == 8) p.ready = ready_buffer(p);
   const cudaError_t err = launch_split_sm90(p, pool_tokens, schedule, stream);
   if (err != cudaSuccess || combine < 0) return err;
   return launch_combine(p, combine, stream);

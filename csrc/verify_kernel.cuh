@@ -508,7 +508,6 @@ constexpr int MERGE_CHUNK_COLS = DV / MERGE_COL_CHUNKS;     // 256
 constexpr int MERGE_BATCH = 8;                              // partial rows in flight per lane
 constexpr int MERGE_MAX_GROUPS = 16;                        // warps per block
 static_assert(MERGE_CHUNK_COLS == 32 * MERGE_VEC, "one warp covers a column chunk");
-static_assert(MERGE_COL_CHUNKS == READY_CHUNKS, "the ready merge's flags: one per merge block and split");
 
 // Warps per merge block: the fewest that give each at most MERGE_BATCH splits (a power of two, at
 // most MERGE_MAX_GROUPS).
@@ -558,10 +557,7 @@ __device__ __forceinline__ float merge_ex2(float x) {  // 2^x, -inf -> 0
 // SPREAD: merge 7's instantiation, a kernel of its own so that its shared-memory attributes (verify_kernel.cu
 // launch_combine) never touch merge 4's; the code is the same. (A device function shared by two kernels gave merge 4
 // other PTX and 1008 SASS instructions in place of 872 on sm_120.)
-// READY (merge 8, SPREAD only): the ready merge (verify_partials.cuh): no griddepcontrol.wait before the reads; each warp
-// waits for the flags of a batch's splits first (coherent loads of the partials then, not __ldg) and zeroes them, and
-// every block waits for the split grid's completion (griddepcontrol.wait) only at its end, as merge 7 ends after it.
-template <bool SPREAD, bool READY = false>
+template <bool SPREAD>
 __global__ void __launch_bounds__(32 * MERGE_MAX_GROUPS) verify_combine_grouped2_kernel(const VerifyParams p) {
   extern __shared__ __align__(16) float merge_s[];
   constexpr float LOG2E = 1.4426950408889634f;
@@ -575,11 +571,8 @@ __global__ void __launch_bounds__(32 * MERGE_MAX_GROUPS) verify_combine_grouped2
   const uint32_t stride = static_cast<uint32_t>(R) * (DV / MERGE_VEC);
   const uint32_t zero_bits = static_cast<uint32_t>(nsplit) >> 31;  // 0 (nsplit >= 1), opaque to the compiler
   if (threadIdx.x == 0) timeline::timeline_mark(timeline::MERGE_START);  // (-DKDENGINE_TIMELINE only)
-  int* flags = READY ? ready_flag(p.ready, R, nsplit, b, row, blockIdx.z, 0) : nullptr;
-  if constexpr (!READY) {
-    pdl_wait_primary();  // launched early (programmatic dependent launch): the partials are complete past here
-    if (threadIdx.x == 0) timeline::timeline_mark(timeline::MERGE_WAITED);
-  }
+  pdl_wait_primary();  // launched early (programmatic dependent launch): the partials are complete past here
+  if (threadIdx.x == 0) timeline::timeline_mark(timeline::MERGE_WAITED);
 
   float m = -INFINITY, sum = 0.f, acc[MERGE_VEC];  // m, the weights: log2 domain
 #pragma unroll
@@ -587,25 +580,11 @@ __global__ void __launch_bounds__(32 * MERGE_MAX_GROUPS) verify_combine_grouped2
   for (int s0 = group; s0 < nsplit; s0 += MERGE_BATCH * groups) {
     float ls[MERGE_BATCH];
     uint4 v[MERGE_BATCH];
-    if constexpr (READY) {  // lane k reads the flag of the batch's split k (all in flight at once) until all are set
-      const int s = s0 + lane * groups;
-      const bool mine = lane < MERGE_BATCH && s < nsplit;
-      while (!__all_sync(0xffffffffu, !mine || ready_load(flags + s) != 0)) __nanosleep(64);
-      ready_acquire();  // each flag's read, then this fence: the acquire pattern (one fence, not one per flag), and the
-      __syncwarp();     // warp barrier orders the other lanes' reads of the partials after it
-      if (mine) flags[s] = 0;  // every lane has seen every flag set (the vote): this warp's, back to zero
-      if (threadIdx.x == 0 && s0 == group) timeline::timeline_mark(timeline::MERGE_WAITED);
-    }
 #pragma unroll
     for (int k = 0; k < MERGE_BATCH; ++k) {  // all loads of the batch before any use
       const int s = s0 + k * groups, sc = min(s, nsplit - 1);
-      if constexpr (READY) {  // written while this kernel runs: coherent loads (L2), never the non-coherent path
-        ls[k] = __ldcg(lse + static_cast<uint32_t>(sc) * static_cast<uint32_t>(R));
-        v[k] = __ldcg(src + static_cast<uint32_t>(sc) * stride);
-      } else {
-        ls[k] = __ldg(lse + static_cast<uint32_t>(sc) * static_cast<uint32_t>(R));
-        v[k] = __ldcs(src + static_cast<uint32_t>(sc) * stride);  // read once: evict first
-      }
+      ls[k] = __ldg(lse + static_cast<uint32_t>(sc) * static_cast<uint32_t>(R));
+      v[k] = __ldcs(src + static_cast<uint32_t>(sc) * stride);  // read once: evict first
     }
     // ptxas, left alone, issues a batch's partial loads after the lse round trip (interleaved with the weights, in
     // reused registers). Each lse gets + 0 from bits of its partial row (zero_bits is 0, but not to the compiler), so
@@ -649,7 +628,6 @@ __global__ void __launch_bounds__(32 * MERGE_MAX_GROUPS) verify_combine_grouped2
     *reinterpret_cast<uint4*>(dst + lane * MERGE_VEC) = o;
     if (blockIdx.z == 0 && lane == 0)
       p.lse[(size_t)b * R + row] = sum > 0.f ? (m + log2f(sum)) * 0.69314718056f : -INFINITY;  // natural log
-    if constexpr (READY) pdl_wait_primary();
     if (threadIdx.x == 0) timeline::timeline_mark(timeline::MERGE_END);
     return;
   }
@@ -674,7 +652,6 @@ __global__ void __launch_bounds__(32 * MERGE_MAX_GROUPS) verify_combine_grouped2
   }
   if (blockIdx.z == 0 && threadIdx.x == 0)
     p.lse[(size_t)b * R + row] = total > 0.f ? (mx + log2f(total)) * 0.69314718056f : -INFINITY;  // natural log
-  if constexpr (READY) pdl_wait_primary();
   if (threadIdx.x == 0) timeline::timeline_mark(timeline::MERGE_END);
 }
 }  // namespace kdengine

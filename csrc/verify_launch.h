@@ -51,9 +51,6 @@ struct VerifyParams {
   // merge's blocks then wait on the SMs the split grid leaves idle or frees); 0 = only before its partial writes
   // (sm90 kernel; wide2 / lean mma.sync kernels; the other mma.sync layouts never trigger early)
   int merge_early;
-  // The ready merge (combine 8; verify_partials.cuh): the flags the split blocks set and the merge acquires; nullptr
-  // (any other merge): the split kernel sets none.
-  int* ready;
 };
 
 // Query rows per block follow R = T * H: 16, 32 or 64 rows (1, 2 or 4 groups of 16), at most

@@ -38,29 +38,4 @@ __device__ __forceinline__ float4 load_partial4(const __nv_bfloat16* src) {
   return make_float4(bf16_lo(u.x), bf16_hi(u.x), bf16_lo(u.y), bf16_hi(u.y));
 }
 
-// The ready merge (combine 8, VerifyParams::ready): one flag per (sequence, row, merge column chunk, split) at
-// ready[((b * R + row) * READY_CHUNKS + chunk) * nsplit + split], all zero between calls. A split block, once every
-// writer thread's partial rows and lse are written (a barrier of them), sets the flags of its rows (one thread each,
-// release at GPU scope); a merge warp reads its batch's flags (relaxed, all in flight at once) until every one is set,
-// then one acquire fence, and zeroes them once the warp is past the wait (each merge block owns its flags: no counter,
-// no atomics). So a row's merge starts as soon as its own splits are written, not after the whole split grid completes.
-constexpr int READY_CHUNKS = 2;  // merge blocks per (row, sequence): verify_kernel.cuh's MERGE_COL_CHUNKS
-__device__ __forceinline__ int* ready_flag(int* ready, int R, int nsplit, int b, int row, int chunk, int split) {
-  return ready + ((static_cast<size_t>(b) * R + row) * READY_CHUNKS + chunk) * nsplit + split;
-}
-// Threads [0, rows * READY_CHUNKS) of a split block set one flag each (after the barrier of the block's writers).
-__device__ __forceinline__ void ready_signal_rows(int* ready, int R, int nsplit, int b, int row0, int rows, int split,
-                                                  int tid) {
-  if (tid < rows * READY_CHUNKS) {
-    int* flag = ready_flag(ready, R, nsplit, b, row0 + tid / READY_CHUNKS, tid % READY_CHUNKS, split);
-    asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(flag), "r"(1) : "memory");
-  }
-}
-__device__ __forceinline__ int ready_load(const int* flag) {
-  int v;
-  asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(flag) : "memory");
-  return v;
-}
-__device__ __forceinline__ void ready_acquire() { asm volatile("fence.acq_rel.gpu;\n" ::: "memory"); }
-
 }  // namespace kdengine

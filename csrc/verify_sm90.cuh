@@ -124,6 +124,11 @@
 // sizes; its wait + merge cost 8-9 us inside the kernel under ncu, with __threadfence or with
 // release / acquire alike). Evidence: perf_history/kernel/verify_kernel_fuse_*_{d3f5797,84f1cb5,9e3c5b6}.json;
 // the code: git history before this note (branches fuse, fuse-acqrel).
+// A merge waiting on per-split flags (set by each split block after its partial writes, release / acquire) instead of
+// the grid's completion, launched at the split kernel's start, was built, tested and measured slower at all six sizes
+// (+0.7 to +1.4 us in the sweep's form, 0.1-0.4% fewer tok/s in the decode engine): the flags arrive when the partial
+// writes drain, about when the grid completes, the merge's spinning blocks slow the split tail, and the merge's ~2.5 us
+// after its release is its 8 MB of partial reads (perf_history/kernel/ready_6e467ca/, the code there as ready.patch).
 // SEESAW2 in 2-CTA clusters along the row tiles, each KV chunk fetched once per cluster by a multicast TMA and
 // re-issued after a cluster-scope release (or by whichever CTA frees it second), was built, tested and measured
 // slower at all six sizes (65k T=16 53.6 against 44.7 us, T=64 164.0 against 120.2): DRAM bytes were already read
@@ -1002,10 +1007,6 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
   if (start >= end) {  // an empty split: weight 0 in the merge
     for (int r = tid; r < BM; r += THREADS)
       if (row0 + r < p.R) p.part_lse[part_row0 + row0 + r] = -INFINITY;
-    if (p.ready != nullptr) {  // the ready merge (combine 8): this split's lse are written
-      __syncthreads();
-      ready_signal_rows(p.ready, p.R, p.nsplit, b, row0, min(BM, p.R - row0), split, tid);
-    }
     if (tid == 0) timeline::timeline_mark(timeline::SPLIT_END);  // (-DKDENGINE_TIMELINE only; no start record)
     return;
   }
@@ -1701,10 +1702,6 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
                       o[4 * j + 4 + 2 * h] * inv, o[4 * j + 4 + 2 * h + 1] * inv);
     if (rows.valid[h] && w == 0 && lane % 4 == 0)
       p.part_lse[row] = l[h] > 0.f ? (m[h] + log2f(l[h])) * 0.69314718056f : -INFINITY;
-  }
-  if (p.ready != nullptr) {  // the ready merge (combine 8): every consumer thread's partial rows are written
-    bar_sync(BAR_CONSUMERS, 128 * CONSUMERS);
-    ready_signal_rows(p.ready, p.R, p.nsplit, b, row0, min(BM, p.R - row0), split, tid);
   }
   if (tid == 0) timeline::timeline_mark(timeline::SPLIT_END);
 #ifdef KDENGINE_TIMELINE  // seesaw2's step marks (kept by thread 0 in the loop), once O is written; ntiles > 2: 2 steps

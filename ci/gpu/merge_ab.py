@@ -10,8 +10,8 @@ other kernels, not by the next split kernel. Prints one line per row and writes 
     python3 ci/gpu/merge_ab.py --out merge_ab.json [--sizes 65536:64 65536:16] [--samples 40] [--decode 65536]
         [--decode-merges 4 7 7 4] [--paths sm90 mma] [--merges 7 8]
 
---merges A B: the two merges timed (default 4 7; 8 is the ready merge, cuda_backend.READY_COMBINE, sm90 only: its
-launch_sm90 default is the early trigger it needs), rows A B B A with the second A and B tagged /aa.
+--merges A B: the two merges timed (cuda_backend.COMBINES; default 4 7), rows A B B A with the second A and B tagged /aa
+(the ready merge's runs, perf_history/kernel/ready_6e467ca/, timed 7 against that probe's 8).
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ CONTEXTS = (4096, 16384, 65536)
 TREE_SIZES = (16, 64)
 NSPLITS = (16, 32, 64, 128, 256, "auto")
 SETS = ("full", "peers", "mma", "mma2", "mma4", "mma6", "sm90", "paths", "pair", "half", "icache", "seesaw2",
-        "nsplit", "nsplit2", "merge", "pdl", "spread", "ready")
+        "nsplit", "nsplit2", "merge", "pdl", "spread")
 # (the sets s2tune, s2t64, s2t64r, s2ab, s2mid, ring4, stsm, late, d32, g2, la, h, s4, res and res2 timed seesaw2's
 # probes, gone since: their records stay in perf_history/kernel/verify_kernel_{s2tune,s2t64,s2t64r65k,s2t6465k,s2ab,
 # s2ab2,s2mid,ring4,stsm0,stsm1,late0,late1,d32_0,d32_1,g2_0,g2_1,la_0,la_1,h_0,h_1,s4_0,s4_1,res_0,res_1,res2_0,
@@ -402,16 +402,6 @@ def variants(N: int, T: int, which: str = "full"):
         return sm90 + [(f"{label}/early{int(early)}/sauto", "cuda", "auto", False, mma),
                        (f"{label}/early{int(not early)}/sauto", "cuda", "auto", False, (*mma, not early)),
                        (f"{label}/early{int(early)}/aa/sauto", "cuda", "auto", False, mma)]
-    if which == "ready":  # the ready merge (cuda_backend.READY_COMBINE, launched early) against the default merge, A B B A,
-        # the split kernel alone (the merges' shares), FlashMLA
-        from kdengine.ops import cuda_backend
-
-        sched = "cuda_sm90_dispatched"
-        ready = {"combine": cuda_backend.READY_COMBINE, "merge_early": True}
-        sm90 = [(f"{sched}/sauto", sched, "auto", False, {}), (f"{sched}/ready/sauto", sched, "auto", False, ready),
-                (f"{sched}/ready/aa/sauto", sched, "auto", False, ready), (f"{sched}/aa/sauto", sched, "auto", False, {}),
-                (f"{sched}/splitonly/sauto", sched, "auto", False, {"combine": cuda_backend.SPLIT_ONLY})]
-        return (sm90 if hopper() else []) + [(p, p, None, False, None) for p in peers.PEERS]
     if which in SM90_SETS:  # sm90 schedules against a baseline (and the baseline again: the A/A control), the peers
         names, aa = SM90_SETS[which]
         rows = [(f"cuda_sm90_{n}/sauto", f"cuda_sm90_{n}", "auto", False, None) for n in names]

@@ -134,10 +134,6 @@ DEFAULT_PINGPONG = 12
 COMBINES = (0, 1, 2, 4, 7)  # (3 retired: above)
 DEFAULT_COMBINE = 7  # the mma.sync path's merge
 SM90_COMBINE = 7  # the sm90 path's merge (4 before 32f7b9b)
-# The ready merge (sm90 path only; a probe): merge 7 whose warps wait on per-split flags the split blocks set after their
-# partial writes instead of on the split grid's completion, so a row's merge starts while slower splits still run
-# (csrc/verify_partials.cuh). Its blocks must be resident beside the split tail: run it with merge_early=True.
-READY_COMBINE = 8
 # Shortest split for `auto`: four 16-token tiles of the wide layout. At ctx 4096, T 16 one wave of 64
 # splits of 64 tokens ran faster than 32 splits of 128 on the H200
 # (perf_history/records/verify_kernel_cudagraph.txt).
@@ -421,16 +417,16 @@ def launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_
                 schedule=None, combine=None, merge_early=None):
     """The Hopper kernel + merge into caller-given out/lse (schedule None: pick_schedule; combine None:
     SM90_COMBINE; SPLIT_ONLY: the split kernel alone, out/lse left unwritten; merge_early None:
-    DEFAULT_MERGE_EARLY, True with READY_COMBINE)."""
+    DEFAULT_MERGE_EARLY)."""
     check_scale(sm_scale)  # > 0: seesaw2 scales the row max of unscaled scores
     if schedule is None:
         schedule = pick_schedule(q.shape[1], q.shape[2], split_tiles(page_table.shape[1] * kv_cache.shape[1], nsplit))
     if combine is None:
         combine = SM90_COMBINE
-    check_combine(combine, (SPLIT_ONLY, *COMBINES, READY_COMBINE))
+    check_combine(combine, (SPLIT_ONLY, *COMBINES))
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule: expected one of {tuple(SCHEDULES)}, got {schedule!r}")
-    merge_early = check_merge_early(merge_early, combine == READY_COMBINE or DEFAULT_MERGE_EARLY)
+    merge_early = check_merge_early(merge_early, DEFAULT_MERGE_EARLY)
     part_out, part_lse = alloc_partials(q, nsplit)
     build.load_extension().launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, part_out, part_lse,
                                        sm_scale, nsplit, SCHEDULES[schedule], combine, merge_early)

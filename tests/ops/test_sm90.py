@@ -234,60 +234,15 @@ def _needs_sm90():
         pytest.skip("the sm90 kernel runs on sm_90 only")
 
 
-def _run_sm90(inp, nsplit, schedule, combine=None, merge_early=None):
+def _run_sm90(inp, nsplit, schedule, combine=None):
     B, T, H, _ = inp.q.shape
     bits = pack_tree_mask(inp.tree_mask)
     splits = cuda_backend.plan_nsplit_sm90(inp.q, inp.kv_cache, inp.page_table, nsplit)
     out = torch.full((B, T, H, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
     lse = torch.full((B, T, H), float("nan"), dtype=torch.float32, device="cuda")
     cuda_backend.launch_sm90(inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, bits, out, lse,
-                             sm_scale=inp.sm_scale, nsplit=splits, schedule=schedule, combine=combine,
-                             merge_early=merge_early)
+                             sm_scale=inp.sm_scale, nsplit=splits, schedule=schedule, combine=combine)
     return out, lse
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("merge_early", [True, False])
-@pytest.mark.parametrize("schedule", ["seesaw2", "staggered_small", "pair"])
-def test_sm90_ready_merge(schedule, merge_early):
-    """The ready merge (READY_COMBINE: per-split flags instead of the grid wait) on odd shapes: empty splits (nsplit
-    past the tiles), B=4 with H=16 and ragged prefixes, T=1, 16-token pages; every call twice in a row and
-    interleaved with merge 7 (the flags must be back at zero after each call: a stale flag would let the next call's
-    merge read partials before they are written)."""
-    _needs_sm90()
-    combine = cuda_backend.READY_COMBINE
-    for tp in (TestParam(16, 6000, nsplit=64), TestParam(16, [3000, 129, 64, 4000], B=4, H=16, nsplit=24),
-               TestParam(1, 777, nsplit=5), TestParam(37, 1000, H=2, nsplit=40, page_size=16),
-               TestParam(64, 20000, nsplit=16)):
-        inp = _problem(tp, seed=tp.T + tp.nsplit)
-        for c in (combine, combine, None, combine):
-            out, lse = _run_sm90(inp, tp.nsplit, schedule, combine=c, merge_early=merge_early)
-            _check(inp, out, lse)
-
-
-@pytest.mark.gpu
-def test_sm90_ready_merge_in_graphs():
-    """The ready merge captured once and replayed many times (the flags reset by the last merge block, not the host):
-    each replay after new KV and poisoned outputs."""
-    _needs_sm90()
-    inp = _problem(TestParam(16, [20000, 7000], B=2, nsplit=32), seed=5)
-    bits = pack_tree_mask(inp.tree_mask)
-    out = torch.empty(2, 16, 8, 512, dtype=torch.bfloat16, device="cuda")
-    lse = torch.empty(2, 16, 8, dtype=torch.float32, device="cuda")
-    run = lambda: cuda_backend.launch_sm90(inp.q, inp.kv_cache, inp.page_table, inp.prefix_len, bits, out, lse,
-                                           sm_scale=inp.sm_scale, nsplit=32, schedule="seesaw2",
-                                           combine=cuda_backend.READY_COMBINE, merge_early=True)
-    run()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        run()
-    for i in range(6):
-        inp.kv_cache.normal_(generator=torch.Generator("cuda").manual_seed(100 + i))
-        out.fill_(float("nan"))
-        lse.fill_(float("nan"))
-        graph.replay()
-        _check(inp, out, lse)
 
 
 @pytest.mark.gpu
