@@ -189,3 +189,16 @@ def test_merge_row_is_the_worst_size_of_the_call_less_its_split_kernel():
     assert measured == "worst 3.2 us (65k T=64); 2.0-3.2 us over 6 sizes, 3 runs" and ok is False
     assert targets.rows_merge([run(2.9)])[0][2] is True
     assert targets.rows_merge([]) == []
+
+
+def test_merge_ab_refuses_one_merge_named_twice(tmp_path):
+    """ci/gpu/merge_ab.py --merges A B times A B B A: the same merge twice would be an A/A pair read as an A/B one."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    run = subprocess.run([sys.executable, "ci/gpu/merge_ab.py", "--out", str(tmp_path / "x.json"), "--merges", "7", "7"],
+                         cwd=root, env={"PYTHONPATH": str(root), "PATH": ""}, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "--merges: name two different merges" in run.stderr
+    assert not (tmp_path / "x.json").exists()
