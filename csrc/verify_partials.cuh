@@ -18,14 +18,25 @@ namespace kdengine {
 // Columns [16 j, 16 j + 16) of one partial row at dst16 (32-byte aligned) from quad lane q = lane % 4:
 // a0, a1 = columns 2q, 2q + 1; b0, b1 = columns 8 + 2q, 8 + 2q + 1. Every lane of the warp must call
 // it (a shuffle); only `valid` lanes store.
+// EVICT_LAST (probe seesaw2_el): the store carries an L2 evict_last policy, so that the partials are still in L2 when
+// the merge reads them instead of being displaced by the KV stream of the blocks still running.
+template <bool EVICT_LAST = false>
 __device__ __forceinline__ void store_partial16(__nv_bfloat16* dst16, int q, bool valid, float a0, float a1, float b0,
                                                 float b1) {
   __nv_bfloat162 av = __floats2bfloat162_rn(a0, a1), bv = __floats2bfloat162_rn(b0, b1);
   const uint32_t a = *reinterpret_cast<uint32_t*>(&av), b = *reinterpret_cast<uint32_t*>(&bv);
   const bool even = (q & 1) == 0;
   const uint32_t got = __shfl_xor_sync(0xffffffffu, even ? b : a, 1);  // even lanes get a, odd lanes b
-  if (valid)
+  if constexpr (EVICT_LAST) {
+    uint64_t policy;
+    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
+    if (valid)
+      asm volatile("st.global.L2::cache_hint.v2.b32 [%0], {%1, %2}, %3;\n" ::"l"(dst16 + (even ? 2 * q : 2 * q + 6)),
+                   "r"(even ? a : got), "r"(even ? got : b), "l"(policy)
+                   : "memory");
+  } else if (valid) {
     *reinterpret_cast<uint2*>(dst16 + (even ? 2 * q : 2 * q + 6)) = even ? make_uint2(a, got) : make_uint2(got, b);
+  }
 }
 
 // The two bf16 of a 32-bit word as fp32 (the lower address is the low half).

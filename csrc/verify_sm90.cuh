@@ -231,8 +231,11 @@ constexpr int CONSUMER_REGS = 232;
 constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6, BAR_MAX = 8, BAR_ISSUE = 10;
 enum Schedule {
   BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, STAGGERED_SMALL = 5, STAGGERED_TAIL = 6, SEESAW2 = 7,
-  SEESAW2_BAR = 8
+  SEESAW2_BAR = 8, SEESAW2_EL = 9
 };
+// SEESAW2_EL (probe): SEESAW2 whose partial rows are stored with an L2 evict_last policy (verify_partials.cuh
+// store_partial16): ncu of the merge alone read its 8 MB of partials from DRAM (L2 hit rate 13-17%,
+// perf_history/kernel/merge_ncu_e730c78/), and the merge's ~2.4 us a block after its release is ~3.4 TB/s.
 // SEESAW2_BAR (SEESAW2's hand-offs on named barriers; SEESAW2 has them on mbarriers): 11 = warpgroup 0's running max after its tile published, 12 =
 // warpgroup 1's (the step's) published, 13 = P of the even tile (over its rope chunk) written, 14 = P of
 // the odd tile (over Q's rope chunk) written.
@@ -280,9 +283,9 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // row tiles / at every count: 65k T=16 0.0-0.8 us slower, T=64 9 us slower with p2d, 4-5 us with p2c's inactive code)
 // in p2cd_aa57768/. Folded in on 2026-12-01: d32 (the descriptors as 32-bit adds, d32_905c234/), unr (the TMA issue
 // loop unrolled, g2_e0dfbe9/), spread (the stage-1 reloads from warp 1, la_ab24c16/).
-constexpr int NUM_SCHEDULES = SEESAW2_BAR + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
+constexpr int NUM_SCHEDULES = SEESAW2_EL + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
 __host__ __device__ constexpr bool is_seesaw2(int schedule) {
-  return schedule == SEESAW2 || schedule == SEESAW2_BAR;
+  return schedule == SEESAW2 || schedule == SEESAW2_BAR || schedule == SEESAW2_EL;
 }
 __host__ __device__ constexpr int threads_of(int schedule) { return is_seesaw2(schedule) ? 128 * CONSUMERS : THREADS; }
 __host__ __device__ constexpr int smem_of(int schedule) { return is_seesaw2(schedule) ? S2_SMEM : SMEM; }
@@ -1698,7 +1701,7 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
     __nv_bfloat16* dst = p.part_out + (rows.valid[h] ? row : part_row0) * DV + w * V_COLS;
 #pragma unroll
     for (int j = 0; j < V_COLS / 8; j += 2)  // whole sectors (verify_partials.cuh)
-      store_partial16(dst + 8 * j, lane % 4, rows.valid[h], o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv,
+      store_partial16<SCHEDULE == SEESAW2_EL>(dst + 8 * j, lane % 4, rows.valid[h], o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv,
                       o[4 * j + 4 + 2 * h] * inv, o[4 * j + 4 + 2 * h + 1] * inv);
     if (rows.valid[h] && w == 0 && lane % 4 == 0)
       p.part_lse[row] = l[h] > 0.f ? (m[h] + log2f(l[h])) * 0.69314718056f : -INFINITY;
@@ -1738,7 +1741,9 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
 // registers) beside a running split block, but that did not shorten the merge (res_8ce7d1a/). __maxnreg__ and
 // __launch_bounds__ cannot be combined, not even on a specialization, and the 384-thread schedules keep their launch
 // bounds (under __maxnreg__(168) in their place ptxas gave three of them a 536-byte stack), hence a second wrapper.
-__host__ __device__ constexpr int maxnreg_of(int schedule) { return schedule == SEESAW2 ? 240 : 0; }
+__host__ __device__ constexpr int maxnreg_of(int schedule) {
+  return schedule == SEESAW2 || schedule == SEESAW2_EL ? 240 : 0;
+}
 template <int SCHEDULE>
 __global__ void __maxnreg__(maxnreg_of(SCHEDULE))
     verify_sm90_kernel_capped(const VerifyParams p, const __grid_constant__ CUtensorMap kv_map,

@@ -8,6 +8,8 @@ implementation so torch.compile and CUDA graphs see it.
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from kdengine import env
@@ -190,10 +192,13 @@ SM90_MIN_TOKENS_PER_SPLIT = 128
 # score, trees for the row max and sums): 0.4-0.8% faster at T=64 (perf_history/kernel/s2soft_f222390/). The default
 # from SEESAW2_MIN_ROWS query rows and SEESAW2_MIN_TILES KV tiles per split (below).
 SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4, "staggered_small": 5, "staggered_tail": 6,
-             "seesaw2": 7, "seesaw2_bar": 8}
+             "seesaw2": 7, "seesaw2_bar": 8, "seesaw2_el": 9}
 # Schedules compiled under a register cap (csrc/verify_sm90.cuh maxnreg_of; their kernel is verify_sm90_kernel_capped):
 # seesaw2 at 240, faster than at its launch bounds' 255 (perf_history/kernel/res_8ce7d1a/, res2_7053082/).
-REGISTER_CAPS = {"seesaw2": 240}
+REGISTER_CAPS = {"seesaw2": 240, "seesaw2_el": 240}
+# Probe: seesaw2_el = seesaw2 with its partial rows stored under an L2 evict_last policy (csrc/verify_sm90.cuh
+# SEESAW2_EL). SM90_EL: the dispatched call uses it where it would use seesaw2.
+SM90_EL = os.environ.get("KDENGINE_SM90_EL") == "1"
 # seesaw2's probes (swap, early, se, qc, seq, eno, mid; 2-CTA multicast clusters; earlier v0, ahead, alate, apro, aolp;
 # ring4 and late of 2026-12-01; stream, stream-K over the SMs, mpf, bulk, ldst, cp, pl, pf, shrink, shift, pf4,
 # pt, pi and p2 of 2026-12-02; p2c and p2d of 2026-12-03), each measured on the H200 slower than seesaw2 or within
@@ -312,7 +317,7 @@ def pick_schedule(T: int, H: int, tiles_per_split: int | None = None) -> str:
     call; None: not considered)."""
     if (SEESAW2_MIN_ROWS is not None and T * H >= SEESAW2_MIN_ROWS
             and (tiles_per_split is None or tiles_per_split >= SEESAW2_MIN_TILES)):
-        return "seesaw2"
+        return "seesaw2_el" if SM90_EL else "seesaw2"
     if HALF_MIN_ROWS is not None and T * H >= HALF_MIN_ROWS:
         return "half"
     if PAIR_MIN_ROWS is not None and T * H >= PAIR_MIN_ROWS:

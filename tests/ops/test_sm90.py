@@ -257,7 +257,8 @@ def test_sm90_matches_reference(tp, schedule):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("schedule", ["pair", "half", "staggered_small", "staggered_tail", "seesaw2", "seesaw2_bar"])
+@pytest.mark.parametrize("schedule", ["pair", "half", "staggered_small", "staggered_tail", "seesaw2", "seesaw2_bar",
+                                      "seesaw2_el"])
 @pytest.mark.parametrize("L", [40, 64, 100, 128, 150, 192, 250, 1000])
 def test_sm90_pair_every_tile_count_and_tail(L, schedule):
     """pair and seesaw2 split a block's tiles into (even, odd) steps, half peels the last tile's P V: one split
@@ -329,7 +330,8 @@ def test_sm90_through_verify_attention_and_graphs(monkeypatch, capacity, T, sche
     out, lse = verify_attention(*inp.args(), sm_scale=inp.sm_scale, backend="cuda", return_lse=True)
     _check(inp, out, lse)
     inp = _problem(TestParam(T, [capacity, capacity], B=2), seed=7)
-    assert cuda_backend.pick_schedule(T, 8) == schedule  # by rows alone
+    picked = "seesaw2_el" if cuda_backend.SM90_EL and schedule == "seesaw2" else schedule  # (the probe's switch)
+    assert cuda_backend.pick_schedule(T, 8) == picked  # by rows alone
     _, splits = cuda_backend.plan(inp.q, inp.kv_cache, inp.page_table, None, "sm90")
     tiles = cuda_backend.split_tiles(inp.page_table.shape[1] * inp.kv_cache.shape[1], splits)
     assert (tiles >= cuda_backend.SEESAW2_MIN_TILES) == (capacity == 40000)  # both sides of the tiles rule run
