@@ -191,12 +191,13 @@ static cudaError_t launch_combine(const VerifyParams& p, int combine, cudaStream
   if (combine == 7) {  // its own instantiation: merge 4's attributes stay as they are
     const int groups = merge_groups(p.nsplit);
     const SmemLimits d = smem_limits();
-    static std::atomic<unsigned long long> configured{0};  // the ceiling at the opt-in maximum
+    static std::atomic<unsigned long long> configured{0}, configured_discard{0};  // the ceiling at the opt-in maximum
+    const auto kernel = p.discard ? verify_combine_grouped2_kernel<true, true> : verify_combine_grouped2_kernel<true>;
     if (d.optin > 0) {  // (limits unread: unpadded, within the default ceiling)
-      const cudaError_t err = configure_once(configured, verify_combine_grouped2_kernel<true>, d.optin);
+      const cudaError_t err = configure_once(p.discard ? configured_discard : configured, kernel, d.optin);
       if (err != cudaSuccess) return err;
     }
-    return launch_dependent(verify_combine_grouped2_kernel<true>, dim3(p.R, p.B, MERGE_COL_CHUNKS), dim3(32 * groups),
+    return launch_dependent(kernel, dim3(p.R, p.B, MERGE_COL_CHUNKS), dim3(32 * groups),
                             merge_spread_smem(d, (long long)p.R * p.B * MERGE_COL_CHUNKS, merge_smem_bytes(groups)),
                             p, stream);
   }
@@ -219,8 +220,10 @@ cudaError_t launch_verify(const VerifyParams& p, int col_warps, int max_row_grou
   return launch_combine(p, combine, stream);
 }
 
-cudaError_t launch_verify_sm90(const VerifyParams& p, long long pool_tokens, int schedule, int combine,
+cudaError_t launch_verify_sm90(const VerifyParams& params, long long pool_tokens, int schedule, int combine,
                                cudaStream_t stream) {
+  VerifyParams p = params;
+  p.discard = schedule == 9;  // probe seesaw2_el (csrc/verify_sm90.cuh SEESAW2_EL): its merge discards the partials
   const cudaError_t err = launch_split_sm90(p, pool_tokens, schedule, stream);
   if (err != cudaSuccess || combine < 0) return err;
   return launch_combine(p, combine, stream);

@@ -51,6 +51,9 @@ struct VerifyParams {
   // merge's blocks then wait on the SMs the split grid leaves idle or frees); 0 = only before its partial writes
   // (sm90 kernel; wide2 / lean mma.sync kernels; the other mma.sync layouts never trigger early)
   int merge_early;
+  // Probe seesaw2_el: 1 = the merge discards the L2 lines of the partial rows it has read (discard.global.L2: no
+  // write-back of partials that are never read again); set by launch_verify_sm90 for that schedule only.
+  int discard;
 };
 
 // Query rows per block follow R = T * H: 16, 32 or 64 rows (1, 2 or 4 groups of 16), at most
