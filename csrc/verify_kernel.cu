@@ -223,7 +223,7 @@ cudaError_t launch_verify(const VerifyParams& p, int col_warps, int max_row_grou
 cudaError_t launch_verify_sm90(const VerifyParams& params, long long pool_tokens, int schedule, int combine,
                                cudaStream_t stream) {
   VerifyParams p = params;
-  p.discard = schedule == 9;  // probe seesaw2_el (csrc/verify_sm90.cuh SEESAW2_EL): its merge discards the partials
+  p.discard = sm90_discards_partials(schedule) ? 1 : 0;
   const cudaError_t err = launch_split_sm90(p, pool_tokens, schedule, stream);
   if (err != cudaSuccess || combine < 0) return err;
   return launch_combine(p, combine, stream);

@@ -51,8 +51,9 @@ struct VerifyParams {
   // merge's blocks then wait on the SMs the split grid leaves idle or frees); 0 = only before its partial writes
   // (sm90 kernel; wide2 / lean mma.sync kernels; the other mma.sync layouts never trigger early)
   int merge_early;
-  // Probe seesaw2_el: 1 = the merge discards the L2 lines of the partial rows it has read (discard.global.L2: no
-  // write-back of partials that are never read again); set by launch_verify_sm90 for that schedule only.
+  // 1 = merge 7 (the sm90 path's) discards the L2 lines of the partial rows it has read (discard.global.L2: partials
+  // never read again are not written back); launch_verify_sm90 sets it for the sm90 schedules that store them
+  // evict_last (sm90_discards_partials). The other merges ignore it.
   int discard;
 };
 
@@ -93,6 +94,9 @@ const char* sm90_unsupported(const VerifyParams& p);
 // order: each warpgroup computes S of every other tile, 256 threads, no producer warpgroup; its hand-offs between
 // the warpgroups on mbarriers), 8 = seesaw2_bar (seesaw2 with those hand-offs on named barriers: a probe).
 cudaError_t launch_split_sm90(const VerifyParams& p, long long pool_tokens, int schedule, cudaStream_t stream);
+// Whether `schedule` stores its partial rows under an L2 evict_last policy (9 = seesaw2_el), so that its merge discards
+// them once read.
+bool sm90_discards_partials(int schedule);
 // The sm90 split kernel then the merge (the same merge kernels as launch_verify, combine as there;
 // combine -1: the split kernel alone, out / lse not written: for timing the merge's share only).
 cudaError_t launch_verify_sm90(const VerifyParams& p, long long pool_tokens, int schedule, int combine,

@@ -233,9 +233,11 @@ enum Schedule {
   BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, STAGGERED_SMALL = 5, STAGGERED_TAIL = 6, SEESAW2 = 7,
   SEESAW2_BAR = 8, SEESAW2_EL = 9
 };
-// SEESAW2_EL (probe): SEESAW2 whose partial rows are stored with an L2 evict_last policy (verify_partials.cuh
-// store_partial16): ncu of the merge alone read its 8 MB of partials from DRAM (L2 hit rate 13-17%,
-// perf_history/kernel/merge_ncu_e730c78/), and the merge's ~2.4 us a block after its release is ~3.4 TB/s.
+// SEESAW2_EL: SEESAW2 whose partial rows are stored with an L2 evict_last policy (verify_partials.cuh store_partial16),
+// its merge discarding their lines once read (VerifyParams::discard): ncu of the merge alone read its 8 MB of partials
+// from DRAM (L2 read hit rate 13-17%, perf_history/kernel/merge_ncu_e730c78/). The default at <= 128 query rows with a
+// KV capacity past the L2 (kdengine/ops/cuda_backend.py EL_MAX_ROWS: 65k T=16 0.7-1.6 us faster in two runs, T=64
+// slower: el_9fb95fb/, el_8523781/).
 // SEESAW2_BAR (SEESAW2's hand-offs on named barriers; SEESAW2 has them on mbarriers): 11 = warpgroup 0's running max after its tile published, 12 =
 // warpgroup 1's (the step's) published, 13 = P of the even tile (over its rope chunk) written, 14 = P of
 // the odd tile (over Q's rope chunk) written.

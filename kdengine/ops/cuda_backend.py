@@ -8,8 +8,6 @@ implementation so torch.compile and CUDA graphs see it.
 
 from __future__ import annotations
 
-import os
-
 import torch
 
 from kdengine import env
@@ -196,9 +194,18 @@ SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4, "stag
 # Schedules compiled under a register cap (csrc/verify_sm90.cuh maxnreg_of; their kernel is verify_sm90_kernel_capped):
 # seesaw2 at 240, faster than at its launch bounds' 255 (perf_history/kernel/res_8ce7d1a/, res2_7053082/).
 REGISTER_CAPS = {"seesaw2": 240, "seesaw2_el": 240}
-# Probe: seesaw2_el = seesaw2 with its partial rows stored under an L2 evict_last policy (csrc/verify_sm90.cuh
-# SEESAW2_EL). SM90_EL: the dispatched call uses it where it would use seesaw2.
-SM90_EL = os.environ.get("KDENGINE_SM90_EL") == "1"
+# seesaw2_el: seesaw2 with its partial rows stored under an L2 evict_last policy, and its merge discarding their lines
+# once read (csrc/verify_sm90.cuh SEESAW2_EL). pick_schedule takes it where it would take seesaw2, the call has at most
+# EL_MAX_ROWS query rows (two row tiles) and a sequence's KV capacity is larger than the device's L2: there the blocks
+# still running stream their KV through L2 for ~3 us after the first partials are written (65k T=16's split ends
+# spread), and ncu of the merge alone read its partials from DRAM (L2 read hit rate 13-17%, perf_history/kernel/
+# merge_ncu_e730c78/). H200, two runs A B B A with the decode engine (el_9fb95fb/, el_8523781/, the second form with
+# the discard): 65k T=16 faster in both beyond their A/A spreads (B - A -1.57 to -0.81 and -1.30 to -0.72 us), 16k T=16
+# within the spread (its 19 MB of KV fit in L2), 65k T=64 slower (+0.23 to +0.73 and +0.10 to +0.76 us: its split ends
+# spread only ~1 us, so its partials were not evicted, and the evict_last lines take L2 from its 8 row tiles' KV
+# re-reads), the engine (T=64) within its spread: so not at T=64.
+EL_MAX_ROWS = 128
+D_QK_BYTES = shapes.D_QK * 2  # one KV row (bf16): the bytes of a token of the pool
 # seesaw2's probes (swap, early, se, qc, seq, eno, mid; 2-CTA multicast clusters; earlier v0, ahead, alate, apro, aolp;
 # ring4 and late of 2026-12-01; stream, stream-K over the SMs, mpf, bulk, ldst, cp, pl, pf, shrink, shift, pf4,
 # pt, pi and p2 of 2026-12-02; p2c and p2d of 2026-12-03), each measured on the H200 slower than seesaw2 or within
@@ -303,6 +310,11 @@ def check_combine(combine, allowed: tuple = COMBINES) -> None:
         raise ValueError(f"combine: expected one of {allowed}, got {combine!r}{retired}")
 
 
+def l2_bytes(device) -> int:
+    """The L2 cache size of a CUDA device (torch caches the device properties)."""
+    return torch.cuda.get_device_properties(device).L2_cache_size
+
+
 def split_tiles(capacity: int, nsplit: int) -> int:
     """KV tiles per split of the sm90 kernel at `capacity` tokens cut into `nsplit` splits (its split length:
     ceil(tokens / nsplit) rounded up to whole 64-token tiles)."""
@@ -312,12 +324,14 @@ def split_tiles(capacity: int, nsplit: int) -> int:
     return -(-split_tokens // SM90_TILE_TOKENS)
 
 
-def pick_schedule(T: int, H: int, tiles_per_split: int | None = None) -> str:
+def pick_schedule(T: int, H: int, tiles_per_split: int | None = None, kv_capacity: int | None = None,
+                  l2_bytes: int | None = None) -> str:
     """The default sm90 schedule of a call with T tree tokens and H heads (tiles_per_split: split_tiles of the
-    call; None: not considered)."""
+    call; kv_capacity: a sequence's KV capacity in tokens, l2_bytes: the device's L2 size; None: not considered)."""
     if (SEESAW2_MIN_ROWS is not None and T * H >= SEESAW2_MIN_ROWS
             and (tiles_per_split is None or tiles_per_split >= SEESAW2_MIN_TILES)):
-        return "seesaw2_el" if SM90_EL else "seesaw2"
+        past_l2 = kv_capacity is not None and l2_bytes is not None and kv_capacity * D_QK_BYTES > l2_bytes
+        return "seesaw2_el" if T * H <= EL_MAX_ROWS and past_l2 else "seesaw2"
     if HALF_MIN_ROWS is not None and T * H >= HALF_MIN_ROWS:
         return "half"
     if PAIR_MIN_ROWS is not None and T * H >= PAIR_MIN_ROWS:
@@ -425,7 +439,8 @@ def launch_sm90(q, kv_cache, page_table, prefix_len, mask_bits, out, lse, *, sm_
     DEFAULT_MERGE_EARLY)."""
     check_scale(sm_scale)  # > 0: seesaw2 scales the row max of unscaled scores
     if schedule is None:
-        schedule = pick_schedule(q.shape[1], q.shape[2], split_tiles(page_table.shape[1] * kv_cache.shape[1], nsplit))
+        capacity = page_table.shape[1] * kv_cache.shape[1]
+        schedule = pick_schedule(q.shape[1], q.shape[2], split_tiles(capacity, nsplit), capacity, l2_bytes(q.device))
     if combine is None:
         combine = SM90_COMBINE
     check_combine(combine, (SPLIT_ONLY, *COMBINES))

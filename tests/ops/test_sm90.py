@@ -85,6 +85,36 @@ def test_sm90a_build_uses_wgmma_tma_and_setmaxnreg():
 
 
 @pytest.mark.nvcc
+def test_only_seesaw2_el_stores_its_partials_evict_last_and_only_its_merge_discards_them():
+    """seesaw2_el's partial rows carry an L2 evict_last policy (every other schedule's are plain stores), and the merge
+    instantiation that launch_verify_sm90 runs after it (VerifyParams::discard) is the only one with discard.global.L2."""
+    bodies = kernel_bodies(compile_ptx("90a"))
+    for schedule in cuda_backend.SCHEDULES:
+        body = next(b for name, b in bodies.items() if kernel_name(schedule) in name)
+        hinted = re.findall(r"st\.global\.L2::cache_hint\.v2\.b32", body)
+        if schedule == "seesaw2_el":
+            assert len(hinted) == 32 and "createpolicy.fractional.L2::evict_last.b64" in body  # 2 rows x 16 stores
+        else:
+            assert not hinted and "createpolicy" not in body, schedule
+    merges = {name: b for name, b in kernel_bodies(unit_ptx("verify_kernel.cu", "90a")).items() if "combine" in name}
+    discarding = [name for name, b in merges.items() if "discard.global.L2" in b]
+    assert discarding == [next(n for n in merges if "grouped2_kernelILb1ELb1E" in n)], sorted(merges)
+
+
+def test_pick_schedule_stores_evict_last_at_two_row_tiles_past_the_l2():
+    """seesaw2_el where seesaw2 runs with <= EL_MAX_ROWS query rows and a KV capacity past the L2 (65k T=16 on the H200),
+    seesaw2 otherwise: at T=64, within the L2 (16k), and where the capacity or the L2 size is not given."""
+    pick, l2 = cuda_backend.pick_schedule, 50 * 2**20
+    assert cuda_backend.EL_MAX_ROWS == 128
+    assert pick(16, 8, 16, 65536, l2) == "seesaw2_el"
+    assert pick(16, 8, 4, 16384, l2) == "seesaw2"  # 19 MB of KV: its partials stay in L2
+    assert pick(64, 8, 64, 65536, l2) == "seesaw2"  # 8 row tiles: slower with it
+    assert pick(16, 8, 16, 65536, None) == pick(16, 8, 16, None, l2) == pick(16, 8) == "seesaw2"
+    assert pick(16, 8, 16, l2 // (576 * 2), l2) == "seesaw2" and pick(16, 8, 16, l2 // (576 * 2) + 1, l2) == "seesaw2_el"
+    assert pick(16, 8, 2, 65536, l2) == cuda_backend.DEFAULT_SCHEDULE  # too few tiles a split for seesaw2 at all
+
+
+@pytest.mark.nvcc
 def test_sm90a_build_has_no_spills():
     report = ptxas_report()
     spills = SPILLS.findall(report)
@@ -330,8 +360,7 @@ def test_sm90_through_verify_attention_and_graphs(monkeypatch, capacity, T, sche
     out, lse = verify_attention(*inp.args(), sm_scale=inp.sm_scale, backend="cuda", return_lse=True)
     _check(inp, out, lse)
     inp = _problem(TestParam(T, [capacity, capacity], B=2), seed=7)
-    picked = "seesaw2_el" if cuda_backend.SM90_EL and schedule == "seesaw2" else schedule  # (the probe's switch)
-    assert cuda_backend.pick_schedule(T, 8) == picked  # by rows alone
+    assert cuda_backend.pick_schedule(T, 8) == schedule  # by rows alone
     _, splits = cuda_backend.plan(inp.q, inp.kv_cache, inp.page_table, None, "sm90")
     tiles = cuda_backend.split_tiles(inp.page_table.shape[1] * inp.kv_cache.shape[1], splits)
     assert (tiles >= cuda_backend.SEESAW2_MIN_TILES) == (capacity == 40000)  # both sides of the tiles rule run
@@ -346,6 +375,37 @@ def test_sm90_through_verify_attention_and_graphs(monkeypatch, capacity, T, sche
         out, lse = run()
     for lengths in ([capacity, 3], [1234, 4097], [0, capacity - 64]):
         prefix_len.copy_(torch.tensor(lengths, dtype=torch.int32))
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        graph.replay()
+        inp.prefix_len = prefix_len
+        _check(inp, out, lse)
+
+
+@pytest.mark.gpu
+def test_sm90_dispatch_past_the_l2_runs_seesaw2_el_in_graphs(monkeypatch):
+    """T=16 with a KV capacity past the device's L2: the dispatched call runs seesaw2_el (partials stored evict_last,
+    discarded by its merge once read), captured once and replayed with new lengths, new KV and poisoned outputs."""
+    _needs_sm90()
+    monkeypatch.setenv("KDENGINE_CUDA_PATH", "sm90")
+    capacity = cuda_backend.l2_bytes("cuda") // (576 * 2) + 4096
+    inp = _problem(TestParam(16, [capacity - 16, 3000], B=2), seed=9)
+    cap = inp.page_table.shape[1] * inp.kv_cache.shape[1]
+    _, splits = cuda_backend.plan(inp.q, inp.kv_cache, inp.page_table, None, "sm90")
+    assert cuda_backend.pick_schedule(16, 8, cuda_backend.split_tiles(cap, splits), cap,
+                                      cuda_backend.l2_bytes("cuda")) == "seesaw2_el"
+    bits = pack_tree_mask(inp.tree_mask)
+    prefix_len = inp.prefix_len.clone()
+    run = lambda: cuda_backend.run(inp.q, inp.kv_cache, inp.page_table, prefix_len, bits,
+                                   sm_scale=inp.sm_scale, nsplit=None, return_lse=True)
+    run()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, lse = run()
+    for i, lengths in enumerate(([capacity - 16, 3000], [5000, capacity - 16], [capacity - 16, capacity - 16])):
+        prefix_len.copy_(torch.tensor(lengths, dtype=torch.int32))
+        inp.kv_cache.normal_(generator=torch.Generator("cuda").manual_seed(40 + i))
         out.fill_(float("nan"))
         lse.fill_(float("nan"))
         graph.replay()
