@@ -557,8 +557,9 @@ __device__ __forceinline__ float merge_ex2(float x) {  // 2^x, -inf -> 0
 // SPREAD: merge 7's instantiation, a kernel of its own so that its shared-memory attributes (verify_kernel.cu
 // launch_combine) never touch merge 4's; the code is the same. (A device function shared by two kernels gave merge 4
 // other PTX and 1008 SASS instructions in place of 872 on sm_120.)
-// DISCARD (probe seesaw2_el's merge, SPREAD only): after a batch, each warp discards the L2 lines of its 8 partial row
-// segments (4 lines of 128 B each), so the partials are neither kept in L2 nor written back to DRAM.
+// DISCARD (merge 7 after the sm90 schedule seesaw2_el, VerifyParams::discard): after a batch, each warp discards the L2
+// lines of its 8 partial row segments (4 lines of 128 B each), so the partials, stored evict_last, neither stay in L2
+// nor are written back to DRAM.
 template <bool SPREAD, bool DISCARD = false>
 __global__ void __launch_bounds__(32 * MERGE_MAX_GROUPS) verify_combine_grouped2_kernel(const VerifyParams p) {
   extern __shared__ __align__(16) float merge_s[];
@@ -621,8 +622,9 @@ __global__ void __launch_bounds__(32 * MERGE_MAX_GROUPS) verify_combine_grouped2
       __syncwarp();
       const int s = s0 + (lane / 4) * groups;
       if (s < nsplit) {
-        const char* line = reinterpret_cast<const char*>(src - lane + static_cast<uint32_t>(s) * stride) + 128 * (lane % 4);
-        asm volatile("discard.global.L2 [%0], 128;\n" ::"l"(line) : "memory");
+        const uint4* seg = src - lane + static_cast<uint32_t>(s) * stride;  // split s's 512-byte row segment
+        asm volatile("discard.global.L2 [%0], 128;\n" ::"l"(reinterpret_cast<const char*>(seg) + 128 * (lane % 4))
+                     : "memory");
       }
     }
   }

@@ -18,8 +18,8 @@ namespace kdengine {
 // Columns [16 j, 16 j + 16) of one partial row at dst16 (32-byte aligned) from quad lane q = lane % 4:
 // a0, a1 = columns 2q, 2q + 1; b0, b1 = columns 8 + 2q, 8 + 2q + 1. Every lane of the warp must call
 // it (a shuffle); only `valid` lanes store.
-// EVICT_LAST (probe seesaw2_el): the store carries an L2 evict_last policy, so that the partials are still in L2 when
-// the merge reads them instead of being displaced by the KV stream of the blocks still running.
+// EVICT_LAST (the sm90 schedule seesaw2_el): the store carries an L2 evict_last policy, so that the partials are still
+// in L2 when the merge reads them instead of being displaced by the KV stream of the blocks still running.
 template <bool EVICT_LAST = false>
 __device__ __forceinline__ void store_partial16(__nv_bfloat16* dst16, int q, bool valid, float a0, float a1, float b0,
                                                 float b1) {

@@ -1703,8 +1703,9 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
     __nv_bfloat16* dst = p.part_out + (rows.valid[h] ? row : part_row0) * DV + w * V_COLS;
 #pragma unroll
     for (int j = 0; j < V_COLS / 8; j += 2)  // whole sectors (verify_partials.cuh)
-      store_partial16<SCHEDULE == SEESAW2_EL>(dst + 8 * j, lane % 4, rows.valid[h], o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv,
-                      o[4 * j + 4 + 2 * h] * inv, o[4 * j + 4 + 2 * h + 1] * inv);
+      store_partial16<SCHEDULE == SEESAW2_EL>(dst + 8 * j, lane % 4, rows.valid[h], o[4 * j + 2 * h] * inv,
+                                              o[4 * j + 2 * h + 1] * inv, o[4 * j + 4 + 2 * h] * inv,
+                                              o[4 * j + 4 + 2 * h + 1] * inv);
     if (rows.valid[h] && w == 0 && lane % 4 == 0)
       p.part_lse[row] = l[h] > 0.f ? (m[h] + log2f(l[h])) * 0.69314718056f : -INFINITY;
   }

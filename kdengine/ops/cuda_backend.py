@@ -325,12 +325,13 @@ def split_tiles(capacity: int, nsplit: int) -> int:
 
 
 def pick_schedule(T: int, H: int, tiles_per_split: int | None = None, kv_capacity: int | None = None,
-                  l2_bytes: int | None = None) -> str:
+                  l2_size: int | None = None) -> str:
     """The default sm90 schedule of a call with T tree tokens and H heads (tiles_per_split: split_tiles of the
-    call; kv_capacity: a sequence's KV capacity in tokens, l2_bytes: the device's L2 size; None: not considered)."""
+    call; kv_capacity: a sequence's KV capacity in tokens, l2_size: the device's L2 bytes, l2_bytes; None: not
+    considered)."""
     if (SEESAW2_MIN_ROWS is not None and T * H >= SEESAW2_MIN_ROWS
             and (tiles_per_split is None or tiles_per_split >= SEESAW2_MIN_TILES)):
-        past_l2 = kv_capacity is not None and l2_bytes is not None and kv_capacity * D_QK_BYTES > l2_bytes
+        past_l2 = kv_capacity is not None and l2_size is not None and kv_capacity * D_QK_BYTES > l2_size
         return "seesaw2_el" if T * H <= EL_MAX_ROWS and past_l2 else "seesaw2"
     if HALF_MIN_ROWS is not None and T * H >= HALF_MIN_ROWS:
         return "half"
