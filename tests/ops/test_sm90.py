@@ -364,6 +364,12 @@ def test_sm90_through_verify_attention_and_graphs(monkeypatch, capacity, T, sche
     _, splits = cuda_backend.plan(inp.q, inp.kv_cache, inp.page_table, None, "sm90")
     tiles = cuda_backend.split_tiles(inp.page_table.shape[1] * inp.kv_cache.shape[1], splits)
     assert (tiles >= cuda_backend.SEESAW2_MIN_TILES) == (capacity == 40000)  # both sides of the tiles rule run
+    _replay_dispatched(inp, ([capacity, 3], [1234, 4097], [0, capacity - 64]))
+
+
+def _replay_dispatched(inp, lengths_list, new_kv: bool = False):
+    """The dispatched call (cuda_backend.run) captured once in a CUDA graph, then replayed at each prefix lengths of
+    `lengths_list` (new_kv: the KV pool redrawn before each) with poisoned outputs, each checked."""
     bits = pack_tree_mask(inp.tree_mask)
     prefix_len = inp.prefix_len.clone()
     run = lambda: cuda_backend.run(inp.q, inp.kv_cache, inp.page_table, prefix_len, bits,
@@ -373,8 +379,10 @@ def test_sm90_through_verify_attention_and_graphs(monkeypatch, capacity, T, sche
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out, lse = run()
-    for lengths in ([capacity, 3], [1234, 4097], [0, capacity - 64]):
+    for i, lengths in enumerate(lengths_list):
         prefix_len.copy_(torch.tensor(lengths, dtype=torch.int32))
+        if new_kv:
+            inp.kv_cache.normal_(generator=torch.Generator("cuda").manual_seed(40 + i))
         out.fill_(float("nan"))
         lse.fill_(float("nan"))
         graph.replay()
@@ -394,20 +402,4 @@ def test_sm90_dispatch_past_the_l2_runs_seesaw2_el_in_graphs(monkeypatch):
     _, splits = cuda_backend.plan(inp.q, inp.kv_cache, inp.page_table, None, "sm90")
     assert cuda_backend.pick_schedule(16, 8, cuda_backend.split_tiles(cap, splits), cap,
                                       cuda_backend.l2_bytes("cuda")) == "seesaw2_el"
-    bits = pack_tree_mask(inp.tree_mask)
-    prefix_len = inp.prefix_len.clone()
-    run = lambda: cuda_backend.run(inp.q, inp.kv_cache, inp.page_table, prefix_len, bits,
-                                   sm_scale=inp.sm_scale, nsplit=None, return_lse=True)
-    run()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out, lse = run()
-    for i, lengths in enumerate(([capacity - 16, 3000], [5000, capacity - 16], [capacity - 16, capacity - 16])):
-        prefix_len.copy_(torch.tensor(lengths, dtype=torch.int32))
-        inp.kv_cache.normal_(generator=torch.Generator("cuda").manual_seed(40 + i))
-        out.fill_(float("nan"))
-        lse.fill_(float("nan"))
-        graph.replay()
-        inp.prefix_len = prefix_len
-        _check(inp, out, lse)
+    _replay_dispatched(inp, ([capacity - 16, 3000], [5000, capacity - 16], [capacity - 16, capacity - 16]), new_kv=True)
