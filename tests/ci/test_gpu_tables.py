@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import statistics
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -193,10 +196,6 @@ def test_merge_row_is_the_worst_size_of_the_call_less_its_split_kernel():
 
 def test_merge_ab_refuses_one_merge_named_twice(tmp_path):
     """ci/gpu/merge_ab.py --merges A B times A B B A: the same merge twice would be an A/A pair read as an A/B one."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
     root = Path(__file__).resolve().parents[2]
     run = subprocess.run([sys.executable, "ci/gpu/merge_ab.py", "--out", str(tmp_path / "x.json"), "--merges", "7", "7"],
                          cwd=root, env={"PYTHONPATH": str(root), "PATH": ""}, capture_output=True, text=True, timeout=120)

@@ -110,7 +110,8 @@ def test_pick_schedule_stores_evict_last_at_two_row_tiles_past_the_l2():
     assert pick(16, 8, 4, 16384, l2) == "seesaw2"  # 19 MB of KV: its partials stay in L2
     assert pick(64, 8, 64, 65536, l2) == "seesaw2"  # 8 row tiles: slower with it
     assert pick(16, 8, 16, 65536, None) == pick(16, 8, 16, None, l2) == pick(16, 8) == "seesaw2"
-    assert pick(16, 8, 16, l2 // (576 * 2), l2) == "seesaw2" and pick(16, 8, 16, l2 // (576 * 2) + 1, l2) == "seesaw2_el"
+    row = cuda_backend.D_QK_BYTES  # one KV token's bytes
+    assert pick(16, 8, 16, l2 // row, l2) == "seesaw2" and pick(16, 8, 16, l2 // row + 1, l2) == "seesaw2_el"
     assert pick(16, 8, 2, 65536, l2) == cuda_backend.DEFAULT_SCHEDULE  # too few tiles a split for seesaw2 at all
 
 
@@ -396,7 +397,7 @@ def test_sm90_dispatch_past_the_l2_runs_seesaw2_el_in_graphs(monkeypatch):
     discarded by its merge once read), captured once and replayed with new lengths, new KV and poisoned outputs."""
     _needs_sm90()
     monkeypatch.setenv("KDENGINE_CUDA_PATH", "sm90")
-    capacity = cuda_backend.l2_bytes("cuda") // (576 * 2) + 4096
+    capacity = cuda_backend.l2_bytes("cuda") // cuda_backend.D_QK_BYTES + 4096
     inp = _problem(TestParam(16, [capacity - 16, 3000], B=2), seed=9)
     cap = inp.page_table.shape[1] * inp.kv_cache.shape[1]
     _, splits = cuda_backend.plan(inp.q, inp.kv_cache, inp.page_table, None, "sm90")
