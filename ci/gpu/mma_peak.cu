@@ -8,42 +8,23 @@
 // WARPS warps, so warps per SM = WARPS x BLOCKS_PER_SM (the default layout runs 8 warps, one block per SM). Timed by
 // CUDA events over LAUNCHES launches after one warm-up; FLOPs = 2 * 16 * 8 * 16 per mma.
 //
-// usage: mma_peak [iters]   (nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a ci/gpu/mma_peak.cu; also
+// usage: mma_peak [iters]   (nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Icsrc ci/gpu/mma_peak.cu; also
 //        builds for sm_80 / sm_120 with the matching -gencode)
 // Prints the device, its SM clock, then one line per (warps per SM, chains, feed): TF/s, mma per SM per clock, and
 // the % of the best line's rate.
-#include <cuda_runtime.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
-#define CHECK(x)                                                                       \
-  do {                                                                                 \
-    cudaError_t e_ = (x);                                                              \
-    if (e_ != cudaSuccess) {                                                           \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                    \
-    }                                                                                  \
-  } while (0)
+#include "cuda_check.h"
+#include "verify_wide_lean.cuh"  // csrc/: the kernel's mma_bf16 and 32-bit-address ldmatrix_x4
 
 namespace {
 
-__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
+using kdengine::ldmatrix_x4;
+using kdengine::mma_bf16;
 
 constexpr int SMEM_TILES = 8;  // B tiles of 16 x 16 bf16 (512 bytes) per warp the ldmatrix loads cycle through
 
@@ -68,7 +49,7 @@ __global__ void mma_loop(float* out, int iters) {
       if constexpr (FEED > 0) {
         if (k % FEED == 0) ldmatrix_x4(b, base + (uint32_t)(((it * CHAINS + k) / FEED) % SMEM_TILES) * 512u);
       }
-      mma16816(c[k], a, b[(k & 1) * 2], b[(k & 1) * 2 + 1]);
+      mma_bf16(c[k], a, b[(k & 1) * 2], b[(k & 1) * 2 + 1]);
     }
   }
   float sum = 0.f;

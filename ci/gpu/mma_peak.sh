@@ -12,7 +12,7 @@ BUILD_TIMEOUT=${BUILD_TIMEOUT:-300}
 source ci/gpu/bundle_run.sh  # the tree (entered), step / room, the build
 step "mma_peak"
 cap=$(python3 -c "import torch; p = torch.cuda.get_device_capability(); print(f'{p[0]}{p[1]}' + ('a' if p[0] == 9 else ''))")
-nvcc -O3 -std=c++17 -gencode=arch=compute_$cap,code=sm_$cap ci/gpu/mma_peak.cu -o /tmp/mma_peak 2>&1 | tail -5
+nvcc -O3 -std=c++17 -gencode=arch=compute_$cap,code=sm_$cap -Icsrc ci/gpu/mma_peak.cu -o /tmp/mma_peak 2>&1 | tail -5
 timeout 120 /tmp/mma_peak 4096 | tee "$OUT/mma_peak.txt"
 step "ncu of three mma_peak lines"
 # every launch of every line (6 a line: the warm-up and 5 timed; 24 lines), at 1024 iterations a launch

@@ -31,20 +31,12 @@
 #include <random>
 #include <vector>
 
+#include "cuda_check.h"
 #include "sm90_ptx.cuh"  // csrc/: the kernel's mbarrier and TMA wrappers
 
 namespace {
 
 constexpr int D = 576, BN = 64, CHUNKS = 9, CHUNK = 64 * BN * 2, TILE = CHUNKS * CHUNK, MAX_TILES = 3;
-
-#define CHECK(x)                                                                             \
-  do {                                                                                       \
-    cudaError_t e_ = (x);                                                                    \
-    if (e_ != cudaSuccess) {                                                                 \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                          \
-    }                                                                                        \
-  } while (0)
 
 struct Args {
   int stages, q, tiles;
