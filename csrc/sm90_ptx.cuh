@@ -1,5 +1,6 @@
 // The sm_90a PTX wrappers that the Hopper verify kernel (verify_sm90.cuh) shares with the device-run tools (ci/gpu/
-// stream_floor.cu): shared-window addresses, the mbarrier arrive / expect-tx / wait, and one TMA box load.
+// stream_floor.cu): shared-window addresses, the mbarrier arrive / expect-tx / wait, one TMA box load and one L2
+// prefetch of a box.
 #pragma once
 
 #include <cuda.h>
@@ -33,6 +34,13 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, i
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(bar)
       : "memory");
+}
+
+// One TMA box of the KV pool prefetched into L2 (no shared memory, no barrier).
+__device__ __forceinline__ void tma_prefetch(const CUtensorMap* map, int col, int row) {
+  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global [%0, {%1, %2}];\n" ::"l"(reinterpret_cast<uint64_t>(map)),
+               "r"(col), "r"(row)
+               : "memory");
 }
 
 }  // namespace sm90

@@ -82,7 +82,7 @@ cudaError_t launch_schedule(int schedule, const VerifyParams& p, const CUtensorM
 
 int sm90_row_tiles(int R) { return (R + sm90::BM - 1) / sm90::BM; }
 
-bool sm90_discards_partials(int schedule) { return schedule == sm90::SEESAW2_EL; }
+bool sm90_discards_partials(int schedule) { return sm90::evict_last_partials(schedule); }
 
 const char* sm90_unsupported(const VerifyParams& p) {
   if (p.page_size < 8) return "page_size below 8 (a TMA box row group of the 128-byte swizzle)";

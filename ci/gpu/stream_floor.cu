@@ -53,6 +53,7 @@ using kdengine::sm90::mbar_init;
 using kdengine::sm90::mbar_wait;
 using kdengine::sm90::smem_u32;
 using kdengine::sm90::tma_load;
+using kdengine::sm90::tma_prefetch;
 
 __device__ __forceinline__ uint64_t now_ns() {
   uint64_t t;
@@ -65,10 +66,7 @@ __device__ __forceinline__ void load_tile(uint32_t dst, const CUtensorMap* map, 
 }
 
 __device__ __forceinline__ void prefetch_tile(const CUtensorMap* map, int row) {
-  for (int c = 0; c < CHUNKS; ++c)
-    asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global [%0, {%1, %2}];\n" ::"l"(reinterpret_cast<uint64_t>(map)),
-                 "r"(c * 64), "r"(row)
-                 : "memory");
+  for (int c = 0; c < CHUNKS; ++c) tma_prefetch(map, c * 64, row);
 }
 
 __global__ void __launch_bounds__(128) stream_kernel(const __grid_constant__ CUtensorMap kv,
