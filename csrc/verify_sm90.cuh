@@ -231,18 +231,21 @@ constexpr int CONSUMER_REGS = 232;
 constexpr int BAR_WG = 1, BAR_P = 3, BAR_CONSUMERS = 5, BAR_SCHED = 6, BAR_MAX = 8, BAR_ISSUE = 10;
 enum Schedule {
   BOTH = 0, SEESAW = 1, STAGGERED = 2, PAIR = 3, HALF = 4, STAGGERED_SMALL = 5, STAGGERED_TAIL = 6, SEESAW2 = 7,
-  SEESAW2_BAR = 8, SEESAW2_EL = 9, SEESAW2_PF0 = 10
+  SEESAW2_BAR = 8, SEESAW2_EL = 9
 };
 // SEESAW2_EL: SEESAW2 whose partial rows are stored with an L2 evict_last policy (verify_partials.cuh store_partial16),
 // its merge discarding their lines once read (VerifyParams::discard): ncu of the merge alone read its 8 MB of partials
 // from DRAM (L2 read hit rate 13-17%, perf_history/kernel/merge_ncu_e730c78/). The default at <= 128 query rows with a
 // KV capacity past the L2 (kdengine/ops/cuda_backend.py EL_MAX_ROWS: 65k T=16 0.7-1.6 us faster in two runs, T=64
-// slower: el_9fb95fb/, el_8523781/).
-// SEESAW2_PF0 (probe): SEESAW2_EL whose row tile 0 block prefetches tiles 2 and 3 into L2 under its first S, once
-// tile 0 has landed (the start's burst of tile 0 / 1 loads served), so that step 0's reloads hit L2: the timeline puts
-// 65k T=16's start -> step 1 at ~9.6 us against a ~3.5 us steady step (perf_history/kernel/p2cd_aa57768/), and a
-// stage's reload from DRAM waits ~1.9 us against ~0.9 from L2 (perf_history/kernel/stream_floor/). p2 prefetched
-// tiles 4 and 5 at step 0 into the start's burst (+3 us, ../p2_361beb2/); this prefetches nothing later.
+// slower: el_9fb95fb/, el_8523781/). Since 2026-12-03 (probe pf0) its row tile 0 block also prefetches tiles 2 and 3
+// into L2 under its first S, once tile 0 has landed (the start's burst of tile 0 / 1 loads served), so that step 0's
+// reloads find them in L2: 65k T=16's start -> step 1 takes ~9.6 us against a ~3.5 us steady step
+// (perf_history/kernel/p2cd_aa57768/), and a stage's reload from DRAM waits ~1.9 us against ~0.9 from L2
+// (perf_history/kernel/stream_floor/); p2 prefetched tiles 4 and 5 at step 0, into the start's burst (+3 us,
+// p2_361beb2/), this nothing later. H200, three A/B sets against SEESAW2_EL without it (perf_history/kernel/
+// pf0_5e1119c/): 65k T=16 0.45-0.49 us faster by the sets' means (in two 8-row sets every row with it below every row
+// without), ncu (one cold launch) 41.60 -> 41.18 us; at 65k T=64, where SEESAW2_EL does not run, 1.5-1.9 us slower.
+// Its own 3-replay in-kernel timeline read the other way (the start 1.1 us longer): not resolved.
 // SEESAW2_BAR (SEESAW2's hand-offs on named barriers; SEESAW2 has them on mbarriers): 11 = warpgroup 0's running max after its tile published, 12 =
 // warpgroup 1's (the step's) published, 13 = P of the even tile (over its rope chunk) written, 14 = P of
 // the odd tile (over Q's rope chunk) written.
@@ -290,14 +293,12 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // row tiles / at every count: 65k T=16 0.0-0.8 us slower, T=64 9 us slower with p2d, 4-5 us with p2c's inactive code)
 // in p2cd_aa57768/. Folded in on 2026-12-01: d32 (the descriptors as 32-bit adds, d32_905c234/), unr (the TMA issue
 // loop unrolled, g2_e0dfbe9/), spread (the stage-1 reloads from warp 1, la_ab24c16/).
-constexpr int NUM_SCHEDULES = SEESAW2_PF0 + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
+constexpr int NUM_SCHEDULES = SEESAW2_EL + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
 __host__ __device__ constexpr bool is_seesaw2(int schedule) {
-  return schedule == SEESAW2 || schedule == SEESAW2_BAR || schedule == SEESAW2_EL || schedule == SEESAW2_PF0;
+  return schedule == SEESAW2 || schedule == SEESAW2_BAR || schedule == SEESAW2_EL;
 }
 // The schedules that store their partial rows under an L2 evict_last policy (their merge discards them once read).
-__host__ __device__ constexpr bool evict_last_partials(int schedule) {
-  return schedule == SEESAW2_EL || schedule == SEESAW2_PF0;
-}
+__host__ __device__ constexpr bool evict_last_partials(int schedule) { return schedule == SEESAW2_EL; }
 __host__ __device__ constexpr int threads_of(int schedule) { return is_seesaw2(schedule) ? 128 * CONSUMERS : THREADS; }
 __host__ __device__ constexpr int smem_of(int schedule) { return is_seesaw2(schedule) ? S2_SMEM : SMEM; }
 constexpr int HALF_N = BN / CONSUMERS;  // HALF: tokens of a tile per warpgroup in S
@@ -1310,7 +1311,7 @@ __device__ __forceinline__ void verify_sm90_body(const VerifyParams& p, const CU
       issue_qk_chunks<0, NCHUNK, true>(s, qd, kd0, q8, fb0, 0);
       wgmma_commit();
       look_ahead(2);
-      if constexpr (SCHEDULE == SEESAW2_PF0) {  // tile 0 has landed: tiles 2 and 3 into L2, from row tile 0's block
+      if constexpr (SCHEDULE == SEESAW2_EL) {  // tile 0 has landed: tiles 2 and 3 into L2, from row tile 0's block
         if (blockIdx.x == 0 && p.page_size >= BN) {
           if (loader && ntiles > 2)
             for (int k = 0; k < NCHUNK; ++k) tma_prefetch(&kv_map, k * SW, row_a2);

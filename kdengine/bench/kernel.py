@@ -93,7 +93,6 @@ SM90_BACKENDS = {"cuda_sm90_both": "both", "cuda_sm90_staggered": "staggered", "
                  "cuda_sm90_pair": "pair", "cuda_sm90_half": "half", "cuda_sm90_staggered_small": "staggered_small",
                  "cuda_sm90_staggered_tail": "staggered_tail", "cuda_sm90_seesaw2": "seesaw2",
                  "cuda_sm90_seesaw2_bar": "seesaw2_bar", "cuda_sm90_seesaw2_el": "seesaw2_el",
-                 "cuda_sm90_seesaw2_pf0": "seesaw2_pf0",
                  "cuda_sm90_dispatched": None}  # launch_sm90's own pick (cuda_backend.pick_schedule)
 # Short device-run sets of sm90 schedules: (the schedules timed, the baseline first; whether the baseline is
 # timed again after them as the run's A/A control).

@@ -8,8 +8,6 @@ implementation so torch.compile and CUDA graphs see it.
 
 from __future__ import annotations
 
-import os
-
 import torch
 
 from kdengine import env
@@ -192,10 +190,10 @@ SM90_MIN_TOKENS_PER_SPLIT = 128
 # score, trees for the row max and sums): 0.4-0.8% faster at T=64 (perf_history/kernel/s2soft_f222390/). The default
 # from SEESAW2_MIN_ROWS query rows and SEESAW2_MIN_TILES KV tiles per split (below).
 SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4, "staggered_small": 5, "staggered_tail": 6,
-             "seesaw2": 7, "seesaw2_bar": 8, "seesaw2_el": 9, "seesaw2_pf0": 10}
+             "seesaw2": 7, "seesaw2_bar": 8, "seesaw2_el": 9}
 # Schedules compiled under a register cap (csrc/verify_sm90.cuh maxnreg_of; their kernel is verify_sm90_kernel_capped):
 # seesaw2 at 240, faster than at its launch bounds' 255 (perf_history/kernel/res_8ce7d1a/, res2_7053082/).
-REGISTER_CAPS = {"seesaw2": 240, "seesaw2_el": 240, "seesaw2_pf0": 240}
+REGISTER_CAPS = {"seesaw2": 240, "seesaw2_el": 240}
 # seesaw2_el: seesaw2 with its partial rows stored under an L2 evict_last policy, and its merge discarding their lines
 # once read (csrc/verify_sm90.cuh SEESAW2_EL). pick_schedule takes it where it would take seesaw2, the call has at most
 # EL_MAX_ROWS query rows (two row tiles) and a sequence's KV capacity is larger than the device's L2: there the blocks
@@ -205,11 +203,10 @@ REGISTER_CAPS = {"seesaw2": 240, "seesaw2_el": 240, "seesaw2_pf0": 240}
 # the discard): 65k T=16 faster in both beyond their A/A spreads (B - A -1.57 to -0.81 and -1.30 to -0.72 us), 16k T=16
 # within the spread (its 19 MB of KV fit in L2), 65k T=64 slower (+0.23 to +0.73 and +0.10 to +0.76 us: its split ends
 # spread only ~1 us, so its partials were not evicted, and the evict_last lines take L2 from its 8 row tiles' KV
-# re-reads), the engine (T=64) within its spread: so not at T=64.
+# re-reads), the engine (T=64) within its spread: so not at T=64. Since probe pf0 its row tile 0 block also prefetches
+# tiles 2 and 3 into L2 under its first S (65k T=16 0.45-0.49 us faster in three A/B sets, perf_history/kernel/
+# pf0_5e1119c/; csrc/verify_sm90.cuh SEESAW2_EL).
 EL_MAX_ROWS = 128
-# Probe: seesaw2_pf0 = seesaw2_el whose row tile 0 block prefetches tiles 2 and 3 into L2 under its first S
-# (csrc/verify_sm90.cuh SEESAW2_PF0). SM90_PF0: the dispatched call uses it where it would use seesaw2_el.
-SM90_PF0 = os.environ.get("KDENGINE_SM90_PF0") == "1"
 D_QK_BYTES = shapes.D_QK * 2  # one KV row (bf16): the bytes of a token of the pool
 # seesaw2's probes (swap, early, se, qc, seq, eno, mid; 2-CTA multicast clusters; earlier v0, ahead, alate, apro, aolp;
 # ring4 and late of 2026-12-01; stream, stream-K over the SMs, mpf, bulk, ldst, cp, pl, pf, shrink, shift, pf4,
@@ -337,9 +334,7 @@ def pick_schedule(T: int, H: int, tiles_per_split: int | None = None, kv_capacit
     if (SEESAW2_MIN_ROWS is not None and T * H >= SEESAW2_MIN_ROWS
             and (tiles_per_split is None or tiles_per_split >= SEESAW2_MIN_TILES)):
         past_l2 = kv_capacity is not None and l2_size is not None and kv_capacity * D_QK_BYTES > l2_size
-        if T * H <= EL_MAX_ROWS and past_l2:
-            return "seesaw2_pf0" if SM90_PF0 else "seesaw2_el"
-        return "seesaw2"
+        return "seesaw2_el" if T * H <= EL_MAX_ROWS and past_l2 else "seesaw2"
     if HALF_MIN_ROWS is not None and T * H >= HALF_MIN_ROWS:
         return "half"
     if PAIR_MIN_ROWS is not None and T * H >= PAIR_MIN_ROWS:

@@ -85,20 +85,20 @@ def test_sm90a_build_uses_wgmma_tma_and_setmaxnreg():
 
 
 @pytest.mark.nvcc
-def test_only_seesaw2_el_and_its_probe_store_partials_evict_last_and_only_their_merge_discards_them():
-    """seesaw2_el's partial rows (and those of its probe seesaw2_pf0) carry an L2 evict_last policy (every other
-    schedule's are plain stores), and the merge instantiation that launch_verify_sm90 runs after them
-    (VerifyParams::discard) is the only one with discard.global.L2; only seesaw2_pf0 prefetches KV into L2."""
+def test_only_seesaw2_el_stores_its_partials_evict_last_and_prefetches_and_only_its_merge_discards_them():
+    """seesaw2_el's partial rows carry an L2 evict_last policy (every other schedule's are plain stores), it alone
+    prefetches KV into L2 (tiles 2 and 3, from row tile 0's block), and the merge instantiation that launch_verify_sm90
+    runs after it (VerifyParams::discard) is the only one with discard.global.L2."""
     bodies = kernel_bodies(compile_ptx("90a"))
     for schedule in cuda_backend.SCHEDULES:
         body = next(b for name, b in bodies.items() if kernel_name(schedule) in name)
         hinted = re.findall(r"st\.global\.L2::cache_hint\.v2\.b32", body)
-        if schedule in ("seesaw2_el", "seesaw2_pf0"):
+        if schedule == "seesaw2_el":
             assert len(hinted) == 32 and "createpolicy.fractional.L2::evict_last.b64" in body  # 2 rows x 16 stores
         else:
             assert not hinted and "createpolicy" not in body, schedule
         prefetches = re.findall(r"cp\.async\.bulk\.prefetch\.tensor\.2d\.L2\.global", body)
-        assert len(prefetches) == (18 if schedule == "seesaw2_pf0" else 0), schedule  # tiles 2 and 3, 9 boxes each
+        assert len(prefetches) == (18 if schedule == "seesaw2_el" else 0), schedule  # tiles 2 and 3, 9 boxes each
     merges = {name: b for name, b in kernel_bodies(unit_ptx("verify_kernel.cu", "90a")).items() if "combine" in name}
     discarding = [name for name, b in merges.items() if "discard.global.L2" in b]
     assert discarding == [next(n for n in merges if "grouped2_kernelILb1ELb1E" in n)], sorted(merges)
@@ -292,7 +292,7 @@ def test_sm90_matches_reference(tp, schedule):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("schedule", ["pair", "half", "staggered_small", "staggered_tail", "seesaw2", "seesaw2_bar",
-                                      "seesaw2_el", "seesaw2_pf0"])
+                                      "seesaw2_el"])
 @pytest.mark.parametrize("L", [40, 64, 100, 128, 150, 192, 250, 1000])
 def test_sm90_pair_every_tile_count_and_tail(L, schedule):
     """pair and seesaw2 split a block's tiles into (even, odd) steps, half peels the last tile's P V: one split
@@ -404,7 +404,6 @@ def test_sm90_dispatch_past_the_l2_runs_seesaw2_el_in_graphs(monkeypatch):
     inp = _problem(TestParam(16, [capacity - 16, 3000], B=2), seed=9)
     cap = inp.page_table.shape[1] * inp.kv_cache.shape[1]
     _, splits = cuda_backend.plan(inp.q, inp.kv_cache, inp.page_table, None, "sm90")
-    expected = "seesaw2_pf0" if cuda_backend.SM90_PF0 else "seesaw2_el"  # (the probe's switch)
     assert cuda_backend.pick_schedule(16, 8, cuda_backend.split_tiles(cap, splits), cap,
-                                      cuda_backend.l2_bytes("cuda")) == expected
+                                      cuda_backend.l2_bytes("cuda")) == "seesaw2_el"
     _replay_dispatched(inp, ([capacity - 16, 3000], [5000, capacity - 16], [capacity - 16, capacity - 16]), new_kv=True)
