@@ -1763,7 +1763,7 @@ __global__ void __launch_bounds__(threads_of(SCHEDULE), 1)
 // __launch_bounds__ cannot be combined, not even on a specialization, and the 384-thread schedules keep their launch
 // bounds (under __maxnreg__(168) in their place ptxas gave three of them a 536-byte stack), hence a second wrapper.
 __host__ __device__ constexpr int maxnreg_of(int schedule) {
-  return schedule == SEESAW2 || evict_last_partials(schedule) ? 240 : 0;
+  return schedule == SEESAW2 || schedule == SEESAW2_EL ? 240 : 0;
 }
 template <int SCHEDULE>
 __global__ void __maxnreg__(maxnreg_of(SCHEDULE))

@@ -14,7 +14,7 @@ step "mma_peak"
 cap=$(python3 -c "import torch; p = torch.cuda.get_device_capability(); print(f'{p[0]}{p[1]}' + ('a' if p[0] == 9 else ''))")
 nvcc -O3 -std=c++17 -gencode=arch=compute_$cap,code=sm_$cap -Icsrc ci/gpu/mma_peak.cu -o /tmp/mma_peak 2>&1 | tail -5
 timeout 120 /tmp/mma_peak 4096 | tee "$OUT/mma_peak.txt"
-step "ncu of three mma_peak lines"
+step "ncu of every mma_peak line"
 # every launch of every line (6 a line: the warm-up and 5 timed; 24 lines), at 1024 iterations a launch
 room 60 && timeout 90 ncu --clock-control none -k regex:mma_loop --launch-count 144 \
   --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,gpu__time_duration.sum,launch__block_size,launch__grid_size \
