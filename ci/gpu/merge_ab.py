@@ -24,7 +24,7 @@ from ci.gpu import ab_common
 from kdengine.bench import kernel, verify_timing
 
 
-def time_size(N: int, T: int, samples: int, abba=kernel.MERGE_ABBA) -> dict:
+def time_size(N: int, T: int, samples: int, abba: tuple) -> dict:
     sets = verify_timing.input_sets(N=N, T=T, H=kernel.H, device="cuda")
     calls = [kernel.rotating_call("cuda_sm90_dispatched", "auto", layout={"combine": c})[0] for c, _ in abba]
     out = {}
@@ -57,8 +57,7 @@ def main() -> None:
     a = p.parse_args()
     if a.merges[0] == a.merges[1]:
         p.error("--merges: name two different merges")
-    m1, m2 = a.merges
-    abba = ((m1, ""), (m2, ""), (m2, "/aa"), (m1, "/aa"))
+    abba = kernel.merge_abba(*a.merges)
     a.paths = list(dict.fromkeys(a.paths))  # (a path named twice would overwrite its own rows)
     if not torch.cuda.is_available():
         raise SystemExit("merge_ab: needs a CUDA GPU")

@@ -99,8 +99,15 @@ SM90_BACKENDS = {"cuda_sm90_both": "both", "cuda_sm90_staggered": "staggered", "
 SM90_SETS = {"pair": (("staggered", "pair"), False), "half": (("staggered", "half"), True),
              "icache": (("staggered", "staggered_small", "staggered_tail"), True),
              "seesaw2": (("staggered_small", "seesaw2", "seesaw2_bar"), True)}
-# merge 4, 7, 7 again, 4 again (the second pair the A/A rows): the `spread` set's order, and ci/gpu/merge_ab.py's
-MERGE_ABBA = ((4, ""), (7, ""), (7, "/aa"), (4, "/aa"))
+
+
+def merge_abba(a: int, b: int) -> tuple:
+    """Merges a, b, b again, a again as (combine, tag) rows, the second pair tagged /aa (the A/A rows)."""
+    return (a, ""), (b, ""), (b, "/aa"), (a, "/aa")
+
+
+# merge 4, 7, 7 again, 4 again: the `spread` set's order, and ci/gpu/merge_ab.py's default
+MERGE_ABBA = merge_abba(4, 7)
 H = 8
 SAMPLES = 50  # = kdengine.bench.workloads.GPU_VERIFY_SAMPLES
 SCHEMA = 2
