@@ -14,7 +14,8 @@ NAME=final
 source ci/gpu/bundle_run.sh  # wheels, the bundle's clone (entered), step / room, the build
 step "tests + sanitizers"
 (  # compute-sanitizer on small shapes of both paths, beside the tests: memcheck (one-warp merge blocks at
-   # nsplit <= 8, the grouped merge past one batch, odd T and prefixes), racecheck of each sm90 schedule in use and of half
+   # nsplit <= 8, the grouped merge past one batch, odd T and prefixes), racecheck of each sm90 schedule in use and of half,
+   # seesaw2_el's synccheck (its hand-offs and the step-0 prefetch)
   san memcheck m1 --path mma --B 3 --T 17 --prefix 130 --nsplit 4 &
   san memcheck m2 --path sm90_staggered --B 3 --T 17 --prefix 130 --nsplit 4 &
   san memcheck m3 --path sm90_pair --B 2 --T 64 --prefix 700 --nsplit 4 &
@@ -22,6 +23,7 @@ step "tests + sanitizers"
   san memcheck m5 --path sm90_half --B 3 --T 17 --prefix 130 --nsplit 4 &
   san memcheck m6 --path sm90_staggered_small --B 3 --T 17 --prefix 700 --nsplit 4 &
   san memcheck m7 --path sm90_seesaw2 --B 3 --T 17 --prefix 700 --nsplit 4 &
+  san memcheck m8 --path sm90_seesaw2_el --T 16 --prefix 3000 --nsplit 4 &  # two row tiles: the step-0 prefetch runs
   wait
   san racecheck r1 --path sm90_pair --T 3 --H 2 --prefix 140 &
   san racecheck r2 --path sm90_staggered --T 3 --H 2 --prefix 140 &
@@ -30,6 +32,9 @@ step "tests + sanitizers"
   san racecheck r5 --path sm90_staggered_small --T 3 --H 2 --prefix 140 &
   san racecheck r6 --path sm90_seesaw2 --T 3 --H 2 --prefix 140 &
   san racecheck r7 --path sm90_seesaw2 --B 3 --T 17 --prefix 700 --nsplit 4 &
+  wait
+  san racecheck r8 --path sm90_seesaw2_el --T 16 --prefix 3000 --nsplit 4 &  # the default at 65k T=16 (past the L2)
+  san synccheck s1 --path sm90_seesaw2_el --B 2 --T 16 --prefix 3000 --nsplit 3 &
   wait
   san_report
 ) > "$LOGS/sanitize.log" 2>&1 &
