@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Callable
 
@@ -16,11 +17,15 @@ from kdengine.ops import cuda_backend
 
 
 class Report:
-    """The script's JSON (--out): the machine's fingerprint, `extra`, then "sizes" and "decode" as the steps fill them;
-    save() rewrites the file and prints the seconds since the start."""
+    """The script's JSON (--out): the machine's fingerprint (its commit COMMIT where that is set to a full sha, as
+    ci/gpu/bundle_run.sh's copied-tree form sets it), `extra`, then "sizes" and "decode" as the steps fill them; save()
+    rewrites the file and prints the seconds since the start."""
 
     def __init__(self, path: str, **extra):
         info = fingerprint.collect()
+        sha = os.environ.get("COMMIT", "")
+        if re.fullmatch(r"[0-9a-f]{40}", sha):  # a copied working tree, clean at COMMIT: the device's git metadata is stale
+            info.update(commit=sha, dirty=False)
         self.path, self.t0 = path, time.time()
         self.data = {"fingerprint": {**info, "machine": fingerprint.machine_name(info)}, **extra, "sizes": {},
                      "decode": {}}
@@ -31,10 +36,12 @@ class Report:
         print(f"  ({time.time() - self.t0:.0f} s)", flush=True)
 
 
-def decode_runs(ctx: int, attr: str, values: tuple, tag: Callable[[object], str], cuda_path: str | None = None) -> dict:
+def decode_runs(ctx: int, attr: str, values: tuple, tag: Callable[[object], str], cuda_path: str | None = None,
+                budget: int = 63) -> dict:
     """{label: tok/s, mean step, phases} of the engine (the cuda backend, 8 layers of kimi-k2-tp8-rank, random routing,
-    CUDA graphs) at `ctx`, once per entry of `values` in that order with cuda_backend.<attr> set to it; label
-    decode<ctx>/<tag(value)>/<k> for the k-th run of that value. cuda_path: KDENGINE_CUDA_PATH for the runs."""
+    CUDA graphs, a draft tree of `budget` tokens: T = budget + 1) at `ctx`, once per entry of `values` in that order
+    with cuda_backend.<attr> set to it; label decode<ctx>/<tag(value)>/<k> for the k-th run of that value. cuda_path:
+    KDENGINE_CUDA_PATH for the runs."""
     from kdengine.engine.run import DecodeSettings, run_decode
 
     saved, saved_path = getattr(cuda_backend, attr), os.environ.get("KDENGINE_CUDA_PATH")
@@ -44,7 +51,7 @@ def decode_runs(ctx: int, attr: str, values: tuple, tag: Callable[[object], str]
     try:
         for i, value in enumerate(values):
             setattr(cuda_backend, attr, value)
-            s = DecodeSettings(config="kimi-k2-tp8-rank", layers=8, context=ctx, budget=63, backend="cuda", steps=32,
+            s = DecodeSettings(config="kimi-k2-tp8-rank", layers=8, context=ctx, budget=budget, backend="cuda", steps=32,
                                device="cuda", routing="random")
             d = run_decode(s).to_dict()
             label = f"decode{ctx}/{tag(value)}/{values[:i].count(value)}"
