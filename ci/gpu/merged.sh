@@ -33,7 +33,7 @@ step "tests + sanitizers"
   san racecheck r6 --path sm90_seesaw2 --T 3 --H 2 --prefix 140 &
   san racecheck r7 --path sm90_seesaw2 --B 3 --T 17 --prefix 700 --nsplit 4 &
   wait
-  san racecheck r8 --path sm90_seesaw2_el --T 16 --prefix 3000 --nsplit 4 &  # the default at 65k T=16 (past the L2)
+  san racecheck r8 --path sm90_seesaw2_el --T 16 --prefix 3000 --nsplit 4 &  # the default at 32k-65k T=16 (past half the L2)
   san synccheck s1 --path sm90_seesaw2_el --B 2 --T 16 --prefix 3000 --nsplit 3 &
   wait
   san_report

@@ -196,7 +196,8 @@ SCHEDULES = {"both": 0, "seesaw": 1, "staggered": 2, "pair": 3, "half": 4, "stag
 REGISTER_CAPS = {"seesaw2": 240, "seesaw2_el": 240}
 # seesaw2_el: seesaw2 with its partial rows stored under an L2 evict_last policy, and its merge discarding their lines
 # once read (csrc/verify_sm90.cuh SEESAW2_EL). pick_schedule takes it where it would take seesaw2, the call has at most
-# EL_MAX_ROWS query rows (two row tiles) and a sequence's KV capacity is larger than the device's L2: there the blocks
+# EL_MAX_ROWS query rows (two row tiles) and a sequence's KV capacity is larger than EL_L2_SHARE of the device's L2
+# (past the whole L2 until 2026-12-03, then widened: below). Past the L2 the blocks
 # still running stream their KV through L2 for ~3 us after the first partials are written (65k T=16's split ends
 # spread), and ncu of the merge alone read its partials from DRAM (L2 read hit rate 13-17%, perf_history/kernel/
 # merge_ncu_e730c78/). H200, two runs A B B A with the decode engine (el_9fb95fb/, el_8523781/, the second form with
@@ -205,8 +206,14 @@ REGISTER_CAPS = {"seesaw2": 240, "seesaw2_el": 240}
 # spread only ~1 us, so its partials were not evicted, and the evict_last lines take L2 from its 8 row tiles' KV
 # re-reads), the engine (T=64) within its spread: so not at T=64. Since probe pf0 its row tile 0 block also prefetches
 # tiles 2 and 3 into L2 under its first S (65k T=16 0.45-0.49 us faster in three A/B sets, perf_history/kernel/
-# pf0_5e1119c/; csrc/verify_sm90.cuh SEESAW2_EL).
+# pf0_5e1119c/; csrc/verify_sm90.cuh SEESAW2_EL). Within the L2 (H200, perf_history/kernel/el_l2_97c6a8c/, seesaw2 A
+# against seesaw2_el B at T=16, 8 rows each, two sets in two calls): at the sweep's K B - A -1.29 us at 48k (56 MB of
+# KV), -0.64 / -0.66 at 32k (38 MB), every B row below every A row at both; -0.20 / -0.24 at 16k (19 MB, the rows
+# overlapping), -0.05 at 4k. The decode engine at T=16 (A B B A B A A B) read both alike in tok/s at 16k-65k
+# (-0.07% to +0.24%), where its op-timed attention phase read B 0.7-2 us a call slower, and so did the K1 rows that
+# follow the other schedule's code (B pays 0.4-1.6 us more for a code switch; cause not found): so past half the L2.
 EL_MAX_ROWS = 128
+EL_L2_SHARE = 0.5
 D_QK_BYTES = shapes.D_QK * 2  # one KV row (bf16): the bytes of a token of the pool
 # seesaw2's probes (swap, early, se, qc, seq, eno, mid; 2-CTA multicast clusters; earlier v0, ahead, alate, apro, aolp;
 # ring4 and late of 2026-12-01; stream, stream-K over the SMs, mpf, bulk, ldst, cp, pl, pf, shrink, shift, pf4,
@@ -333,8 +340,8 @@ def pick_schedule(T: int, H: int, tiles_per_split: int | None = None, kv_capacit
     considered)."""
     if (SEESAW2_MIN_ROWS is not None and T * H >= SEESAW2_MIN_ROWS
             and (tiles_per_split is None or tiles_per_split >= SEESAW2_MIN_TILES)):
-        past_l2 = kv_capacity is not None and l2_size is not None and kv_capacity * D_QK_BYTES > l2_size
-        return "seesaw2_el" if T * H <= EL_MAX_ROWS and past_l2 else "seesaw2"
+        large = kv_capacity is not None and l2_size is not None and kv_capacity * D_QK_BYTES > EL_L2_SHARE * l2_size
+        return "seesaw2_el" if T * H <= EL_MAX_ROWS and large else "seesaw2"
     if HALF_MIN_ROWS is not None and T * H >= HALF_MIN_ROWS:
         return "half"
     if PAIR_MIN_ROWS is not None and T * H >= PAIR_MIN_ROWS:

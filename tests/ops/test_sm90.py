@@ -104,17 +104,18 @@ def test_only_seesaw2_el_stores_its_partials_evict_last_and_prefetches_and_only_
     assert discarding == [next(n for n in merges if "grouped2_kernelILb1ELb1E" in n)], sorted(merges)
 
 
-def test_pick_schedule_stores_evict_last_at_two_row_tiles_past_the_l2():
-    """seesaw2_el where seesaw2 runs with <= EL_MAX_ROWS query rows and a KV capacity past the L2 (65k T=16 on the H200),
-    seesaw2 otherwise: at T=64, within the L2 (16k), and where the capacity or the L2 size is not given."""
-    pick, l2 = cuda_backend.pick_schedule, 50 * 2**20
-    assert cuda_backend.EL_MAX_ROWS == 128
-    assert pick(16, 8, 16, 65536, l2) == "seesaw2_el"
-    assert pick(16, 8, 4, 16384, l2) == "seesaw2"  # 19 MB of KV: its partials stay in L2
+def test_pick_schedule_stores_evict_last_at_two_row_tiles_past_half_the_l2():
+    """seesaw2_el where seesaw2 runs with <= EL_MAX_ROWS query rows and a KV capacity past EL_L2_SHARE (half) of the L2
+    (32k-65k T=16 on the H200's 60 MB), seesaw2 otherwise: at T=64, at 16k (19 MB), and where the capacity or the L2
+    size is not given."""
+    pick, l2 = cuda_backend.pick_schedule, 60 * 2**20
+    assert cuda_backend.EL_MAX_ROWS == 128 and cuda_backend.EL_L2_SHARE == 0.5
+    assert pick(16, 8, 16, 65536, l2) == pick(16, 8, 8, 32768, l2) == "seesaw2_el"
+    assert pick(16, 8, 4, 16384, l2) == "seesaw2"  # 19 MB of KV: within the spread there
     assert pick(64, 8, 64, 65536, l2) == "seesaw2"  # 8 row tiles: slower with it
     assert pick(16, 8, 16, 65536, None) == pick(16, 8, 16, None, l2) == pick(16, 8) == "seesaw2"
-    row = cuda_backend.D_QK_BYTES  # one KV token's bytes
-    assert pick(16, 8, 16, l2 // row, l2) == "seesaw2" and pick(16, 8, 16, l2 // row + 1, l2) == "seesaw2_el"
+    row, half = cuda_backend.D_QK_BYTES, l2 // 2  # one KV token's bytes
+    assert pick(16, 8, 16, half // row, l2) == "seesaw2" and pick(16, 8, 16, half // row + 1, l2) == "seesaw2_el"
     assert pick(16, 8, 2, 65536, l2) == cuda_backend.DEFAULT_SCHEDULE  # too few tiles a split for seesaw2 at all
 
 
@@ -396,7 +397,7 @@ def _replay_dispatched(inp, lengths_list, new_kv: bool = False):
 
 @pytest.mark.gpu
 def test_sm90_dispatch_past_the_l2_runs_seesaw2_el_in_graphs(monkeypatch):
-    """T=16 with a KV capacity past the device's L2: the dispatched call runs seesaw2_el (partials stored evict_last,
+    """T=16 with a KV capacity past the device's L2 (so past half of it): the dispatched call runs seesaw2_el (partials stored evict_last,
     discarded by its merge once read), captured once and replayed with new lengths, new KV and poisoned outputs."""
     _needs_sm90()
     monkeypatch.setenv("KDENGINE_CUDA_PATH", "sm90")
