@@ -25,7 +25,7 @@ class Report:
         info = fingerprint.collect()
         sha = os.environ.get("COMMIT", "")
         if re.fullmatch(r"[0-9a-f]{40}", sha):  # a copied working tree, clean at COMMIT: the device's git metadata is stale
-            info.update(commit=sha, dirty=False)
+            info = fingerprint.named_commit(info, sha)
         self.path, self.t0 = path, time.time()
         self.data = {"fingerprint": {**info, "machine": fingerprint.machine_name(info)}, **extra, "sizes": {},
                      "decode": {}}

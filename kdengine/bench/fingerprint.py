@@ -105,6 +105,13 @@ def commit() -> dict:
     return {"commit": sha, "dirty": bool(dirty) if dirty is not None else None}
 
 
+def named_commit(info: dict, sha: str) -> dict:
+    """`info` (a collect() dict) measuring `sha`, named by the run rather than read from the tree's .git: a device
+    copy of a working tree whose git metadata is absent or stale. git's own reading is kept as git_head / git_dirty,
+    and dirty is None (not known from here: the run that names the commit vouches for its tree)."""
+    return {**info, "git_head": info.get("commit"), "git_dirty": info.get("dirty"), "commit": sha, "dirty": None}
+
+
 def collect() -> dict:
     """A flat dict: software, GPU identity, commit, and the environment overrides that change what is
     measured (`overrides`: kdengine.env.measurement_overrides, "" for none; history compares only runs

@@ -524,7 +524,9 @@ def measure(args) -> int:
     contexts = [int(c) for c in args.contexts.split(",")]
     start = fingerprint()
     if args.commit:  # the commit measured, said by the caller: a device copy's .git may be absent or stale
-        start["git_head"], start["commit"] = start.get("commit"), args.commit
+        from kdengine.bench.fingerprint import named_commit
+
+        start = named_commit(start, args.commit)
     ceil = roofline.ceilings("cuda")
     print(f"ceilings: copy {ceil.copy_bytes_per_s / 1e12:.2f} TB/s (read + write), bf16 mm "
           f"{ceil.matmul_flops_per_s / 1e12:.0f} TF/s")
@@ -593,7 +595,7 @@ def render_doc(doc: dict) -> str:
         f"{doc['method']}",
         f"GPU {fp.get('gpu')} ({fp.get('sm_count')} SMs, {fp.get('capability')}), torch {fp.get('torch')}, "
         f"triton {fp.get('triton')}, CUDA {fp.get('cuda')}, commit {str(fp.get('commit'))[:10]}"
-        f"{' (dirty)' if fp.get('dirty') else ''}, {doc['date'][:19]}",
+        f"{' (dirty)' if fp.get('dirty') and 'git_head' not in fp else ''}, {doc['date'][:19]}",
         f"ceilings measured: copy {ceil['copy_bytes_per_s'] / 1e12:.2f} TB/s read + write{how}, bf16 matmul "
         f"{ceil['matmul_flops_per_s'] / 1e12:.0f} TF/s; floor = max(bytes/copy, flops/matmul)",
         "",
@@ -703,7 +705,8 @@ def build_parser(prog: str = "python -m kdengine.bench.kernel") -> argparse.Argu
                    help="the GPU spins about this long after each sample (busy, so its clock does not park; low "
                         "power, so the power cap back-to-back heavy samples reach stays off); 0: none")
     p.add_argument("--commit", default=None,
-                   help="the commit measured (wins over the tree's .git, kept as git_head: device copies)")
+                   help="the commit measured (wins over the tree's .git, whose reading is kept as git_head / git_dirty; "
+                        "dirty is then null: device copies of a tree clean at that commit)")
     p.set_defaults(func=measure)
     p = sub.add_parser("render")
     p.add_argument("inputs", nargs="+")

@@ -23,6 +23,13 @@ def test_collect_has_the_recorded_fields():
     assert info["commit"] is None or len(info["commit"]) == 40
 
 
+def test_a_named_commit_keeps_gits_reading_and_does_not_claim_a_clean_tree():
+    info = {"commit": "a" * 40, "dirty": True, "gpu": "cpu"}
+    named = fp.named_commit(info, "b" * 40)
+    assert named == {"commit": "b" * 40, "dirty": None, "git_head": "a" * 40, "git_dirty": True, "gpu": "cpu"}
+    assert info["commit"] == "a" * 40  # the input is not changed
+
+
 def test_collect_records_the_overrides_that_change_what_is_measured(monkeypatch):
     from kdengine import env
 

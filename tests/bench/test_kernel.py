@@ -28,6 +28,19 @@ def test_committed_records_still_render():
                 "flashmla" in case["results"] for case in doc["cases"])
 
 
+def test_render_says_dirty_only_where_gits_reading_is_the_commit_measured():
+    """A tree git reads as dirty is named so; a run that named its commit (--commit: git_head kept) is not, since the
+    device copy's stale .git read its tree against another commit."""
+    doc = _doc()
+    doc["fingerprint"].update(commit="c" * 40, dirty=True)
+    assert f"commit {'c' * 10} (dirty)," in kernel.render_doc(doc)
+    doc["fingerprint"].update(git_head="d" * 40, git_dirty=True, dirty=True)  # the records made before named_commit
+    assert f"commit {'c' * 10}," in kernel.render_doc(doc)
+    doc["fingerprint"].update(dirty=False)
+    doc["fingerprint"].pop("git_head")
+    assert f"commit {'c' * 10}," in kernel.render_doc(doc)
+
+
 def _doc():
     def row(us, nsplit=None):
         return {"median_s": us * 1e-6, "samples": [us * 1e-6] * 3, "nsplit": nsplit, "rel_l2": 1e-3,
