@@ -44,8 +44,8 @@ def labels(rows: list[str]) -> list[str]:
     return [r if rows[:i].count(r) == 0 else f"{r}/aa{rows[:i].count(r)}" for i, r in enumerate(rows)]
 
 
-def time_size(N: int, T: int, rows: list[str], samples: int) -> dict:
-    sets = verify_timing.input_sets(N=N, T=T, H=kernel.H, device="cuda")
+def time_size(N: int, T: int, rows: list[str], samples: int, H: int = kernel.H) -> dict:
+    sets = verify_timing.input_sets(N=N, T=T, H=H, device="cuda")
     out = {}
     for backend in dict.fromkeys(rows):
         err = check(backend, *sets[0])
@@ -58,7 +58,7 @@ def time_size(N: int, T: int, rows: list[str], samples: int) -> dict:
         k = got[0].launches_per_sample
         for label, m in zip(labels(rows), got, strict=True):
             out[f"K{k}/{label}"] = {"median_us": m.median * 1e6, "samples_s": m.samples}
-            print(f"ctx{N} T{T} K{k:<3d} {label:36s} {m.median * 1e6:8.2f} us", flush=True)
+            print(f"ctx{N} T{T} H{H} K{k:<3d} {label:36s} {m.median * 1e6:8.2f} us", flush=True)
     return out
 
 
@@ -73,6 +73,7 @@ def main() -> None:
     p.add_argument("--rows", nargs="+", required=True, help="backend names, in the order timed (repeat one for A/A)")
     p.add_argument("--sizes", nargs="*", default=["65536:64", "65536:16"], help="CTX:T pairs (none: skip)")
     p.add_argument("--samples", type=int, default=40)
+    p.add_argument("--heads", type=int, default=kernel.H, help=f"query heads H (default {kernel.H})")
     p.add_argument("--flag", help="a boolean kdengine.ops.cuda_backend attribute the engine runs toggle")
     p.add_argument("--decode", type=int, nargs="*", default=[], help="contexts of the engine runs (needs --flag)")
     p.add_argument("--decode-order", default="ABBA",
@@ -87,10 +88,12 @@ def main() -> None:
         raise SystemExit(f"sched_ab: --decode-order: expected 2 or more of the letters A and B, got {a.decode_order!r}")
     if not torch.cuda.is_available():
         raise SystemExit("sched_ab: needs a CUDA GPU")
-    report = ab_common.Report(a.out, rows=a.rows)
+    if a.heads < 1:
+        raise SystemExit(f"sched_ab: --heads: expected >= 1, got {a.heads}")
+    report = ab_common.Report(a.out, rows=a.rows, heads=a.heads)
     for size in a.sizes:
         N, T = (int(x) for x in size.split(":"))
-        report.data["sizes"][size] = time_size(N, T, a.rows, a.samples)
+        report.data["sizes"][size] = time_size(N, T, a.rows, a.samples, a.heads)
         report.save()
     for ctx in a.decode:
         report.data["decode"].update(decode(ctx, a.flag, tuple(c == "B" for c in a.decode_order)))
