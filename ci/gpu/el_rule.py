@@ -2,8 +2,8 @@
 a draft tree of T = 16 (8 heads: 128 query rows, the calls seesaw2_el can take), each context run with the sm90
 dispatch forced to seesaw2 (A) or to seesaw2_el (B) wherever pick_schedule returns either, in --order (default
 A B B A B A A B). pick_schedule's own rule takes seesaw2_el past half the L2 (a sequence's KV capacity larger than
-cuda_backend.EL_L2_SHARE of the device's L2; its run: perf_history/kernel/el_l2_97c6a8c/); the kernel-sweep form of the same question: ci/gpu/sched_ab.py --rows cuda_sm90_seesaw2
-cuda_sm90_seesaw2_el ... --sizes 32768:16 ...
+cuda_backend.EL_L2_SHARE of the device's L2; its run: perf_history/kernel/el_l2_97c6a8c/); the kernel-sweep form of
+the same question: ci/gpu/sched_ab.py --rows cuda_sm90_seesaw2 cuda_sm90_seesaw2_el ... --sizes 32768:16 ...
 
     python3 ci/gpu/el_rule.py --out el_engine.json [--ctxs 65536 49152 32768 16384] [--order ABBABAAB]
 """
