@@ -211,7 +211,7 @@ REGISTER_CAPS = {"seesaw2": 240, "seesaw2_el": 240}
 # KV), -0.64 / -0.66 at 32k (38 MB), every B row below every A row at both; -0.20 / -0.24 at 16k (19 MB, the rows
 # overlapping), -0.05 at 4k. The decode engine at T=16 (A B B A B A A B) read both alike in tok/s at 16k-65k
 # (-0.07% to +0.24%), where its op-timed attention phase read B 0.7-2 us a call slower, and so did the K1 rows that
-# follow the other schedule's code (B pays 0.4-1.6 us more for a code switch; cause not found): so past half the L2.
+# follow the other schedule's code (B pays 0.3-1.6 us more for a code switch; cause not found; H=16 T=8 reads the same): so past half the L2.
 EL_MAX_ROWS = 128
 EL_L2_SHARE = 0.5
 D_QK_BYTES = shapes.D_QK * 2  # one KV row (bf16): the bytes of a token of the pool

@@ -1,6 +1,6 @@
-"""The tables of this folder's README, from its three JSONs (run from the repository root):
+"""The tables of this folder's README, from its four JSONs (run from the repository root):
 python perf_history/kernel/el_l2_97c6a8c/tables.py > perf_history/kernel/el_l2_97c6a8c/tables.txt
-A = seesaw2, B = seesaw2_el, T = 16 (128 query rows: two row tiles)."""
+A = seesaw2, B = seesaw2_el, T * H = 128 query rows (two row tiles): T = 16 at H = 8, T = 8 at H = 16."""
 
 import json
 import statistics
@@ -22,7 +22,8 @@ def sweep(name: str) -> None:
     doc = json.loads((HERE / name).read_text())
     rows, labs = doc["rows"], labels(doc["rows"])
     order = "".join(KIND[r] for r in rows)
-    print(f"## {name} (rows {order}; commit in its fingerprint {doc['fingerprint']['commit'][:7]})")
+    print(f"## {name} (rows {order}, H = {doc.get('heads', 8)}; commit in its fingerprint "
+          f"{doc['fingerprint']['commit'][:7]})")
     print("size       K    A mean [min, max]         B mean [min, max]         B - A (means)")
     for size, got in doc["sizes"].items():
         ks = sorted({k.split("/")[0] for k in got if k.startswith("K")}, key=lambda k: int(k[1:]))
@@ -64,4 +65,5 @@ def engine(name: str) -> None:
 
 sweep("el_l2_ab8_7e4681e.json")
 sweep("el_k1_order_97c6a8c.json")
+sweep("el_h16_83e0214.json")
 engine("el_engine_97c6a8c.json")
