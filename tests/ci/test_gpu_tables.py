@@ -201,3 +201,39 @@ def test_merge_ab_refuses_one_merge_named_twice(tmp_path):
                          cwd=root, env={"PYTHONPATH": str(root), "PATH": ""}, capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and "--merges: name two different merges" in run.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+def _ncu_csv(path, launches: list[dict[str, tuple[str, str]]]) -> None:
+    """An `ncu --csv --metrics` report: ncu's own lines, then one row per launch and metric (value, unit)."""
+    head = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
+            "Grid Size", "Device", "CC", "Section Name", "Metric Name", "Metric Unit", "Metric Value"]
+    lines = ["==PROF== Connected to process 1", ",".join(f'"{h}"' for h in head)]
+    for i, metrics in enumerate(launches):
+        for name, (unit, value) in metrics.items():
+            row = [str(i), "1", "python3", "h", "k", "1", "7", "(256, 1, 1)", "(2, 64, 1)", "0", "9.0", "", name, unit,
+                   value]
+            lines.append(",".join(f'"{c}"' for c in row))
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_ncu_table_reads_the_first_launch_in_us_and_orders_the_stalls(tmp_path):
+    from ci.gpu import ncu_table
+
+    stall = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio".format
+    _ncu_csv(tmp_path / "sm90_T16.csv", [
+        {"gpu__time_duration.sum": ("usecond", "42.69"), stall("wait"): ("inst", "1.90"),
+         stall("long_scoreboard"): ("inst", "4.04"), "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed": ("%", "38.11")},
+        {"gpu__time_duration.sum": ("usecond", "6.59"), stall("wait"): ("inst", "9.00")}])  # the merge: not read
+    _ncu_csv(tmp_path / "mma_T64.csv", [{"gpu__time_duration.sum": ("msecond", "0.28656"), stall("wait"): ("inst", "2.30")}])
+    (tmp_path / "flashmla_T16.csv").write_text("==ERROR== no kernel profiled\n")
+    assert ncu_table.read(tmp_path / "sm90_T16.csv")["gpu__time_duration.sum"] == pytest.approx(42.69)
+    assert ncu_table.read(tmp_path / "mma_T64.csv")["gpu__time_duration.sum"] == pytest.approx(286.56)
+    out = subprocess.run([sys.executable, "ci/gpu/ncu_table.py", str(tmp_path)], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).resolve().parents[2]).stdout.splitlines()
+    assert out[0].endswith("stalls per issue (long_scoreboard, wait) |")  # by their largest value, largest first
+    row = next(line for line in out if "sm90 default" in line)
+    assert row.startswith("| T=16 | sm90 default (dispatched) | 42.69 | - | - | - | 38.11 | 4.04, 1.90 |")
+    assert "| T=64 | mma.sync default | 286.56 |" in next(line for line in out if "mma.sync" in line)
+    assert next(line for line in out if "FlashMLA" in line).endswith("no report |")
+    assert subprocess.run([sys.executable, "ci/gpu/ncu_table.py"], capture_output=True,
+                          cwd=Path(__file__).resolve().parents[2]).returncode == 2
