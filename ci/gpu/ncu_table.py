@@ -16,7 +16,8 @@ COLUMNS = (("gpu__time_duration.sum", "us", 1), ("sm__pipe_tensor_op_hmma_cycles
            ("sm__warps_active.avg.per_cycle_active", "warps/SM", 1),
            ("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed", "DRAM %", 1))
 STALL = ("smsp__average_warps_issue_stalled_", "_per_issue_active.ratio")
-TO_US = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}
+TO_US = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}  # ncu spells both
+SKIP = ("selected",)  # "selected": the issuing cycle itself, 1.00 by definition
 
 
 def read(path: Path) -> dict[str, float]:
@@ -43,7 +44,8 @@ def main(argv: list[str]) -> int:
     folder = Path(argv[0])
     got = {(name, T): read(folder / f"{name}_T{T}.csv") for name, _ in KERNELS for T in (16, 64)
            if (folder / f"{name}_T{T}.csv").exists()}
-    reasons = sorted({m[len(STALL[0]):-len(STALL[1])] for d in got.values() for m in d if m.startswith(STALL[0])},
+    reasons = sorted({m[len(STALL[0]):-len(STALL[1])] for d in got.values() for m in d if m.startswith(STALL[0])}
+                     - set(SKIP),
                      key=lambda r: -max(d.get(STALL[0] + r + STALL[1], 0) for d in got.values()))
     print("| 65k | kernel | " + " | ".join(c[1] for c in COLUMNS) + " | stalls per issue (" + ", ".join(reasons) + ") |")
     print("|---|---|" + "---|" * len(COLUMNS) + "---|")

@@ -221,7 +221,7 @@ def test_ncu_table_reads_the_first_launch_in_us_and_orders_the_stalls(tmp_path):
 
     stall = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio".format
     _ncu_csv(tmp_path / "sm90_T16.csv", [
-        {"gpu__time_duration.sum": ("usecond", "42.69"), stall("wait"): ("inst", "1.90"),
+        {"gpu__time_duration.sum": ("ns", "42,690"), stall("wait"): ("inst", "1.90"), stall("selected"): ("inst", "1"),
          stall("long_scoreboard"): ("inst", "4.04"), "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed": ("%", "38.11")},
         {"gpu__time_duration.sum": ("usecond", "6.59"), stall("wait"): ("inst", "9.00")}])  # the merge: not read
     _ncu_csv(tmp_path / "mma_T64.csv", [{"gpu__time_duration.sum": ("msecond", "0.28656"), stall("wait"): ("inst", "2.30")}])
