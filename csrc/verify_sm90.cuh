@@ -237,9 +237,10 @@ enum Schedule {
 // its merge discarding their lines once read (VerifyParams::discard): ncu of the merge alone read its 8 MB of partials
 // from DRAM (L2 read hit rate 13-17%, perf_history/kernel/merge_ncu_e730c78/). The default at <= 128 query rows with a
 // KV capacity past half the L2 (kdengine/ops/cuda_backend.py EL_MAX_ROWS, EL_L2_SHARE: 65k T=16 0.7-1.6 us faster in
-// two runs, T=64 slower: el_9fb95fb/, el_8523781/; 32k and 48k T=16 0.6-1.3 us: el_l2_97c6a8c/). Since 2026-12-03 (probe pf0) its row tile 0 block also prefetches tiles 2 and 3
-// into L2 under its first S, once tile 0 has landed (the start's burst of tile 0 / 1 loads served), so that step 0's
-// reloads find them in L2: 65k T=16's start -> step 1 takes ~9.6 us against a ~3.5 us steady step
+// two runs, T=64 slower: el_9fb95fb/, el_8523781/; 32k and 48k T=16 0.6-1.3 us: el_l2_97c6a8c/). Since 2026-12-03
+// (probe pf0) its row tile 0 block also prefetches tiles 2 and 3 into L2 under its first S, once tile 0 has landed (the
+// start's burst of tile 0 / 1 loads served), so that step 0's reloads find them in L2: 65k T=16's start -> step 1 takes
+// ~9.6 us against a ~3.5 us steady step
 // (perf_history/kernel/p2cd_aa57768/), and a stage's reload from DRAM waits ~1.9 us against ~0.9 from L2
 // (perf_history/kernel/stream_floor/); p2 prefetched tiles 4 and 5 at step 0, into the start's burst (+3 us,
 // p2_361beb2/), this nothing later. H200, three A/B sets against SEESAW2_EL without it (perf_history/kernel/

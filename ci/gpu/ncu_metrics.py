@@ -7,9 +7,14 @@ import csv
 import sys
 
 
+def csv_rows(lines) -> list[list[str]]:
+    """The CSV rows of an `ncu --csv` report, its header first (ncu's own lines, which are not CSV rows, skipped)."""
+    return list(csv.reader(line for line in lines if line.startswith('"')))
+
+
 def main(argv: list[str]) -> None:
     src = sys.stdin if argv[0] == "-" else open(argv[0])
-    rows = [r for r in csv.reader(line for line in src if line.startswith('"'))]
+    rows = csv_rows(src)
     head, rows = rows[0], rows[1:]
     k, m, v = head.index("Kernel Name"), head.index("Metric Name"), head.index("Metric Value")
     for r in rows:

@@ -1,14 +1,15 @@
 """The table of ci/gpu/ncu_paths.sh's CSVs (ncu --csv --metrics, one launch each): a row per kernel and size with its
 duration, tensor pipe active %, issue slots %, warps active per SM, DRAM %, and stalls per issued instruction by reason.
 
-    python3 ci/gpu/ncu_table.py DIR      (DIR holds {sm90,mma,flashmla}_T{16,64}.csv)
+    PYTHONPATH=. python3 ci/gpu/ncu_table.py DIR      (DIR holds {sm90,mma,flashmla}_T{16,64}.csv)
 """
 
 from __future__ import annotations
 
-import csv
 import sys
 from pathlib import Path
+
+from ci.gpu.ncu_metrics import csv_rows
 
 KERNELS = (("sm90", "sm90 default (dispatched)"), ("mma", "mma.sync default"), ("flashmla", "FlashMLA"))
 COLUMNS = (("gpu__time_duration.sum", "us", 1), ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
@@ -22,7 +23,7 @@ SKIP = ("selected",)  # "selected": the issuing cycle itself, 1.00 by definition
 
 def read(path: Path) -> dict[str, float]:
     """{metric: value} of the report's first launch (ncu's own lines, not CSV rows, skipped)."""
-    rows = list(csv.reader(line for line in path.read_text().splitlines() if line.startswith('"')))
+    rows = csv_rows(path.read_text().splitlines())
     if len(rows) < 2:
         return {}
     head = rows[0]

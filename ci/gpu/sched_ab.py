@@ -44,7 +44,7 @@ def labels(rows: list[str]) -> list[str]:
     return [r if rows[:i].count(r) == 0 else f"{r}/aa{rows[:i].count(r)}" for i, r in enumerate(rows)]
 
 
-def time_size(N: int, T: int, rows: list[str], samples: int, H: int = kernel.H) -> dict:
+def time_size(N: int, T: int, rows: list[str], samples: int, H: int) -> dict:
     sets = verify_timing.input_sets(N=N, T=T, H=H, device="cuda")
     out = {}
     for backend in dict.fromkeys(rows):

@@ -228,12 +228,13 @@ def test_ncu_table_reads_the_first_launch_in_us_and_orders_the_stalls(tmp_path):
     (tmp_path / "flashmla_T16.csv").write_text("==ERROR== no kernel profiled\n")
     assert ncu_table.read(tmp_path / "sm90_T16.csv")["gpu__time_duration.sum"] == pytest.approx(42.69)
     assert ncu_table.read(tmp_path / "mma_T64.csv")["gpu__time_duration.sum"] == pytest.approx(286.56)
+    root = Path(__file__).resolve().parents[2]
+    env = {"PYTHONPATH": str(root), "PATH": ""}  # (run as the device runs it: the repository on the path)
     out = subprocess.run([sys.executable, "ci/gpu/ncu_table.py", str(tmp_path)], capture_output=True, text=True,
-                         check=True, cwd=Path(__file__).resolve().parents[2]).stdout.splitlines()
+                         check=True, cwd=root, env=env).stdout.splitlines()
     assert out[0].endswith("stalls per issue (long_scoreboard, wait) |")  # by their largest value, largest first
     row = next(line for line in out if "sm90 default" in line)
     assert row.startswith("| T=16 | sm90 default (dispatched) | 42.69 | - | - | - | 38.11 | 4.04, 1.90 |")
     assert "| T=64 | mma.sync default | 286.56 |" in next(line for line in out if "mma.sync" in line)
     assert next(line for line in out if "FlashMLA" in line).endswith("no report |")
-    assert subprocess.run([sys.executable, "ci/gpu/ncu_table.py"], capture_output=True,
-                          cwd=Path(__file__).resolve().parents[2]).returncode == 2
+    assert subprocess.run([sys.executable, "ci/gpu/ncu_table.py"], capture_output=True, cwd=root, env=env).returncode == 2

@@ -397,8 +397,9 @@ def _replay_dispatched(inp, lengths_list, new_kv: bool = False):
 
 @pytest.mark.gpu
 def test_sm90_dispatch_past_the_l2_runs_seesaw2_el_in_graphs(monkeypatch):
-    """T=16 with a KV capacity past the device's L2 (so past half of it): the dispatched call runs seesaw2_el (partials stored evict_last,
-    discarded by its merge once read), captured once and replayed with new lengths, new KV and poisoned outputs."""
+    """T=16 with a KV capacity past the device's L2 (so past half of it): the dispatched call runs seesaw2_el (partials
+    stored evict_last, discarded by its merge once read), captured once and replayed with new lengths, new KV and
+    poisoned outputs."""
     _needs_sm90()
     monkeypatch.setenv("KDENGINE_CUDA_PATH", "sm90")
     capacity = cuda_backend.l2_bytes("cuda") // cuda_backend.D_QK_BYTES + 4096
