@@ -1,6 +1,7 @@
 """ci/gpu/sched_ab_tables.py on synthetic records: the engine line's B-against-A figure and the A/A spread it is read
 against (CPU only; the device scripts' tables are what closing notes quote); ci/gpu/gate_tables.py on a stored gate
-run; ci/gpu/targets.py: the README's targets table against the committed records, its verdicts on synthetic ones."""
+run; ci/gpu/targets.py: the README's targets table against the committed records, its verdicts on synthetic ones;
+ci/gpu/final_summary.py: each full device run's summary.txt against its committed records."""
 
 from __future__ import annotations
 
@@ -238,3 +239,14 @@ def test_ncu_table_reads_the_first_launch_in_us_and_orders_the_stalls(tmp_path):
     assert "| T=64 | mma.sync default | 286.56 |" in next(line for line in out if "mma.sync" in line)
     assert next(line for line in out if "FlashMLA" in line).endswith("no report |")
     assert subprocess.run([sys.executable, "ci/gpu/ncu_table.py"], capture_output=True, cwd=root, env=env).returncode == 2
+
+
+@pytest.mark.parametrize("folder", sorted(p.name for p in (Path(__file__).resolve().parents[2] / "perf_history" / "kernel")
+                                          .glob("final_*") if (p / "summary.txt").exists()))
+def test_final_summary_is_what_the_committed_records_give(folder):
+    """A full device run's summary.txt (quoted by notes and the README) is the script's reading of the records, not
+    an edited copy."""
+    root = Path(__file__).resolve().parents[2]
+    got = subprocess.run([sys.executable, "ci/gpu/final_summary.py", folder.removeprefix("final_")], cwd=root,
+                         capture_output=True, text=True, check=True).stdout
+    assert got == (root / "perf_history" / "kernel" / folder / "summary.txt").read_text()
