@@ -294,7 +294,8 @@ constexpr int BAR_S2_MAX0 = 11, BAR_S2_MAX1 = 12, BAR_S2_P0 = 13, BAR_S2_P1 = 14
 // row tiles / at every count: 65k T=16 0.0-0.8 us slower, T=64 9 us slower with p2d, 4-5 us with p2c's inactive code)
 // in p2cd_aa57768/; qreg (Q's chunks 0-7 in the registers of a third warpgroup that computes S and the softmax of every
 // tile, two P V warpgroups, a 3-stage ring: setmaxnreg at 192 + 2 x 160 deadlocked, over the 3 x 168 a 384-thread block
-// is launched with; within it, 184 / 160, ptxas serializes the S warpgroup's wgmmas) in qreg_ef15485/. Folded in on
+// is launched with; within it, 184 / 160, ptxas serializes the S warpgroup's wgmmas: 65k T=16 57.7 against 41.5 us, T=64
+// 190.1 against 112.2) in qreg_ef15485/. Folded in on
 // 2026-12-01: d32 (the descriptors as 32-bit adds, d32_905c234/), unr (the TMA issue loop unrolled, g2_e0dfbe9/), spread
 // (the stage-1 reloads from warp 1, la_ab24c16/).
 constexpr int NUM_SCHEDULES = SEESAW2_EL + 1;  // schedules 0 .. NUM_SCHEDULES - 1 (the launcher's dispatch)
