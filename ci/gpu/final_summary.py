@@ -1,12 +1,14 @@
-"""The summary of a full device run of main (ci/gpu/merged.sh), read from its records and its folder's logs; run from the
-repository root, e.g.: python ci/gpu/final_summary.py f192906 > perf_history/kernel/final_f192906/summary.txt"""
+"""The summary of a full device run of main (ci/gpu/merged.sh), read from its records and its folder's logs, e.g.:
+python ci/gpu/final_summary.py f192906 > perf_history/kernel/final_f192906/summary.txt"""
 
 import argparse
 import json
 import re
+import sys
 from pathlib import Path
 
-K, E = Path("perf_history/kernel"), Path("perf_history/engine")
+ROOT = Path(__file__).resolve().parents[2]
+K, E = ROOT / "perf_history" / "kernel", ROOT / "perf_history" / "engine"
 SIZES = ((4096, 16), (4096, 64), (16384, 16), (16384, 64), (65536, 16), (65536, 64))
 
 
@@ -20,6 +22,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("commit", help="the short sha of the run: its records are *_<commit>_peers.json, "
                     "engine_run_cuda_<commit>{,_rerun}.json and the folder perf_history/kernel/final_<commit>/")
     sha = ap.parse_args(argv).commit
+    needed = [K / f"verify_kernel_gpu-nvidia-h200-sm90_{sha}_peers.json", E / f"engine_run_cuda_{sha}.json",
+              E / f"engine_run_cuda_{sha}_rerun.json", K / f"final_{sha}" / "pytest_gpu.log"]
+    missing = [str(path.relative_to(ROOT)) for path in needed if not path.exists()]
+    if missing:
+        sys.exit(f"final_summary: no full run of {sha} here (missing {', '.join(missing)})")
     peers = json.loads((K / f"verify_kernel_gpu-nvidia-h200-sm90_{sha}_peers.json").read_text())
     rows = {"cuda": medians(peers, "cuda"), "flashmla": medians(peers, "flashmla"),
             "mma.sync default": medians(peers, peers["default_label"])}
