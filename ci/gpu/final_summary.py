@@ -1,20 +1,19 @@
 """The summary of a full device run of main (ci/gpu/merged.sh), read from its records and its folder's logs, e.g.:
-python ci/gpu/final_summary.py f192906 > perf_history/kernel/final_f192906/summary.txt"""
+PYTHONPATH=. python ci/gpu/final_summary.py f192906 > perf_history/kernel/final_f192906/summary.txt"""
 
 import argparse
 import json
 import re
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-K, E = ROOT / "perf_history" / "kernel", ROOT / "perf_history" / "engine"
-SIZES = ((4096, 16), (4096, 64), (16384, 16), (16384, 64), (65536, 16), (65536, 64))
+from ci.gpu.targets import KERNEL as K
+from ci.gpu.targets import ROOT, SIZES, median_us
+
+E = ROOT / "perf_history" / "engine"
 
 
 def medians(doc: dict, label: str) -> list[float]:
-    by = {(c["N"], c["T"]): c["results"] for c in doc["cases"]}
-    return [by[s][label]["median_s"] * 1e6 for s in SIZES]
+    return [median_us(doc, N, T, label) for N, T in SIZES]
 
 
 def main(argv: list[str] | None = None) -> None:

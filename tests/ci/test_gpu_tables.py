@@ -248,5 +248,5 @@ def test_final_summary_is_what_the_committed_records_give(folder):
     an edited copy."""
     root = Path(__file__).resolve().parents[2]
     got = subprocess.run([sys.executable, "ci/gpu/final_summary.py", folder.removeprefix("final_")], cwd=root,
-                         capture_output=True, text=True, check=True).stdout
+                         env={"PYTHONPATH": str(root), "PATH": ""}, capture_output=True, text=True, check=True).stdout
     assert got == (root / "perf_history" / "kernel" / folder / "summary.txt").read_text()
